@@ -1,0 +1,39 @@
+# Two commands for a fresh machine: `make demo` and `make test`. Both install what
+# they need into .venv first. `make test` also starts a local Apache Kafka broker
+# (compose/local-kafka: fetched from Maven Central, no Docker needed).
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test test-fast lint kafka-start kafka-stop bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/processor demo
+
+test: $(STAMP) kafka-start
+	KAFKA_BOOTSTRAP_SERVERS=$${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:9092} $(PY) -m pytest
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not kafka and not slow"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check processor tests bench
+	$(VENV)/bin/ruff format --check processor tests bench
+	$(VENV)/bin/mypy processor
+
+kafka-start:
+	compose/local-kafka start >/dev/null
+
+kafka-stop:
+	compose/local-kafka stop
+
+clean:
+	rm -rf $(VENV) .processor .pytest_cache .mypy_cache .ruff_cache

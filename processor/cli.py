@@ -1,0 +1,338 @@
+"""The ``processor`` command line (typer). Every command takes ``--json``.
+
+Exit codes: 0 success, 1 error, 2 usage, 3 not found or no answer in time,
+4 verification found differences.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from pydantic import ValidationError
+
+from processor.client import Client, fact_dict, status_dict
+from processor.errors import ProcessorError
+from processor.facts.payload import InvalidPayloadError, loads
+from processor.host import Deployment, Host, ensure_topics
+from processor.settings import Settings
+
+__all__ = ["main"]
+
+logger = logging.getLogger("processor")
+
+cli = typer.Typer(
+    name="processor",
+    help="Durable, event-sourced pipelines on Kafka (or the embedded log).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+topics_cli = typer.Typer(help="Topics as code: create what is missing, report drift.")
+cli.add_typer(topics_cli, name="topics")
+
+EXIT_ERROR, EXIT_NOT_FOUND, EXIT_DIFFERENT = 1, 3, 4
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+AppOption = Annotated[str, typer.Option("--app", help="Pipelines to load, as module:attribute.")]
+
+
+@dataclass
+class _Options:
+    broker: str | None
+    data_dir: Path | None
+    topic_prefix: str | None
+
+    def settings(self) -> Settings:
+        overrides: dict[str, Any] = {}
+        if self.broker is not None:
+            overrides["broker"] = self.broker
+        if self.data_dir is not None:
+            overrides["data_dir"] = self.data_dir
+        if self.topic_prefix is not None:
+            overrides["topic_prefix"] = self.topic_prefix
+        try:
+            return Settings(**overrides)
+        except ValidationError as exc:
+            _fail(f"invalid settings: {exc.errors()[0]['msg']}", json_output=False)
+
+    def deployment(self) -> Deployment:
+        return Deployment.from_settings(self.settings())
+
+
+@cli.callback()
+def _root(
+    ctx: typer.Context,
+    broker: Annotated[
+        str | None, typer.Option(help="kafka://host:port[,host:port]; default: embedded log")
+    ] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Embedded log and state directory [.processor]")
+    ] = None,
+    topic_prefix: Annotated[str | None, typer.Option(help="Prefix of every topic name")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO")] = False,
+) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    ctx.obj = _Options(broker, data_dir, topic_prefix)
+
+
+def _emit(value: dict[str, Any] | list[Any], json_output: bool, text: str) -> None:
+    typer.echo(json.dumps(value, default=str) if json_output else text)
+
+
+def _fail(message: str, json_output: bool, code: int = EXIT_ERROR) -> NoReturn:
+    if json_output:
+        typer.echo(json.dumps({"error": message}))
+    else:
+        typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _load_app(target: str, json_output: bool = False) -> Any:
+    from processor.worker.pipeline import load_application
+
+    try:
+        return load_application(target)
+    except ProcessorError as exc:
+        _fail(str(exc), json_output)
+
+
+def _stop_on_signals(stop: threading.Event) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+
+
+@cli.command()
+def run(
+    ctx: typer.Context,
+    app: AppOption,
+    workers: Annotated[int, typer.Option(help="In-process worker threads")] = 2,
+) -> None:
+    """Run the processor (and in-process workers) until interrupted."""
+    options: _Options = ctx.obj
+    pipelines = _load_app(app)
+    host = Host(options.deployment(), pipelines, workers=workers)
+    _stop_on_signals(host.stop_event)
+    try:
+        host.start()
+    except ProcessorError as exc:
+        _fail(str(exc), json_output=False)
+    typer.echo(f"processor {host.instance_id} running ({workers} workers); Ctrl-C stops", err=True)
+    host.wait()
+    host.stop()
+    if host.errors:
+        _fail(f"stopped after an error: {host.errors[0]!r}", json_output=False)
+
+
+@cli.command()
+def worker(
+    ctx: typer.Context,
+    app: AppOption,
+    threads: Annotated[int, typer.Option(help="Worker threads in this process")] = 1,
+) -> None:
+    """Run workers only: consume segments.work, run steps, produce results."""
+    from processor.worker.service import Worker
+
+    options: _Options = ctx.obj
+    pipelines = _load_app(app)
+    deployment = options.deployment()
+    stop = threading.Event()
+    _stop_on_signals(stop)
+    runners = [
+        Worker(
+            deployment.transport,
+            pipelines,
+            deployment.topology,
+            group=deployment.settings.worker_group,
+        )
+        for _ in range(threads)
+    ]
+    pool = [threading.Thread(target=w.run, args=(stop,), daemon=True) for w in runners]
+    for thread in pool:
+        thread.start()
+    while any(t.is_alive() for t in pool) and not stop.wait(0.5):
+        pass
+    stop.set()
+    for thread in pool:
+        thread.join(30)
+
+
+@cli.command()
+def submit(
+    ctx: typer.Context,
+    pipeline: Annotated[str, typer.Argument(help="Pipeline name")],
+    input_json: Annotated[str, typer.Option("--input", help="Run input as JSON")],
+    idempotency_key: Annotated[str | None, typer.Option(help="Deduplicate retries")] = None,
+    wait: Annotated[float, typer.Option(help="Seconds to wait for the processor")] = 30.0,
+    json_output: JsonFlag = False,
+) -> None:
+    """Submit a run; print its id and whether this call created it."""
+    options: _Options = ctx.obj
+    try:
+        value = loads(input_json.encode())
+    except InvalidPayloadError as exc:
+        _fail(f"--input: {exc}", json_output, code=2)
+    deployment = options.deployment()
+    ensure_topics(deployment)
+    client = Client(deployment.transport, deployment.topology, deployment.settings.state_dir)
+    try:
+        receipt = client.submit(pipeline, value, idempotency_key, wait_s=wait)
+    finally:
+        client.close()
+    if receipt.refusal:
+        _emit(receipt.as_dict(), json_output, f"refused: {receipt.refusal}: {receipt.detail}")
+        raise typer.Exit(EXIT_ERROR)
+    if receipt.created is None:
+        _emit(
+            receipt.as_dict(),
+            json_output,
+            f"{receipt.run_id} queued; no processor answered in {wait}s",
+        )
+        raise typer.Exit(EXIT_NOT_FOUND)
+    _emit(
+        receipt.as_dict(),
+        json_output,
+        f"{receipt.run_id} {'created' if receipt.created else 'existing'}",
+    )
+
+
+@cli.command()
+def status(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="Run id")],
+    json_output: JsonFlag = False,
+) -> None:
+    """Show a run's status, result and error."""
+    options: _Options = ctx.obj
+    deployment = options.deployment()
+    state = Client(deployment.transport, deployment.topology, deployment.settings.state_dir).status(
+        run_id
+    )
+    if state is None:
+        _fail(f"no run {run_id}", json_output, code=EXIT_NOT_FOUND)
+    shown = status_dict(state)
+    lines = "\n".join(
+        f"{k}: {json.dumps(v) if isinstance(v, dict | list) else v}" for k, v in shown.items()
+    )
+    _emit(shown, json_output, lines)
+
+
+@cli.command()
+def history(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="Run id")],
+    json_output: JsonFlag = False,
+) -> None:
+    """Show a run's facts in order."""
+    options: _Options = ctx.obj
+    deployment = options.deployment()
+    facts = Client(
+        deployment.transport, deployment.topology, deployment.settings.state_dir
+    ).history(run_id)
+    if not facts:
+        _fail(f"no run {run_id}", json_output, code=EXIT_NOT_FOUND)
+    rows = [fact_dict(f) for f in facts]
+    text = "\n".join(f"{r['seq']:>4} {r['type']:<24} {r['fact_key']}" for r in rows)
+    _emit(rows, json_output, text)
+
+
+@cli.command()
+def replay(
+    ctx: typer.Context,
+    verify: Annotated[bool, typer.Option(help="Compare with the live projections")] = False,
+    target: Annotated[Path | None, typer.Option(help="Keep the rebuilt stores here")] = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Rebuild projections from runs.facts into a fresh store (with --verify: compare)."""
+    from tqdm import tqdm
+
+    from processor.replay import replay as run_replay
+
+    options: _Options = ctx.obj
+    deployment = options.deployment()
+    bars: list[tqdm[Any]] = []
+
+    def progress(total: int) -> Any:
+        bar = tqdm(total=total, unit="fact", disable=json_output, file=sys.stderr)
+        bars.append(bar)
+        return bar.update
+
+    report = run_replay(
+        deployment.transport,
+        deployment.topology,
+        deployment.settings.state_dir,
+        verify=verify,
+        target_dir=target,
+        progress_total=progress,
+    )
+    for bar in bars:
+        bar.close()
+    text = f"replayed {report.facts} facts of {report.runs} runs in {report.seconds:.2f}s"
+    if verify:
+        text += (
+            "; verified" if report.verified else "; DIFFERENCES:\n" + "\n".join(report.differences)
+        )
+    _emit(report.as_dict(), json_output, text)
+    if verify and not report.verified:
+        raise typer.Exit(EXIT_DIFFERENT)
+
+
+@cli.command()
+def demo(
+    ctx: typer.Context,
+    runs: Annotated[int, typer.Option(help="Runs to submit")] = 1000,
+    workers: Annotated[int, typer.Option(help="In-process workers")] = 2,
+    json_output: JsonFlag = False,
+) -> None:
+    """Run the bundled order pipeline end to end, then replay and verify."""
+    from processor.demo import run_demo
+    from processor.examples.demo import app as demo_app
+
+    options: _Options = ctx.obj
+    try:
+        report = run_demo(options.settings(), demo_app, runs, workers)
+    except (ProcessorError, TimeoutError) as exc:
+        _fail(str(exc), json_output)
+    shown = report.as_dict()
+    text = "\n".join(f"{k:>16}: {v}" for k, v in shown.items())
+    _emit(shown, json_output, text)
+    if not report.replay_verified or report.succeeded + report.failed != report.submitted:
+        raise typer.Exit(EXIT_DIFFERENT)
+
+
+@topics_cli.command("apply")
+def topics_apply(ctx: typer.Context, json_output: JsonFlag = False) -> None:
+    """Create missing topics and report drift from topics/topics.toml."""
+    options: _Options = ctx.obj
+    deployment = options.deployment()
+    created = ensure_topics(deployment)
+    admin = deployment.transport.admin()
+    try:
+        drift = deployment.topology.drift(admin.describe_topics())
+    finally:
+        admin.close()
+    shown = {"created": created, "drift": [{"topic": d.topic, "problem": d.problem} for d in drift]}
+    text = "\n".join(
+        [*(f"created {n}" for n in created), *(f"drift {d.topic}: {d.problem}" for d in drift)]
+    )
+    _emit(shown, json_output, text or "topics up to date")
+    if drift:
+        raise typer.Exit(EXIT_DIFFERENT)
+
+
+def main() -> None:
+    try:
+        cli()
+    except ProcessorError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_ERROR)

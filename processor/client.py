@@ -1,0 +1,192 @@
+"""The Python client: submit runs, query status and history.
+
+Submits go through runs.commands like any producer's; the processor answers on
+runs.replies, which is how ``created`` is known. Status and history read the
+RocksDB projections of the local state directory (read-only, safe while
+``processor run`` has them open).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from processor.facts import payload
+from processor.facts.codec import codec, decode_fact, encode
+from processor.facts.models import CommandReply, FactHeader, SubmitRun
+from processor.facts.topics import TopicName
+from processor.model.state import RunState
+from processor.store.rocks import PartitionStore
+from processor.topology import Topology
+from processor.transport.base import Outbound, Producer, Reader, TopicPartition, Transport
+from processor.transport.partitioner import partition_for
+
+__all__ = ["Client", "SubmitReceipt", "fact_dict", "new_submit", "status_dict"]
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitReceipt:
+    run_id: str
+    created: bool | None  # None: queued, but no processor answered in time
+    refusal: str | None = None
+    detail: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"run_id": self.run_id, "created": self.created}
+        if self.refusal:
+            out["refusal"] = self.refusal
+            out["detail"] = self.detail
+        if self.created is None:
+            out["queued"] = True
+        return out
+
+
+def new_submit(
+    pipeline: str, input_value: Any, idempotency_key: str | None = None, now_ms: int | None = None
+) -> SubmitRun:
+    """Build a SubmitRun; the run id derives from the idempotency key when there is one."""
+    run_id = payload.derive_run_id(idempotency_key) if idempotency_key else str(uuid.uuid4())
+    return SubmitRun(
+        command_id=str(uuid.uuid4()),
+        run_id=run_id,
+        pipeline=pipeline,
+        input=payload.dumps(input_value),
+        idempotency_key=idempotency_key,
+        submitted_ms=now_ms if now_ms is not None else time.time_ns() // 1_000_000,
+    )
+
+
+class Client:
+    """Talks to a deployment through its log and its local state directory."""
+
+    def __init__(self, transport: Transport, topology: Topology, state_dir: Path) -> None:
+        self._transport = transport
+        self._topology = topology
+        self._state_dir = state_dir
+        self._producer: Producer | None = None
+
+    def _partition(self, run_id: str) -> int:
+        return partition_for(run_id.encode(), self._topology.partitions)
+
+    def send(self, command: SubmitRun) -> None:
+        """Produce a command without waiting (call ``flush`` to make it durable)."""
+        if self._producer is None:
+            self._producer = self._transport.producer()
+        topic = self._topology.name(TopicName.COMMANDS)
+        self._producer.produce(Outbound(topic, command.run_id.encode(), encode(command)))
+
+    def flush(self) -> None:
+        if self._producer is not None:
+            self._producer.flush()
+
+    def submit(
+        self,
+        pipeline: str,
+        input_value: Any,
+        idempotency_key: str | None = None,
+        *,
+        wait_s: float = 30.0,
+    ) -> SubmitReceipt:
+        """Submit a run and wait for the processor's answer (up to ``wait_s``)."""
+        command = new_submit(pipeline, input_value, idempotency_key)
+        replies = TopicPartition(
+            self._topology.name(TopicName.REPLIES), self._partition(command.run_id)
+        )
+        reader = self._transport.reader()
+        try:
+            start = reader.end_offset(replies)
+            self.send(command)
+            self.flush()
+            reply = _await_reply(reader, replies, start, command.command_id, wait_s)
+        finally:
+            reader.close()
+        if reply is None:
+            return SubmitReceipt(command.run_id, None)
+        return SubmitReceipt(reply.run_id, reply.created, reply.refusal, reply.detail)
+
+    def _store(self, run_id: str) -> PartitionStore | None:
+        path = self._state_dir / f"p{self._partition(run_id):04d}"
+        if not (path / "CURRENT").exists():
+            return None
+        return PartitionStore(path, read_only=True)
+
+    def status(self, run_id: str) -> RunState | None:
+        store = self._store(run_id)
+        if store is None:
+            return None
+        try:
+            return store.run(run_id)
+        finally:
+            store.close()
+
+    def history(self, run_id: str) -> list[FactHeader]:
+        store = self._store(run_id)
+        if store is None:
+            return []
+        try:
+            return [decode_fact(raw) for raw in store.history(run_id)]
+        finally:
+            store.close()
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.close()
+            self._producer = None
+
+
+def _await_reply(
+    reader: Reader, replies: TopicPartition, start: int, command_id: str, wait_s: float
+) -> CommandReply | None:
+    deadline = time.monotonic() + wait_s
+    position = start
+    pause = 0.005
+    while True:
+        for records in reader.read(replies, position):
+            for record in records:
+                position = record.offset + 1
+                reply = codec().decode_as(record.value, CommandReply)
+                if reply.command_id == command_id:
+                    return reply
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(pause)  # polling the log for the reply, not synchronizing a test
+        pause = min(pause * 2, 0.1)
+
+
+def status_dict(state: RunState) -> dict[str, Any]:
+    """The JSON shape of ``processor status``."""
+    return {
+        "run_id": state.run_id,
+        "pipeline": state.pipeline,
+        "pipeline_version": state.pipeline_version,
+        "status": state.status,
+        "result": _json_or_none(state.result) if state.result is not None else None,
+        "error": state.error,
+        "error_type": state.error_type,
+        "failed_step": state.failed_step,
+        "segment": state.segment,
+        "attempt": state.attempt,
+        "next_step": state.next_step,
+        "version": state.version,
+        "created_ms": state.created_ms,
+        "updated_ms": state.updated_ms,
+    }
+
+
+def fact_dict(fact: FactHeader) -> dict[str, Any]:
+    """The JSON shape of one fact in ``processor history``."""
+    out: dict[str, Any] = {"type": type(fact).__name__}
+    for name, value in fact.__dict__.items():
+        out[name] = _json_or_none(value) if isinstance(value, bytes) else value
+    return out
+
+
+def _json_or_none(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw.hex()

@@ -1,0 +1,55 @@
+"""The bundled example: an order pipeline of three steps, one of them flaky.
+
+``reserve_stock`` fails the first time it sees one order in five, as an
+inventory service under load would; its retry policy absorbs the failure.
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from typing import Any
+
+from processor.model.pipeline_spec import RetryPolicy
+from processor.worker.pipeline import Application, NonRetryableError, Pipeline
+
+__all__ = ["app", "orders"]
+
+orders = Pipeline("orders", version=1)
+
+_failed_once: set[str] = set()
+_lock = threading.Lock()
+
+
+class InventoryBusyError(RuntimeError):
+    """A transient failure: the inventory service asked us to come back later."""
+
+
+@orders.step(timeout_s=10)
+def validate(order: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(order, dict) or "order_id" not in order:
+        raise NonRetryableError("an order needs an order_id")
+    if float(order.get("amount", 0)) <= 0:
+        raise NonRetryableError(f"order {order['order_id']}: amount must be positive")
+    return {**order, "amount": float(order["amount"])}
+
+
+@orders.step(retry=RetryPolicy(max_attempts=4, initial_backoff_ms=20, max_backoff_ms=500))
+def reserve_stock(order: dict[str, Any]) -> dict[str, Any]:
+    order_id = str(order["order_id"])
+    if zlib.crc32(order_id.encode()) % 5 == 0:
+        with _lock:
+            first_time = order_id not in _failed_once
+            _failed_once.add(order_id)
+        if first_time:
+            raise InventoryBusyError(f"inventory busy for order {order_id}")
+    return {**order, "reserved": True}
+
+
+@orders.step()
+def invoice(order: dict[str, Any]) -> dict[str, Any]:
+    total = round(order["amount"] * 1.2, 2)
+    return {"order_id": order["order_id"], "total": total, "status": "invoiced"}
+
+
+app = Application([orders])

@@ -1,0 +1,229 @@
+"""Pydantic models mirroring the Avro schemas in ``schemas/`` field for field.
+
+Facts are past tense, commands imperative, messages nouns. Every fact carries
+the run id, its per-run sequence number, its fact key, the decision time and the
+id of the input that caused it (``FactHeader``). Tests check each model against
+its ``.avsc`` file, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = [
+    "FACT_TYPES",
+    "MESSAGE_TYPES",
+    "AvroModel",
+    "CommandReply",
+    "DeadLetter",
+    "Fact",
+    "FactHeader",
+    "Rejected",
+    "RetryScheduled",
+    "RunFailed",
+    "RunOutcome",
+    "RunSubmitted",
+    "RunSucceeded",
+    "SegmentAttemptStarted",
+    "SegmentCompleted",
+    "SegmentFailed",
+    "SegmentResult",
+    "StepCompleted",
+    "StepOutput",
+    "SubmitRun",
+    "WorkItem",
+]
+
+
+class AvroModel(BaseModel):
+    """A record with an Avro schema of the same name in ``schemas/``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class FactHeader(AvroModel):
+    """Fields every fact carries."""
+
+    run_id: str
+    seq: int
+    fact_key: str
+    time_ms: int
+    cause_id: str
+
+
+class RunSubmitted(FactHeader):
+    pipeline: str
+    pipeline_version: int
+    input: bytes
+    idempotency_key: str | None = None
+    fingerprint: str | None = None
+    submitted_ms: int
+
+
+class SegmentAttemptStarted(FactHeader):
+    segment: int
+    attempt: int
+    generation: int
+    first_step: int
+    expires_ms: int
+
+
+class StepCompleted(FactHeader):
+    segment: int
+    attempt: int
+    generation: int
+    step: int
+    output: bytes
+
+
+class SegmentCompleted(FactHeader):
+    segment: int
+    attempt: int
+    generation: int
+    last_step: int
+
+
+class SegmentFailed(FactHeader):
+    segment: int
+    attempt: int
+    generation: int
+    step: int
+    error: str
+    error_type: str
+    retryable: bool
+
+
+class RetryScheduled(FactHeader):
+    segment: int
+    attempt: int
+    due_ms: int
+
+
+class RunSucceeded(FactHeader):
+    result: bytes
+
+
+class RunFailed(FactHeader):
+    error: str
+    error_type: str
+    step: int
+    attempts: int
+
+
+Fact = (
+    RunSubmitted
+    | SegmentAttemptStarted
+    | StepCompleted
+    | SegmentCompleted
+    | SegmentFailed
+    | RetryScheduled
+    | RunSucceeded
+    | RunFailed
+)
+
+FACT_TYPES: tuple[type[FactHeader], ...] = (
+    RunSubmitted,
+    SegmentAttemptStarted,
+    StepCompleted,
+    SegmentCompleted,
+    SegmentFailed,
+    RetryScheduled,
+    RunSucceeded,
+    RunFailed,
+)
+
+
+class SubmitRun(AvroModel):
+    command_id: str
+    run_id: str
+    pipeline: str
+    input: bytes
+    idempotency_key: str | None = None
+    submitted_ms: int
+
+
+class WorkItem(AvroModel):
+    run_id: str
+    pipeline: str
+    pipeline_version: int
+    segment: int
+    attempt: int
+    generation: int
+    first_step: int
+    input: bytes
+    expires_ms: int
+
+
+class StepOutput(AvroModel):
+    step: int
+    output: bytes
+
+
+class SegmentResult(AvroModel):
+    result_id: str
+    run_id: str
+    segment: int
+    attempt: int
+    generation: int
+    steps: tuple[StepOutput, ...]
+    outcome: Literal["completed", "failed"]
+    failed_step: int | None = None
+    error: str | None = None
+    error_type: str | None = None
+    retryable: bool = True
+    worker_id: str
+
+
+class CommandReply(AvroModel):
+    command_id: str
+    run_id: str
+    created: bool
+    refusal: str | None = None
+    detail: str | None = None
+
+
+class RunOutcome(AvroModel):
+    run_id: str
+    pipeline: str
+    status: str
+    result: bytes | None = None
+    error: str | None = None
+    submitted_ms: int
+    finished_ms: int
+
+
+class DeadLetter(AvroModel):
+    run_id: str
+    pipeline: str
+    pipeline_version: int
+    input: bytes
+    step: int
+    attempts: int
+    error: str
+    error_type: str
+    failed_ms: int
+
+
+class Rejected(AvroModel):
+    reason: str
+    detail: str
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    original_key: bytes | None = None
+    original_value: bytes | None = None
+    run_id: str | None = None
+    rejected_ms: int
+
+
+MESSAGE_TYPES: tuple[type[AvroModel], ...] = (
+    SubmitRun,
+    WorkItem,
+    SegmentResult,
+    CommandReply,
+    RunOutcome,
+    DeadLetter,
+    Rejected,
+)

@@ -1,0 +1,22 @@
+"""Logical topic names. Deployments may prefix them (``Topics.physical``)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = ["RUN_ADDRESSED_INPUTS", "TopicName"]
+
+
+class TopicName(StrEnum):
+    COMMANDS = "runs.commands"
+    FACTS = "runs.facts"
+    WORK = "segments.work"
+    RESULTS = "segments.results"
+    OUTCOMES = "runs.results"
+    REPLIES = "runs.replies"
+    DLQ = "runs.dlq"
+    REJECTED = "admission.rejected"
+
+
+# Inputs of the processor; all keyed by run id and co-partitioned with runs.facts.
+RUN_ADDRESSED_INPUTS: tuple[TopicName, ...] = (TopicName.COMMANDS, TopicName.RESULTS)

@@ -1,0 +1,120 @@
+"""Run a processor and in-process workers together (``processor run``, ``demo``)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from processor.loop import Clock, LoopConfig, ProcessorLoop, wall_clock_ms
+from processor.settings import Settings
+from processor.topology import Topology
+from processor.transport.base import Transport
+from processor.transport.factory import open_transport
+from processor.worker.pipeline import Application
+from processor.worker.service import Worker
+
+__all__ = ["Deployment", "Host", "ensure_topics"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """The settings, log and topics that one command works against."""
+
+    settings: Settings
+    transport: Transport
+    topology: Topology
+
+    @staticmethod
+    def from_settings(settings: Settings) -> Deployment:
+        topology = Topology(prefix=settings.topic_prefix, partitions=settings.partitions)
+        return Deployment(settings, open_transport(settings), topology)
+
+
+def ensure_topics(deployment: Deployment) -> list[str]:
+    """Create the declared topics that are missing; return their names."""
+    admin = deployment.transport.admin()
+    try:
+        return admin.create_topics(deployment.topology.specs())
+    finally:
+        admin.close()
+
+
+@dataclass
+class Host:
+    """A processor loop on one thread and ``workers`` worker threads."""
+
+    deployment: Deployment
+    app: Application
+    workers: int = 2
+    clock: Clock = wall_clock_ms
+    instance_id: str = field(default_factory=lambda: f"processor-{uuid.uuid4().hex[:8]}")
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    loop: ProcessorLoop | None = None
+    errors: list[BaseException] = field(default_factory=list)
+
+    def start(self) -> None:
+        ensure_topics(self.deployment)
+        settings = self.deployment.settings
+        config = LoopConfig(
+            state_dir=settings.state_dir,
+            group=settings.group,
+            instance_id=self.instance_id,
+            max_batch=settings.max_batch,
+            poll_timeout_s=settings.poll_timeout_ms / 1000,
+            timer_interval_ms=settings.timer_interval_ms,
+        )
+        self.loop = ProcessorLoop(
+            self.deployment.transport, self.app, self.deployment.topology, config, self.clock
+        )
+        self.loop.start()
+        self._spawn("processor", self._run_loop)
+        for index in range(self.workers):
+            worker = Worker(
+                self.deployment.transport,
+                self.app,
+                self.deployment.topology,
+                group=settings.worker_group,
+                worker_id=f"{self.instance_id}-w{index}",
+            )
+            self._spawn(worker.worker_id, _runner(worker, self.stop_event))
+
+    def _run_loop(self) -> None:
+        assert self.loop is not None
+        try:
+            while not self.stop_event.is_set():
+                self.loop.run_once()
+        finally:
+            self.loop.close()
+
+    def _spawn(self, name: str, target: Callable[[], None]) -> None:
+        def guarded() -> None:
+            try:
+                target()
+            except BaseException as exc:
+                logger.exception("%s crashed", name)
+                self.errors.append(exc)
+                self.stop_event.set()
+
+        thread = threading.Thread(target=guarded, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        self.stop_event.set()
+        for thread in self._threads:
+            thread.join(timeout_s)
+
+    def wait(self) -> None:
+        """Block until stopped (by ``stop`` or a crash)."""
+        while not self.stop_event.wait(0.5):
+            pass
+
+
+def _runner(worker: Worker, stop: threading.Event) -> Callable[[], None]:
+    return lambda: worker.run(stop)

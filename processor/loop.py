@@ -1,0 +1,336 @@
+"""The processor loop: the one place that orders effects.
+
+Each iteration polls a batch of run-addressed inputs, decides (pure) against the
+staged projections, scans due timers, then commits once:
+
+1. produce facts and outbound messages inside one log transaction,
+2. commit it together with the consumed input offsets,
+3. apply the facts to RocksDB in one WriteBatch with the facts offset.
+
+A crash between 2 and 3 is repaired on start by catching up from runs.facts; a
+crash before 2 leaves nothing behind, and the inputs are processed again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from processor.errors import AppendConflictError, FactDecodeError, FencedError, TransportError
+from processor.facts.codec import codec, encode
+from processor.facts.models import AvroModel, Rejected, SegmentResult, SubmitRun
+from processor.facts.topics import RUN_ADDRESSED_INPUTS, TopicName
+from processor.model.decide import (
+    Decision,
+    PipelineCatalog,
+    TimerFired,
+    decide_result,
+    decide_submit,
+    decide_timer,
+)
+from processor.restore import catch_up
+from processor.store.rocks import PartitionStore
+from processor.store.staging import Staging
+from processor.topology import Topology
+from processor.transport.base import Outbound, ProcessorSession, Record, TopicPartition, Transport
+from processor.transport.partitioner import partition_for
+
+__all__ = ["Clock", "LoopConfig", "ProcessorLoop", "wall_clock_ms"]
+
+logger = logging.getLogger(__name__)
+
+Clock = Callable[[], int]
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class LoopConfig:
+    state_dir: Path
+    group: str = "processor"
+    instance_id: str = "processor-1"
+    max_batch: int = 500
+    poll_timeout_s: float = 0.05
+    timer_interval_ms: int = 100
+    timer_batch: int = 1000
+
+
+@dataclass
+class _Batch:
+    """Everything decided since the last commit."""
+
+    outbound: list[Outbound] = field(default_factory=list)
+    consumed: dict[TopicPartition, int] = field(default_factory=dict)
+    facts_per_partition: dict[int, int] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.outbound or self.consumed)
+
+
+class ProcessorLoop:
+    """Drives runs: consumes commands and results, fires timers, commits facts."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        catalog: PipelineCatalog,
+        topology: Topology,
+        config: LoopConfig,
+        clock: Clock = wall_clock_ms,
+    ) -> None:
+        self._transport = transport
+        self._catalog = catalog
+        self._topology = topology
+        self._config = config
+        self._clock = clock
+        self._inputs = {topology.name(t): t for t in RUN_ADDRESSED_INPUTS}
+        self._facts_topic = topology.name(TopicName.FACTS)
+        self._stagings: dict[int, Staging] = {}
+        self._partitions = topology.partitions
+        self._reader = transport.reader()
+        self._session: ProcessorSession | None = None
+        self._batch = _Batch()
+        self._next_timer_scan = 0
+        self.committed_batches = 0
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._partitions = self._topology.check_co_partitioning(
+            self._transport.admin().describe_topics()
+        )
+        self._join()
+
+    def _join(self) -> None:
+        session = self._transport.session(self._config.group, self._config.instance_id)
+        session.subscribe(list(self._inputs), self._on_assign, self._on_revoke)
+        self._session = session
+
+    def run(self, stop: threading.Event) -> None:
+        """Loop until ``stop`` is set, then close cleanly."""
+        self.start()
+        try:
+            while not stop.is_set():
+                self.run_once()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+        for staging in self._stagings.values():
+            staging.store.close()
+        self._stagings.clear()
+        self._reader.close()
+
+    @property
+    def owned_partitions(self) -> list[int]:
+        return sorted(self._stagings)
+
+    # --- rebalance -----------------------------------------------------------------------
+
+    def _on_assign(self, assigned: Sequence[TopicPartition]) -> None:
+        for partition in sorted({tp.partition for tp in assigned}):
+            if partition in self._stagings:
+                continue
+            store = PartitionStore(self._config.state_dir / f"p{partition:04d}")
+            if store.facts_offset() == 0:
+                logger.info(
+                    "partition %d: no store, rebuilding from runs.facts offset 0", partition
+                )
+            catch_up(store, self._reader, TopicPartition(self._facts_topic, partition))
+            self._stagings[partition] = Staging(store)
+
+    def _on_revoke(self, revoked: Sequence[TopicPartition]) -> None:
+        for partition in sorted({tp.partition for tp in revoked}):
+            staging = self._stagings.pop(partition, None)
+            if staging is not None:
+                staging.discard()
+                staging.store.close()
+                logger.info("partition %d: revoked, store closed", partition)
+
+    # --- one iteration -------------------------------------------------------------------
+
+    def run_once(self) -> int:
+        """Poll, decide, fire timers and commit once; return the inputs handled."""
+        if self._session is None:
+            self._join()
+        assert self._session is not None
+        records = self._session.poll(self._config.max_batch, self._config.poll_timeout_s)
+        now = self._clock()
+        for record in records:
+            self._handle(record, now)
+        if now >= self._next_timer_scan:
+            self._fire_timers(now)
+            self._next_timer_scan = now + self._config.timer_interval_ms
+        self._commit()
+        return len(records)
+
+    def _handle(self, record: Record, now: int) -> None:
+        self._batch.consumed[record.position] = record.offset + 1
+        staging = self._stagings.get(record.partition)
+        if staging is None:  # not ours (any more); the new owner will read it
+            return
+        try:
+            decided = self._decide(self._inputs[record.topic], record, staging, now)
+        except FactDecodeError as exc:
+            reason, _, detail = exc.reason.partition(": ")
+            self._reject(record, reason, detail, run_id=None, now=now)
+            return
+        if decided is not None:
+            self._apply(staging, record, *decided, now)
+
+    def _decide(
+        self, topic: TopicName, record: Record, staging: Staging, now: int
+    ) -> tuple[str, Decision] | None:
+        """Decode one input and decide on it; None when it was forwarded elsewhere."""
+        if topic is TopicName.COMMANDS:
+            command = codec().decode_as(record.value, SubmitRun)
+            if not self._routed_here(record, command.run_id):
+                return None
+            state = staging.run(command.run_id)
+            return command.run_id, decide_submit(command, state, self._catalog, now)
+        result = codec().decode_as(record.value, SegmentResult)
+        if not self._routed_here(record, result.run_id):
+            return None
+        state = staging.run(result.run_id)
+        return result.run_id, decide_result(result, state, self._catalog, now)
+
+    def _routed_here(self, record: Record, run_id: str) -> bool:
+        """Forward a record produced to the wrong partition to its run's partition."""
+        right = partition_for(run_id.encode(), self._partitions)
+        if right == record.partition:
+            return True
+        logger.warning(
+            "%s@%d: run %s belongs to partition %d, forwarding",
+            record.topic,
+            record.offset,
+            run_id,
+            right,
+        )
+        self._batch.outbound.append(
+            Outbound(record.topic, run_id.encode(), record.value or b"", record.headers, right)
+        )
+        return False
+
+    def _fire_timers(self, now: int) -> None:
+        for partition, staging in self._stagings.items():
+            for entry in staging.store.due(now, self._config.timer_batch):
+                state = staging.run(entry.run_id)
+                decision = decide_timer(TimerFired(entry), state, self._catalog, now)
+                self._append(staging, partition, entry.run_id, decision)
+
+    def _apply(
+        self, staging: Staging, record: Record, run_id: str, decision: Decision, now: int
+    ) -> None:
+        try:
+            self._append(staging, record.partition, run_id, decision)
+        except AppendConflictError as exc:  # a bug, never a reason to stop the partition
+            logger.error("append conflict: %s", exc)
+            self._reject(record, "append_conflict", str(exc), run_id=run_id, now=now)
+            return
+        if decision.refusal is not None:
+            self._reject(record, decision.refusal, decision.detail, run_id=run_id, now=now)
+
+    def _append(self, staging: Staging, partition: int, run_id: str, decision: Decision) -> None:
+        appended = staging.append(run_id, decision.expected_version, decision.facts)
+        key = run_id.encode()
+        for staged in appended:
+            self._batch.outbound.append(
+                Outbound(self._facts_topic, key, staged.encoded, (), partition)
+            )
+        if appended:
+            self._batch.facts_per_partition[partition] = self._batch.facts_per_partition.get(
+                partition, 0
+            ) + len(appended)
+        for emit in decision.emits:
+            self._batch.outbound.append(self._outbound(emit.topic, emit.key, emit.value))
+
+    def _reject(
+        self, record: Record, reason: str, detail: str, *, run_id: str | None, now: int
+    ) -> None:
+        logger.info(
+            "rejected %s@%d/%d: %s %s",
+            record.topic,
+            record.partition,
+            record.offset,
+            reason,
+            detail,
+        )
+        rejected = Rejected(
+            reason=reason,
+            detail=detail,
+            source_topic=record.topic,
+            source_partition=record.partition,
+            source_offset=record.offset,
+            original_key=record.key,
+            original_value=record.value,
+            run_id=run_id,
+            rejected_ms=now,
+        )
+        key = run_id or (record.key or b"").decode(errors="replace")
+        self._batch.outbound.append(self._outbound(TopicName.REJECTED, key, rejected))
+
+    def _outbound(self, topic: TopicName, key: str, value: AvroModel) -> Outbound:
+        return Outbound(self._topology.name(topic), key.encode(), encode(value))
+
+    # --- commit --------------------------------------------------------------------------
+
+    def _commit(self) -> None:
+        batch, self._batch = self._batch, _Batch()
+        if not batch:
+            return
+        session = self._session
+        assert session is not None
+        try:
+            # 1. produce facts + outbound messages inside the open transaction
+            session.begin()
+            for record in batch.outbound:
+                session.produce(record)
+            # 2. commit it together with the consumed input offsets
+            produced = session.commit(batch.consumed)
+        except FencedError:
+            logger.warning("fenced: another instance owns our partitions; rejoining")
+            self._drop_session()
+            return
+        except TransportError as exc:
+            logger.warning("commit failed, batch will be processed again: %s", exc)
+            self._abort(session)
+            return
+        # 3. apply the facts to RocksDB with the facts offset (a crash here is
+        #    repaired by catching up from runs.facts on the next start)
+        ends = _facts_ends(produced, self._facts_topic)
+        for partition, staging in self._stagings.items():
+            if staging.dirty or partition in ends:
+                staging.flush(ends.get(partition))
+        self.committed_batches += 1
+
+    def _abort(self, session: ProcessorSession) -> None:
+        for staging in self._stagings.values():
+            staging.discard()
+        try:
+            session.abort()
+        except TransportError:
+            self._drop_session()
+
+    def _drop_session(self) -> None:
+        for partition in list(self._stagings):
+            self._on_revoke([TopicPartition(self._facts_topic, partition)])
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+
+def _facts_ends(produced: list[tuple[TopicPartition, int]], facts_topic: str) -> dict[int, int]:
+    ends: dict[int, int] = {}
+    for tp, offset in produced:
+        if tp.topic == facts_topic and offset + 1 > ends.get(tp.partition, 0):
+            ends[tp.partition] = offset + 1
+    return ends

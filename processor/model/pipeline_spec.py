@@ -1,0 +1,57 @@
+"""What the pure model needs to know of a pipeline: its steps and their policies.
+
+The worker layer builds these from user code (``processor.worker.pipeline``); the
+model never sees user functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["PipelineSpec", "RetryPolicy", "StepSpec"]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Exponential backoff with a cap; deterministic (no jitter) so replays agree."""
+
+    max_attempts: int = 3
+    initial_backoff_ms: int = 100
+    multiplier: float = 2.0
+    max_backoff_ms: int = 10_000
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        if self.initial_backoff_ms < 0 or self.max_backoff_ms < 0 or self.multiplier < 1:
+            raise ValueError("backoff must be non-negative and multiplier at least 1")
+
+    def allows_another(self, attempts_made: int) -> bool:
+        return attempts_made < self.max_attempts
+
+    def backoff_ms(self, attempts_made: int) -> int:
+        """Delay before attempt ``attempts_made + 1``."""
+        raw = self.initial_backoff_ms * self.multiplier ** max(attempts_made - 1, 0)
+        return int(min(raw, self.max_backoff_ms))
+
+
+@dataclass(frozen=True, slots=True)
+class StepSpec:
+    name: str
+    retry: RetryPolicy = RetryPolicy()
+    timeout_ms: int = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineSpec:
+    name: str
+    version: int
+    steps: tuple[StepSpec, ...]
+
+    @property
+    def last_step(self) -> int:
+        return len(self.steps) - 1
+
+    def segment_timeout_ms(self, first_step: int) -> int:
+        """An attempt runs the remaining steps, so it may take their summed timeouts."""
+        return sum(step.timeout_ms for step in self.steps[first_step:])

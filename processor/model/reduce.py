@@ -1,0 +1,136 @@
+"""Fold facts into the run projection. Pure, total on valid facts, idempotent.
+
+A fact whose sequence number is not above the run's version was already folded
+and changes nothing, so folding the facts twice equals folding them once.
+Unknown fact types only advance the version: an old reader survives a newer writer.
+"""
+
+from __future__ import annotations
+
+from functools import singledispatch
+
+from processor.facts.models import (
+    FactHeader,
+    RetryScheduled,
+    RunFailed,
+    RunSubmitted,
+    RunSucceeded,
+    SegmentAttemptStarted,
+    SegmentCompleted,
+    SegmentFailed,
+    StepCompleted,
+)
+from processor.model.state import FAILED, SUCCEEDED, RunState
+
+__all__ = ["fold", "reduce"]
+
+
+def reduce(state: RunState | None, fact: FactHeader) -> RunState | None:
+    """The next projection of the run after ``fact``."""
+    if state is None:
+        return _start(fact)
+    if fact.seq <= state.version:
+        return state
+    changes = _changes(fact, state)
+    changes["version"] = fact.seq
+    changes["updated_ms"] = fact.time_ms
+    return state.model_copy(update=changes)
+
+
+def fold(facts: list[FactHeader], state: RunState | None = None) -> RunState | None:
+    for fact in facts:
+        state = reduce(state, fact)
+    return state
+
+
+def _start(fact: FactHeader) -> RunState | None:
+    if not isinstance(fact, RunSubmitted):
+        return None  # a run begins with its submission; anything else is orphaned
+    return RunState(
+        run_id=fact.run_id,
+        pipeline=fact.pipeline,
+        pipeline_version=fact.pipeline_version,
+        version=fact.seq,
+        input=fact.input,
+        submitted_ms=fact.submitted_ms,
+        created_ms=fact.time_ms,
+        updated_ms=fact.time_ms,
+        idempotency_key=fact.idempotency_key,
+        fingerprint=fact.fingerprint,
+        submit_command_id=fact.cause_id,
+        last_output=fact.input,
+    )
+
+
+@singledispatch
+def _changes(fact: FactHeader, state: RunState) -> dict[str, object]:
+    return {}
+
+
+@_changes.register
+def _(fact: SegmentAttemptStarted, state: RunState) -> dict[str, object]:
+    return {
+        "segment": fact.segment,
+        "attempt": fact.attempt,
+        "generation": fact.generation,
+        "next_step": fact.first_step,
+        "step_attempts": state.step_attempts + 1,
+        "phase": "dispatched",
+        "attempt_expires_ms": fact.expires_ms,
+        "retry_due_ms": None,
+    }
+
+
+@_changes.register
+def _(fact: StepCompleted, state: RunState) -> dict[str, object]:
+    return {
+        "next_step": fact.step + 1,
+        "step_attempts": 1,  # the attempt that completed this step now tries the next
+        "last_output": fact.output,
+        "completed_steps": (*state.completed_steps, fact.step),
+    }
+
+
+@_changes.register
+def _(fact: SegmentCompleted, state: RunState) -> dict[str, object]:
+    return {"phase": "idle", "attempt_expires_ms": None}
+
+
+@_changes.register
+def _(fact: SegmentFailed, state: RunState) -> dict[str, object]:
+    return {
+        "phase": "idle",
+        "attempt_expires_ms": None,
+        "error": fact.error,
+        "error_type": fact.error_type,
+        "failed_step": fact.step,
+    }
+
+
+@_changes.register
+def _(fact: RetryScheduled, state: RunState) -> dict[str, object]:
+    return {"phase": "retry_wait", "retry_due_ms": fact.due_ms}
+
+
+@_changes.register
+def _(fact: RunSucceeded, state: RunState) -> dict[str, object]:
+    return {
+        "status": SUCCEEDED,
+        "phase": "idle",
+        "result": fact.result,
+        "error": None,
+        "error_type": None,
+        "failed_step": None,
+    }
+
+
+@_changes.register
+def _(fact: RunFailed, state: RunState) -> dict[str, object]:
+    return {
+        "status": FAILED,
+        "phase": "idle",
+        "retry_due_ms": None,
+        "error": fact.error,
+        "error_type": fact.error_type,
+        "failed_step": fact.step,
+    }

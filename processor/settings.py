@@ -1,0 +1,83 @@
+"""One frozen settings object; environment prefix ``PROCESSOR_``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from processor.errors import ConfigurationError
+
+__all__ = ["Settings", "kafka_bootstrap", "librdkafka_security"]
+
+
+class Settings(BaseSettings):
+    """Processor configuration. Every field can be set as ``PROCESSOR_<FIELD>``."""
+
+    model_config = SettingsConfigDict(env_prefix="PROCESSOR_", frozen=True, extra="ignore")
+
+    broker: str | None = Field(
+        default=None, description="kafka://host:port[,host:port]; unset means the embedded log"
+    )
+    data_dir: Path = Field(
+        default=Path(".processor"), description="Embedded log and RocksDB stores"
+    )
+    group: str = Field(default="processor", description="Consumer group of the processors")
+    worker_group: str = Field(default="processor-workers", description="Consumer group of workers")
+    topic_prefix: str = Field(default="", description="Prefix of every physical topic name")
+    partitions: int = Field(default=4, ge=1, description="Partitions of topics created by us")
+    max_batch: int = Field(default=500, ge=1, description="Input records per transaction")
+    poll_timeout_ms: int = Field(default=50, ge=1)
+    timer_interval_ms: int = Field(default=100, ge=1, description="Due-work scan period")
+    durable_fsync: bool = Field(default=False, description="fsync every embedded-log commit")
+    kafka_security_protocol: str | None = None
+    kafka_sasl_mechanism: str | None = None
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    kafka_ssl_ca_location: str | None = None
+    kafka_ssl_certificate_location: str | None = None
+    kafka_ssl_key_location: str | None = None
+    kafka_ssl_key_password: SecretStr | None = None
+
+    @field_validator("broker")
+    @classmethod
+    def _broker_url(cls, value: str | None) -> str | None:
+        if value in (None, "", "embedded"):
+            return None
+        if not value.startswith("kafka://") or not value.removeprefix("kafka://"):
+            raise ValueError("broker must look like kafka://host:port[,host:port]")
+        return value
+
+    @property
+    def log_dir(self) -> Path:
+        return self.data_dir / "log"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.data_dir / "state" / self.group
+
+
+def kafka_bootstrap(settings: Settings) -> str:
+    if settings.broker is None:
+        raise ConfigurationError("no Kafka broker configured")
+    return settings.broker.removeprefix("kafka://")
+
+
+def librdkafka_security(settings: Settings) -> dict[str, str]:
+    """Map the security settings to librdkafka's dotted keys (the one place that does)."""
+    pairs = {
+        "security.protocol": settings.kafka_security_protocol,
+        "sasl.mechanism": settings.kafka_sasl_mechanism,
+        "sasl.username": settings.kafka_sasl_username,
+        "sasl.password": _secret(settings.kafka_sasl_password),
+        "ssl.ca.location": settings.kafka_ssl_ca_location,
+        "ssl.certificate.location": settings.kafka_ssl_certificate_location,
+        "ssl.key.location": settings.kafka_ssl_key_location,
+        "ssl.key.password": _secret(settings.kafka_ssl_key_password),
+    }
+    return {key: value for key, value in pairs.items() if value}
+
+
+def _secret(value: SecretStr | None) -> str | None:
+    return None if value is None else value.get_secret_value()

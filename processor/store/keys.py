@@ -1,0 +1,66 @@
+"""Collision-free structured keys: length-prefixed strings, big-endian integers.
+
+Big-endian fixed-width integers sort numerically under RocksDB's bytewise order,
+so the due-work index iterates in due-time order and history in sequence order.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from processor.model.due import DueEntry, TimerKind
+
+__all__ = [
+    "decode_due",
+    "due_key",
+    "fact_key_key",
+    "history_key",
+    "history_prefix",
+    "run_key",
+    "string_key",
+    "u64",
+]
+
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_DUE_TAIL = struct.Struct(">BII")
+_KIND_CODES: dict[str, int] = {"attempt_timeout": 1, "retry": 2}
+_KINDS: dict[int, TimerKind] = {1: "attempt_timeout", 2: "retry"}
+
+
+def string_key(value: str) -> bytes:
+    raw = value.encode()
+    return _U32.pack(len(raw)) + raw
+
+
+def u64(value: int) -> bytes:
+    return _U64.pack(value)
+
+
+def run_key(run_id: str) -> bytes:
+    return string_key(run_id)
+
+
+def history_prefix(run_id: str) -> bytes:
+    return string_key(run_id)
+
+
+def history_key(run_id: str, seq: int) -> bytes:
+    return string_key(run_id) + _U64.pack(seq)
+
+
+def fact_key_key(run_id: str, fact_key: str) -> bytes:
+    return string_key(run_id) + string_key(fact_key)
+
+
+def due_key(entry: DueEntry) -> bytes:
+    tail = _DUE_TAIL.pack(_KIND_CODES[entry.kind], entry.segment, entry.generation)
+    return _U64.pack(entry.due_ms) + string_key(entry.run_id) + tail
+
+
+def decode_due(key: bytes) -> DueEntry:
+    due_ms = _U64.unpack_from(key, 0)[0]
+    length = _U32.unpack_from(key, 8)[0]
+    run_id = key[12 : 12 + length].decode()
+    kind, segment, generation = _DUE_TAIL.unpack_from(key, 12 + length)
+    return DueEntry(due_ms, run_id, _KINDS[kind], segment, generation)

@@ -1,0 +1,107 @@
+"""The open batch of one partition: decisions folded in memory until the commit.
+
+Decide reads through the staged runs, so several inputs for one run in one batch
+see each other's facts. After the log transaction commits, ``flush`` writes every
+change in one WriteBatch together with the facts offset; after an abort,
+``discard`` forgets it all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from processor.facts.codec import encode
+from processor.facts.models import FactHeader
+from processor.model.due import due_entries
+from processor.model.journal import plan_append
+from processor.model.reduce import reduce
+from processor.model.state import RunState
+from processor.store.rocks import PartitionStore, StoreBatch
+
+__all__ = ["StagedFact", "Staging"]
+
+
+@dataclass(frozen=True, slots=True)
+class StagedFact:
+    fact: FactHeader
+    encoded: bytes
+
+
+class Staging:
+    """Pending projection changes of one partition store."""
+
+    def __init__(self, store: PartitionStore) -> None:
+        self.store = store
+        self._before: dict[str, RunState | None] = {}
+        self._after: dict[str, RunState | None] = {}
+        self._keys: set[tuple[str, str]] = set()
+        self.facts: list[StagedFact] = []
+
+    def run(self, run_id: str) -> RunState | None:
+        if run_id in self._after:
+            return self._after[run_id]
+        state = self.store.run(run_id)
+        self._before[run_id] = state
+        self._after[run_id] = state
+        return state
+
+    def _key_exists(self, run_id: str, fact_key: str) -> bool:
+        return (run_id, fact_key) in self._keys or self.store.has_fact_key(run_id, fact_key)
+
+    def append(
+        self, run_id: str, expected_version: int, facts: tuple[FactHeader, ...]
+    ) -> list[StagedFact]:
+        """Conditionally append decided facts; return those actually appended, encoded."""
+        if not facts:
+            return []
+        state = self.run(run_id)
+        current = state.version if state is not None else 0
+        fresh = plan_append(
+            facts, expected_version, current, lambda key: self._key_exists(run_id, key)
+        )
+        return [self.fold(fact, encode(fact)) for fact in fresh]
+
+    def fold(self, fact: FactHeader, encoded: bytes) -> StagedFact:
+        """Fold one fact (decided now, or read back from the log) into the staged run."""
+        state = self.run(fact.run_id)
+        self._after[fact.run_id] = reduce(state, fact)
+        self._keys.add((fact.run_id, fact.fact_key))
+        staged = StagedFact(fact, encoded)
+        self.facts.append(staged)
+        return staged
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self.facts)
+
+    def flush(self, facts_offset: int | None) -> None:
+        """Write the staged changes (and the facts offset) in one WriteBatch, then clear."""
+        batch = self.store.batch()
+        for staged in self.facts:
+            fact = staged.fact
+            batch.put_fact(fact.run_id, fact.seq, fact.fact_key, staged.encoded)
+        for run_id, after in self._after.items():
+            before = self._before.get(run_id)
+            if after is not None and after is not before:
+                batch.put_run(after)
+                _write_index_changes(batch, before, after)
+        if facts_offset is not None:
+            batch.set_facts_offset(facts_offset)
+        self.store.write(batch)
+        self.discard()
+
+    def discard(self) -> None:
+        self._before.clear()
+        self._after.clear()
+        self._keys.clear()
+        self.facts.clear()
+
+
+def _write_index_changes(batch: StoreBatch, before: RunState | None, after: RunState) -> None:
+    old, new = due_entries(before), due_entries(after)
+    for entry in old - new:
+        batch.delete_due(entry)
+    for entry in new - old:
+        batch.put_due(entry)
+    if after.idempotency_key is not None and before is None:
+        batch.put_claim(after.idempotency_key, after.run_id, after.fingerprint)

@@ -1,0 +1,162 @@
+"""The seam between the engine and a log: Kafka or the embedded default.
+
+Both transports implement these protocols with the same behaviour, proven by one
+conformance suite (tests/conformance): per-key order, atomic commit of produced
+records together with consumed offsets, abort leaves no trace, restart resumes at
+the committed position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
+
+__all__ = [
+    "AdminClient",
+    "GroupConsumer",
+    "Outbound",
+    "PartitionsCallback",
+    "ProcessorSession",
+    "Producer",
+    "Reader",
+    "Record",
+    "TopicPartition",
+    "TopicSpec",
+    "Transport",
+]
+
+Headers = tuple[tuple[str, bytes], ...]
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record read from the log."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = ()
+    timestamp_ms: int = 0
+
+    @property
+    def position(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class Outbound:
+    """A record to produce. Without an explicit partition the key decides (murmur2)."""
+
+    topic: str
+    key: bytes
+    value: bytes
+    headers: Headers = ()
+    partition: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: Mapping[str, str] = field(default_factory=dict)
+
+
+PartitionsCallback = Callable[[Sequence[TopicPartition]], None]
+
+
+class ProcessorSession(Protocol):
+    """A consumer-group member with a transactional producer (exactly-once v2).
+
+    ``on_assign``/``on_revoke`` run inside ``poll``. ``commit`` publishes the
+    produced records and the consumed offsets atomically, or nothing at all.
+    """
+
+    def subscribe(
+        self, topics: Sequence[str], on_assign: PartitionsCallback, on_revoke: PartitionsCallback
+    ) -> None: ...
+
+    def poll(self, max_records: int, timeout_s: float) -> list[Record]: ...
+
+    def begin(self) -> None: ...
+
+    def produce(self, record: Outbound) -> None: ...
+
+    def commit(self, consumed: Mapping[TopicPartition, int]) -> list[tuple[TopicPartition, int]]:
+        """Commit the open transaction; return (partition, offset) of each produced record.
+
+        ``consumed`` maps each input partition to the next offset to read.
+        Raises FencedError when another instance took over (nothing is committed).
+        """
+        ...
+
+    def abort(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Producer(Protocol):
+    """A plain idempotent producer for clients and workers."""
+
+    def produce(self, record: Outbound) -> None: ...
+
+    def flush(self, timeout_s: float = 30.0) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class GroupConsumer(Protocol):
+    """An at-least-once consumer-group member (workers, responders)."""
+
+    def poll(self, max_records: int, timeout_s: float) -> list[Record]: ...
+
+    def commit(self, consumed: Mapping[TopicPartition, int]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Reader(Protocol):
+    """Reads committed records of one partition, outside any consumer group."""
+
+    def end_offset(self, tp: TopicPartition) -> int: ...
+
+    def read(
+        self, tp: TopicPartition, start: int, end: int | None = None, batch_size: int = 10_000
+    ) -> Iterator[list[Record]]:
+        """Yield batches from ``start`` until ``end`` (default: the end when called)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class AdminClient(Protocol):
+    def create_topics(self, specs: Sequence[TopicSpec]) -> list[str]:
+        """Create the missing topics; return the names created."""
+        ...
+
+    def describe_topics(self) -> dict[str, TopicSpec]: ...
+
+    def close(self) -> None: ...
+
+
+class Transport(Protocol):
+    """Factory for the clients of one log."""
+
+    name: str
+
+    def session(self, group: str, instance_id: str) -> ProcessorSession: ...
+
+    def producer(self) -> Producer: ...
+
+    def consumer(self, group: str, topics: Sequence[str]) -> GroupConsumer: ...
+
+    def reader(self) -> Reader: ...
+
+    def admin(self) -> AdminClient: ...

@@ -1,0 +1,56 @@
+"""Run one segment attempt: the steps of a work item, in order, in this process."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from processor.facts import payload
+from processor.facts.models import SegmentResult, StepOutput, WorkItem
+from processor.worker.pipeline import Application, NonRetryableError
+
+__all__ = ["execute"]
+
+logger = logging.getLogger(__name__)
+
+
+def execute(item: WorkItem, app: Application, worker_id: str) -> SegmentResult:
+    """Execute the item's steps until the segment ends or a step raises."""
+    pipeline = app.pipeline(item.pipeline, item.pipeline_version)
+    common = {
+        "result_id": str(uuid.uuid4()),
+        "run_id": item.run_id,
+        "segment": item.segment,
+        "attempt": item.attempt,
+        "generation": item.generation,
+        "worker_id": worker_id,
+    }
+    if pipeline is None:
+        return SegmentResult(
+            **common,
+            steps=(),
+            outcome="failed",
+            failed_step=item.first_step,
+            error=f"pipeline {item.pipeline!r} v{item.pipeline_version} is not loaded here",
+            error_type="UnknownPipeline",
+            retryable=True,
+        )
+    outputs: list[StepOutput] = []
+    value = payload.loads(item.input)
+    for index in range(item.first_step, len(pipeline.steps)):
+        try:
+            value = pipeline.steps[index].function(value)
+            encoded = payload.dumps(value)
+        except Exception as exc:  # a step's failure is data, reported to the processor
+            logger.info("step %s of run %s failed: %r", index, item.run_id, exc)
+            return SegmentResult(
+                **common,
+                steps=tuple(outputs),
+                outcome="failed",
+                failed_step=index,
+                error=str(exc) or repr(exc),
+                error_type=type(exc).__name__,
+                retryable=not isinstance(exc, (NonRetryableError, payload.InvalidPayloadError)),
+            )
+        outputs.append(StepOutput(step=index, output=encoded))
+    return SegmentResult(**common, steps=tuple(outputs), outcome="completed")

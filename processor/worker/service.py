@@ -1,0 +1,110 @@
+"""A worker: consumes segments.work, runs the steps, produces segments.results.
+
+Workers are stateless and at-least-once. A result that arrives for an attempt
+that is no longer current is refused by the processor, so duplicates are safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+from processor.errors import FactDecodeError, TransportError
+from processor.facts.codec import codec, encode
+from processor.facts.models import Rejected, WorkItem
+from processor.facts.topics import TopicName
+from processor.topology import Topology
+from processor.transport.base import GroupConsumer, Outbound, Producer, Record, Transport
+from processor.worker.executor import execute
+from processor.worker.pipeline import Application
+
+__all__ = ["Worker"]
+
+logger = logging.getLogger(__name__)
+
+
+class Worker:
+    """One worker consumer; run several (threads or processes) to scale out."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        app: Application,
+        topology: Topology,
+        *,
+        group: str = "processor-workers",
+        worker_id: str | None = None,
+        max_batch: int = 100,
+        clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self._transport = transport
+        self._app = app
+        self._topology = topology
+        self._group = group
+        self.worker_id = worker_id or f"worker-{uuid.uuid4().hex[:8]}"
+        self._max_batch = max_batch
+        self._clock = clock
+        self.executed = 0
+
+    def run(self, stop: threading.Event) -> None:
+        work_topic = self._topology.name(TopicName.WORK)
+        consumer = self._transport.consumer(self._group, [work_topic])
+        producer = self._transport.producer()
+        try:
+            while not stop.is_set():
+                try:
+                    self._run_batch(consumer.poll(self._max_batch, 0.1), consumer, producer)
+                except TransportError as exc:
+                    logger.warning("%s: transport error, retrying: %s", self.worker_id, exc)
+                    stop.wait(0.5)
+        finally:
+            consumer.close()
+            producer.close()
+
+    def _run_batch(
+        self, records: list[Record], consumer: GroupConsumer, producer: Producer
+    ) -> None:
+        if not records:
+            return
+        for record in records:
+            outbound = self._process(record)
+            if outbound is not None:
+                producer.produce(outbound)
+        producer.flush()
+        positions = {r.position: r.offset + 1 for r in records}
+        consumer.commit(positions)
+
+    def _process(self, record: Record) -> Outbound | None:
+        try:
+            item = codec().decode_as(record.value, WorkItem)
+        except FactDecodeError as exc:
+            return self._rejected(record, exc)
+        if item.expires_ms < self._clock():
+            logger.info(
+                "skipping expired attempt %s/%s of run %s", item.segment, item.attempt, item.run_id
+            )
+            return None
+        result = execute(item, self._app, self.worker_id)
+        self.executed += 1
+        return Outbound(
+            self._topology.name(TopicName.RESULTS), item.run_id.encode(), encode(result)
+        )
+
+    def _rejected(self, record: Record, exc: FactDecodeError) -> Outbound:
+        reason, _, detail = exc.reason.partition(": ")
+        rejected = Rejected(
+            reason=reason,
+            detail=detail,
+            source_topic=record.topic,
+            source_partition=record.partition,
+            source_offset=record.offset,
+            original_key=record.key,
+            original_value=record.value,
+            rejected_ms=self._clock(),
+        )
+        return Outbound(
+            self._topology.name(TopicName.REJECTED), record.key or b"", encode(rejected)
+        )
