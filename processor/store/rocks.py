@@ -123,6 +123,9 @@ class PartitionStore:
         self._db.write(batch.raw)
 
     def close(self) -> None:
+        # Column-family handles keep the database alive: drop them before closing.
+        self._cf.clear()
+        self._handles.clear()
         self._db.close()
 
 

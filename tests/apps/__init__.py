@@ -1,0 +1,1 @@
+"""Test pipelines and helpers shared by the fault and CLI tests."""

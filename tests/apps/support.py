@@ -1,0 +1,358 @@
+"""Helpers for tests that run the processor: polling with deadlines, log tails,
+``processor`` subprocesses and a processor loop driven by hand with a fake clock."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+from processor.client import new_submit
+from processor.facts.codec import codec, decode_fact, encode
+from processor.facts.models import AvroModel, FactHeader, Rejected, WorkItem
+from processor.facts.topics import TopicName
+from processor.host import Deployment, ensure_topics
+from processor.loop import LoopConfig, ProcessorLoop
+from processor.settings import Settings
+from processor.transport.base import Outbound, Reader, Record, TopicPartition
+from processor.transport.partitioner import partition_for
+from processor.worker.executor import execute
+from processor.worker.pipeline import Application
+
+__all__ = [
+    "REPO_ROOT",
+    "FakeClock",
+    "LoopHarness",
+    "ProcessorProcess",
+    "TopicTail",
+    "cli",
+    "decode_records",
+    "read_topic",
+    "run_facts",
+    "subprocess_env",
+    "wait_until",
+]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+
+def wait_until(
+    condition: Callable[[], T], timeout_s: float, what: str, max_pause_s: float = 0.05
+) -> T:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    pause = 0.002
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(pause)  # polling interval of a deadline-bounded wait, not a fixed delay
+        pause = min(pause * 2, max_pause_s)
+
+
+# --- reading topics -------------------------------------------------------------------------
+
+
+def read_topic(reader: Reader, topic: str, partitions: int) -> Iterator[Record]:
+    """Every committed record of ``topic``, partition by partition, in offset order."""
+    for partition in range(partitions):
+        for batch in reader.read(TopicPartition(topic, partition), 0):
+            yield from batch
+
+
+def decode_records(records: Iterator[Record] | list[Record], model: type[Any]) -> list[Any]:
+    return [codec().decode_as(record.value, model) for record in records]
+
+
+def run_facts(reader: Reader, deployment: Deployment, run_id: str) -> list[FactHeader]:
+    """The facts of one run, read from its runs.facts partition in log order."""
+    topology = deployment.topology
+    tp = TopicPartition(
+        topology.name(TopicName.FACTS), partition_for(run_id.encode(), topology.partitions)
+    )
+    facts = []
+    for batch in reader.read(tp, 0):
+        for record in batch:
+            if record.key == run_id.encode():
+                facts.append(decode_fact(record.value))
+    return facts
+
+
+class TopicTail:
+    """Reads the records appended to every partition of one topic since the last call."""
+
+    def __init__(self, reader: Reader, topic: str, partitions: int, *, from_end: bool = False):
+        self._reader = reader
+        self._tps = [TopicPartition(topic, p) for p in range(partitions)]
+        self.positions = {tp: reader.end_offset(tp) if from_end else 0 for tp in self._tps}
+
+    def new(self) -> list[Record]:
+        found: list[Record] = []
+        for tp in self._tps:
+            for batch in self._reader.read(tp, self.positions[tp]):
+                found.extend(batch)
+                self.positions[tp] = batch[-1].offset + 1
+        return found
+
+    def end_total(self) -> int:
+        """The sum of the end offsets of every partition (records ever committed)."""
+        return sum(self._reader.end_offset(tp) for tp in self._tps)
+
+
+class RejectedWatch:
+    """Collects admission.rejected records and finds the one for a source record."""
+
+    def __init__(self, reader: Reader, deployment: Deployment) -> None:
+        topology = deployment.topology
+        self._tail = TopicTail(reader, topology.name(TopicName.REJECTED), topology.partitions)
+        self.seen: list[Rejected] = []
+
+    def find(self, source: Record) -> Rejected | None:
+        self.seen.extend(decode_records(self._tail.new(), Rejected))
+        for rejected in self.seen:
+            if (
+                rejected.source_topic,
+                rejected.source_partition,
+                rejected.source_offset,
+            ) == (source.topic, source.partition, source.offset):
+                return rejected
+        return None
+
+
+def find_produced(reader: Reader, tp: TopicPartition, start: int, value: bytes) -> Record | None:
+    """The record of ``tp`` at or after ``start`` whose value is exactly ``value``."""
+    for batch in reader.read(tp, start):
+        for record in batch:
+            if record.value == value:
+                return record
+    return None
+
+
+# --- processes ------------------------------------------------------------------------------
+
+
+def subprocess_env(data_dir: Path) -> dict[str, str]:
+    """The environment of a ``processor`` subprocess: this checkout on the path, one data dir."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
+    paths = [str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["PROCESSOR_DATA_DIR"] = str(data_dir)
+    return env
+
+
+def cli(data_dir: Path, *args: str, timeout_s: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m processor --data-dir D ARGS`` to completion."""
+    return subprocess.run(
+        [sys.executable, "-m", "processor", "--data-dir", str(data_dir), *args],
+        cwd=REPO_ROOT,
+        env=subprocess_env(data_dir),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+class ProcessorProcess:
+    """``python -m processor --data-dir D run --app APP`` as a child process, logs in a file."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        log_path: Path,
+        *,
+        app: str = "tests.apps.pipelines:app",
+        workers: int = 2,
+    ) -> None:
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.app = app
+        self.workers = workers
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self._log_start = 0
+        self.starts = 0
+
+    def start(self) -> None:
+        assert self.proc is None, "already started"
+        self._log = self.log_path.open("ab")
+        self._log_start = self.log_path.stat().st_size
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "processor",
+                "--data-dir",
+                str(self.data_dir),
+                "run",
+                "--app",
+                self.app,
+                "--workers",
+                str(self.workers),
+            ],
+            cwd=REPO_ROOT,
+            env=subprocess_env(self.data_dir),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        self.starts += 1
+
+    def log_text(self) -> str:
+        """What this start of the process has logged so far."""
+        with self.log_path.open("rb") as f:
+            f.seek(self._log_start)
+            return f.read().decode(errors="replace")
+
+    def running(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(
+                f"processor exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}"
+            )
+        return " running (" in self.log_text()
+
+    def wait_running(self, timeout_s: float = 60.0) -> None:
+        wait_until(self.running, timeout_s, "the processor to report it is running")
+
+    def kill(self, timeout_s: float = 30.0) -> int:
+        """SIGKILL the process and reap it."""
+        proc = self._take()
+        proc.send_signal(signal.SIGKILL)
+        return proc.wait(timeout_s)
+
+    def stop(self, timeout_s: float = 60.0) -> int:
+        """SIGTERM the process and wait for it to exit; return its exit code."""
+        proc = self._take()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout_s)
+            raise
+
+    def _take(self) -> subprocess.Popen[bytes]:
+        proc, self.proc = self.proc, None
+        assert proc is not None, "not started"
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return proc
+
+    def close(self) -> None:
+        """Kill the process if it still runs (test teardown)."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.kill()
+            else:
+                self._take()
+
+
+# --- a processor loop driven by hand --------------------------------------------------------
+
+
+class FakeClock:
+    """An injected clock in epoch milliseconds that only moves when told."""
+
+    def __init__(self, now_ms: int = 1_800_000_000_000) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+    def advance_to(self, when_ms: int) -> None:
+        assert when_ms >= self.now_ms, "time does not go back"
+        self.now_ms = when_ms
+
+
+class LoopHarness:
+    """A ProcessorLoop on an embedded log with a fake clock and a manual worker.
+
+    Nothing runs on its own: ``drive`` calls ``run_once`` until a condition
+    holds, and ``work`` / ``complete`` play the worker's part.
+    """
+
+    def __init__(self, data_dir: Path, app: Application, clock: FakeClock | None = None):
+        settings = Settings(data_dir=data_dir)
+        self.app = app
+        self.deployment = Deployment.from_settings(settings)
+        ensure_topics(self.deployment)
+        self.clock = clock or FakeClock()
+        transport, topology = self.deployment.transport, self.deployment.topology
+        # Scan timers whenever the fake clock moved, so due times are exact to the millisecond.
+        config = LoopConfig(
+            state_dir=settings.state_dir, poll_timeout_s=0.005, timer_interval_ms=1
+        )
+        self.loop = ProcessorLoop(transport, app, topology, config, clock=self.clock)
+        self.loop.start()
+        self.producer = transport.producer()
+        self.reader = transport.reader()
+        self._work = TopicTail(self.reader, topology.name(TopicName.WORK), topology.partitions)
+        self.rejected = RejectedWatch(self.reader, self.deployment)
+        self.work_items: list[WorkItem] = []
+
+    def name(self, topic: TopicName) -> str:
+        return self.deployment.topology.name(topic)
+
+    def submit(self, pipeline: str, value: Any, idempotency_key: str | None = None) -> str:
+        command = new_submit(pipeline, value, idempotency_key)
+        self.produce(TopicName.COMMANDS, command.run_id, encode(command))
+        return command.run_id
+
+    def produce(self, topic: TopicName, key: str, value: bytes) -> Record:
+        """Produce one record and return it as committed (with its offset)."""
+        name = self.name(topic)
+        partition = partition_for(key.encode(), self.deployment.topology.partitions)
+        tp = TopicPartition(name, partition)
+        start = self.reader.end_offset(tp)
+        self.producer.produce(Outbound(name, key.encode(), value, partition=partition))
+        self.producer.flush()
+        record = find_produced(self.reader, tp, start, value)
+        assert record is not None
+        return record
+
+    def produce_model(self, topic: TopicName, key: str, value: AvroModel) -> Record:
+        return self.produce(topic, key, encode(value))
+
+    def drive(self, condition: Callable[[], T], what: str, max_rounds: int = 500) -> T:
+        """Call ``run_once`` until ``condition`` holds (bounded by rounds and a deadline)."""
+        deadline = time.monotonic() + 30.0
+        for _ in range(max_rounds):
+            self.loop.run_once()
+            value = condition()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                break
+        raise AssertionError(f"the loop never reached: {what}")
+
+    def facts(self, run_id: str) -> list[FactHeader]:
+        return run_facts(self.reader, self.deployment, run_id)
+
+    def fact_types(self, run_id: str) -> list[str]:
+        return [type(f).__name__ for f in self.facts(run_id)]
+
+    def new_work(self) -> list[WorkItem]:
+        """Work items dispatched since the last call (also kept in ``work_items``)."""
+        items = decode_records(self._work.new(), WorkItem)
+        self.work_items.extend(items)
+        return items
+
+    def complete(self, item: WorkItem) -> Record:
+        """Run the item's steps here, as a worker would, and produce the result."""
+        result = execute(item, self.app, "test-worker")
+        return self.produce_model(TopicName.RESULTS, item.run_id, result)
+
+    def close(self) -> None:
+        self.loop.close()
+        self.producer.close()
+        self.reader.close()

@@ -1,0 +1,1 @@
+"""Fault tests: crashes, garbage input, retries and lost attempts."""

@@ -1,0 +1,98 @@
+"""A pure simulation of runs through decide/reduce, for property tests.
+
+Hypothesis draws a script of events (submits, worker results, timers firing);
+the simulation feeds them to the real decide functions and folds the facts with
+the real reducer, exactly as the loop does, but with no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from processor.client import new_submit
+from processor.facts.models import FactHeader, SegmentResult, StepOutput
+from processor.model.decide import Decision, TimerFired, decide_result, decide_submit, decide_timer
+from processor.model.due import due_entries
+from processor.model.pipeline_spec import PipelineSpec, RetryPolicy, StepSpec
+from processor.model.reduce import reduce
+from processor.model.state import RunState
+
+SPEC = PipelineSpec(
+    "sim",
+    1,
+    (
+        StepSpec("a", RetryPolicy(max_attempts=3, initial_backoff_ms=10), timeout_ms=1_000),
+        StepSpec("b", RetryPolicy(max_attempts=2, initial_backoff_ms=5), timeout_ms=1_000),
+        StepSpec("c", RetryPolicy(max_attempts=3, initial_backoff_ms=0), timeout_ms=500),
+    ),
+)
+
+
+class Catalog:
+    def latest(self, name: str) -> PipelineSpec | None:
+        return SPEC if name == SPEC.name else None
+
+    def get(self, name: str, version: int) -> PipelineSpec | None:
+        return SPEC if (name, version) == (SPEC.name, SPEC.version) else None
+
+
+CATALOG = Catalog()
+
+
+@dataclass
+class Simulation:
+    now: int = 1_000
+    states: dict[str, RunState] = field(default_factory=dict)
+    facts: list[FactHeader] = field(default_factory=list)
+    counter: int = 0
+
+    def _take(self, decision: Decision) -> Decision:
+        for fact in decision.facts:
+            self.facts.append(fact)
+            state = reduce(self.states.get(fact.run_id), fact)
+            assert state is not None
+            self.states[fact.run_id] = state
+        return decision
+
+    def submit(self, key: str | None = None, value: int = 0) -> str:
+        command = new_submit("sim", {"v": value}, key, now_ms=self.now)
+        self._take(decide_submit(command, self.states.get(command.run_id), CATALOG, self.now))
+        return command.run_id
+
+    def result(
+        self, run_id: str, fail: bool, progress: int = 0, retryable: bool = True
+    ) -> Decision:
+        """The current attempt's result: all remaining steps, or ``progress`` then a failure."""
+        state = self.states[run_id]
+        self.counter += 1
+        first, end = state.next_step, SPEC.last_step + 1
+        done = min(progress, end - first - 1) if fail else end - first
+        outputs = tuple(
+            StepOutput(step=s, output=f'{{"s":{s},"n":{self.counter}}}'.encode())
+            for s in range(first, first + done)
+        )
+        result = SegmentResult(
+            result_id=f"r{self.counter}",
+            run_id=run_id,
+            segment=state.segment,
+            attempt=state.attempt,
+            generation=state.generation,
+            steps=outputs,
+            outcome="failed" if fail else "completed",
+            failed_step=first + done if fail else None,
+            error="boom" if fail else None,
+            error_type="RuntimeError" if fail else None,
+            retryable=retryable,
+            worker_id="w",
+        )
+        return self._take(decide_result(result, state, CATALOG, self.now))
+
+    def advance(self, ms: int) -> None:
+        """Move the clock and fire every due timer, earliest first."""
+        self.now += ms
+        due = sorted(
+            e for s in self.states.values() for e in due_entries(s) if e.due_ms <= self.now
+        )
+        for entry in due:
+            state = self.states.get(entry.run_id)
+            self._take(decide_timer(TimerFired(entry), state, CATALOG, self.now))

@@ -1,0 +1,118 @@
+"""Laws of the fold: duplicates are no-ops, and persisting mid-way changes nothing."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from processor.facts.codec import encode
+from processor.facts.models import FactHeader
+from processor.model.reduce import fold, reduce
+from processor.model.state import RunState
+from processor.store.rocks import PartitionStore
+from processor.store.staging import Staging
+from tests.unit.simulation import Simulation
+
+Event = tuple[str, int, int, bool]
+
+events = st.lists(
+    st.tuples(
+        st.sampled_from(["submit", "ok", "fail", "fail_final", "tick"]),
+        st.integers(0, 5),  # which run
+        st.integers(0, 3),  # progress before failing / ms multiplier
+        st.booleans(),  # keyed submit
+    ),
+    max_size=60,
+)
+
+
+def simulate(script: list[Event]) -> Simulation:
+    sim = Simulation()
+    runs: list[str] = []
+    for kind, which, amount, keyed in script:
+        if kind == "submit":
+            runs.append(sim.submit(f"k{which}" if keyed else None, value=which))
+        elif kind == "tick":
+            sim.advance(amount * 400 + 1)
+        elif runs:
+            run_id = runs[which % len(runs)]
+            state = sim.states[run_id]
+            if state.phase == "dispatched" and not state.terminal:
+                sim.result(run_id, fail=kind != "ok", progress=amount, retryable=kind == "fail")
+    sim.advance(10_000)
+    return sim
+
+
+def by_run(facts: list[FactHeader]) -> dict[str, list[FactHeader]]:
+    grouped: dict[str, list[FactHeader]] = {}
+    for fact in facts:
+        grouped.setdefault(fact.run_id, []).append(fact)
+    return grouped
+
+
+@given(events)
+def test_folding_twice_equals_folding_once(script: list[Event]) -> None:
+    sim = simulate(script)
+    for run_id, facts in by_run(sim.facts).items():
+        once = fold(facts)
+        assert once == sim.states[run_id]
+        assert fold(facts, once) == once
+        twice = None
+        for fact in facts:
+            twice = reduce(reduce(twice, fact), fact)
+        assert twice == once
+
+
+@given(events, st.data())
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_fold_prefix_persist_reload_fold_rest_equals_fold_all(
+    tmp_path: Path, script: list[Event], data: st.DataObject
+) -> None:
+    sim = simulate(script)
+    cut = data.draw(st.integers(0, len(sim.facts)))
+    path = Path(tempfile.mkdtemp(dir=tmp_path))
+    store = PartitionStore(path)
+    try:
+        staging = Staging(store)
+        for fact in sim.facts[:cut]:
+            staging.fold(fact, encode(fact))
+        staging.flush(cut)
+    finally:
+        store.close()
+
+    reopened = PartitionStore(path)
+    try:
+        assert reopened.facts_offset() == cut
+        staging = Staging(reopened)
+        for fact in sim.facts[cut:]:
+            staging.fold(fact, encode(fact))
+        staging.flush(len(sim.facts))
+        for run_id, state in sim.states.items():
+            assert reopened.run(run_id) == state
+            assert len(reopened.history(run_id)) == state.version
+    finally:
+        reopened.close()
+
+
+def test_unknown_fact_types_only_advance_the_version() -> None:
+    sim = Simulation()
+    run_id = sim.submit()
+    state = sim.states[run_id]
+
+    class FutureFact(FactHeader):
+        novelty: str = "x"
+
+    future = FutureFact(
+        run_id=run_id, seq=state.version + 1, fact_key="future", time_ms=5, cause_id="c"
+    )
+    after = reduce(state, future)
+    assert isinstance(after, RunState)
+    assert after.version == state.version + 1
+    assert (
+        after.model_copy(update={"version": state.version, "updated_ms": state.updated_ms}) == state
+    )
