@@ -297,10 +297,13 @@ def demo(
     """Run the bundled order pipeline end to end, then replay and verify."""
     from processor.demo import run_demo
     from processor.examples.demo import app as demo_app
+    from processor.examples.demo import payments_simulator
 
     options: _Options = ctx.obj
     try:
-        report = run_demo(options.settings(), demo_app, runs, workers)
+        report = run_demo(
+            options.settings(), demo_app, runs, workers, handlers={"payments": payments_simulator}
+        )
     except (ProcessorError, TimeoutError) as exc:
         _fail(str(exc), json_output)
     shown = report.as_dict()

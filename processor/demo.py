@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from processor.client import Client, new_submit
-from processor.facts.codec import codec
-from processor.facts.models import RunOutcome
+from processor.external import CompletionClient, Handler, Responder
+from processor.facts.codec import codec, encode
+from processor.facts.models import (
+    BoundaryCompletion,
+    BoundaryCompletionAdmitted,
+    BoundaryRequest,
+    RunOutcome,
+)
 from processor.facts.topics import TopicName
 from processor.host import Deployment, Host
 from processor.replay import replay
@@ -35,6 +43,10 @@ class DemoReport:
     replay_facts: int
     replay_verified: bool | None
     transport: str
+    admitted: int = 0
+    rejected: int = 0
+    duplicates_sent: int = 0
+    forged_sent: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -46,15 +58,30 @@ class DemoReport:
             "runs_per_s": round(self.runs_per_s, 1),
             "p50_ms": round(self.p50_ms, 1),
             "p99_ms": round(self.p99_ms, 1),
+            "admitted": self.admitted,
+            "rejected": self.rejected,
+            "duplicates_sent": self.duplicates_sent,
+            "forged_sent": self.forged_sent,
             "replay_facts": self.replay_facts,
             "replay_verified": self.replay_verified,
         }
 
 
 def run_demo(
-    settings: Settings, app: Application, runs: int, workers: int, timeout_s: float = 120.0
+    settings: Settings,
+    app: Application,
+    runs: int,
+    workers: int,
+    *,
+    timeout_s: float = 120.0,
+    handlers: Mapping[str, Handler] | None = None,
 ) -> DemoReport:
-    """Run ``runs`` orders end to end in a fresh deployment; then replay and verify."""
+    """Run ``runs`` orders end to end in a fresh deployment; then replay and verify.
+
+    An external-system simulator answers the await steps' requests with
+    ``handlers``; every 25th answer is also sent twice (a harmless duplicate) and
+    once with a tampered token (refused as invalid_token), to show admission.
+    """
     scratch = Path(tempfile.mkdtemp(prefix="processor-demo-"))
     suffix = uuid.uuid4().hex[:8]
     settings = settings.model_copy(
@@ -66,13 +93,19 @@ def run_demo(
     )
     deployment = Deployment.from_settings(settings)
     host = Host(deployment, app, workers=workers)
+    chaos = _Chaos()
+    responder = Responder(deployment.transport, deployment.topology, handlers or {}, after=chaos)
+    responding = threading.Thread(target=responder.run, args=(host.stop_event,), daemon=True)
     try:
         host.start()
+        responding.start()
         started = time.perf_counter()
         outcomes = _submit_and_collect(deployment, runs, timeout_s)
         seconds = time.perf_counter() - started
+        admitted, rejected = _admission_counts(deployment, chaos.forged)
     finally:
         host.stop()
+        responding.join(10)
     if host.errors:
         raise host.errors[0]
     report = replay(deployment.transport, deployment.topology, settings.state_dir, verify=True)
@@ -89,7 +122,61 @@ def run_demo(
         replay_facts=report.facts,
         replay_verified=report.verified,
         transport=deployment.transport.name,
+        admitted=admitted,
+        rejected=rejected,
+        duplicates_sent=chaos.duplicates,
+        forged_sent=chaos.forged,
     )
+
+
+class _Chaos:
+    """Sends a duplicate and a forged copy of every 25th completion."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+        self.duplicates = 0
+        self.forged = 0
+
+    def __call__(
+        self, request: BoundaryRequest, completion: BoundaryCompletion, client: CompletionClient
+    ) -> None:
+        self.seen += 1
+        if self.seen % 25:
+            return
+        client.produce_raw(request.run_id, encode(completion))
+        self.duplicates += 1
+        token = completion.token
+        tampered = token[:-2] + ("A" if token[-2] != "A" else "B") + token[-1]
+        client.produce_raw(
+            request.run_id, encode(completion.model_copy(update={"token": tampered}))
+        )
+        self.forged += 1
+
+
+def _admission_counts(deployment: Deployment, expected_rejected: int) -> tuple[int, int]:
+    """Admitted completions in runs.facts, and records in admission.rejected (waiting for the
+    forged completions to be refused: they may trail the last run's outcome)."""
+    topology = deployment.topology
+    reader = deployment.transport.reader()
+    try:
+        admitted = 0
+        for partition in range(topology.partitions):
+            tp = TopicPartition(topology.name(TopicName.FACTS), partition)
+            for records in reader.read(tp, 0):
+                admitted += sum(
+                    isinstance(codec().decode(r.value), BoundaryCompletionAdmitted) for r in records
+                )
+        rejected_tps = [
+            TopicPartition(topology.name(TopicName.REJECTED), p) for p in range(topology.partitions)
+        ]
+        deadline = time.monotonic() + 10
+        while True:
+            rejected = sum(reader.end_offset(tp) for tp in rejected_tps)
+            if rejected >= expected_rejected or time.monotonic() > deadline:
+                return admitted, rejected
+            time.sleep(0.02)  # polling the rejected topic
+    finally:
+        reader.close()
 
 
 def _submit_and_collect(deployment: Deployment, runs: int, timeout_s: float) -> list[RunOutcome]:

@@ -9,9 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from processor.loop import Clock, LoopConfig, ProcessorLoop, wall_clock_ms
+from processor.secrets import resume_secret
 from processor.settings import Settings
 from processor.topology import Topology
-from processor.transport.base import Transport
+from processor.transport.base import TopicSpec, Transport
 from processor.transport.factory import open_transport
 from processor.worker.pipeline import Application
 from processor.worker.service import Worker
@@ -35,11 +36,15 @@ class Deployment:
         return Deployment(settings, open_transport(settings), topology)
 
 
-def ensure_topics(deployment: Deployment) -> list[str]:
-    """Create the declared topics that are missing; return their names."""
+def ensure_topics(deployment: Deployment, app: Application | None = None) -> list[str]:
+    """Create the declared topics (and the app's output topics) that are missing."""
+    specs = deployment.topology.specs()
+    if app is not None:
+        partitions = deployment.topology.partitions
+        specs += [TopicSpec(name, partitions, {}) for name in app.output_topics]
     admin = deployment.transport.admin()
     try:
-        return admin.create_topics(deployment.topology.specs())
+        return admin.create_topics(specs)
     finally:
         admin.close()
 
@@ -59,8 +64,9 @@ class Host:
     errors: list[BaseException] = field(default_factory=list)
 
     def start(self) -> None:
-        ensure_topics(self.deployment)
         settings = self.deployment.settings
+        secret = resume_secret(settings)
+        ensure_topics(self.deployment, self.app)
         config = LoopConfig(
             state_dir=settings.state_dir,
             group=settings.group,
@@ -68,6 +74,7 @@ class Host:
             max_batch=settings.max_batch,
             poll_timeout_s=settings.poll_timeout_ms / 1000,
             timer_interval_ms=settings.timer_interval_ms,
+            resume_secret=secret,
         )
         self.loop = ProcessorLoop(
             self.deployment.transport, self.app, self.deployment.topology, config, self.clock

@@ -20,13 +20,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from processor.admission.admit import admit
+from processor.admission.arrivals import Refusal, completion_arrival, handoff_arrival
 from processor.errors import AppendConflictError, FactDecodeError, FencedError, TransportError
 from processor.facts.codec import codec, encode
 from processor.facts.models import AvroModel, Rejected, SegmentResult, SubmitRun
 from processor.facts.topics import RUN_ADDRESSED_INPUTS, TopicName
 from processor.model.decide import (
+    Context,
     Decision,
     PipelineCatalog,
+    Publish,
     TimerFired,
     decide_result,
     decide_submit,
@@ -36,7 +40,14 @@ from processor.restore import catch_up
 from processor.store.rocks import PartitionStore
 from processor.store.staging import Staging
 from processor.topology import Topology
-from processor.transport.base import Outbound, ProcessorSession, Record, TopicPartition, Transport
+from processor.transport.base import (
+    Outbound,
+    ProcessorSession,
+    Producer,
+    Record,
+    TopicPartition,
+    Transport,
+)
 from processor.transport.partitioner import partition_for
 
 __all__ = ["Clock", "LoopConfig", "ProcessorLoop", "wall_clock_ms"]
@@ -59,6 +70,7 @@ class LoopConfig:
     poll_timeout_s: float = 0.05
     timer_interval_ms: int = 100
     timer_batch: int = 1000
+    resume_secret: bytes = b""
 
 
 @dataclass
@@ -67,10 +79,10 @@ class _Batch:
 
     outbound: list[Outbound] = field(default_factory=list)
     consumed: dict[TopicPartition, int] = field(default_factory=dict)
-    facts_per_partition: dict[int, int] = field(default_factory=dict)
+    effects: list[Outbound] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.outbound or self.consumed)
+        return bool(self.outbound or self.consumed or self.effects)
 
 
 class ProcessorLoop:
@@ -95,6 +107,7 @@ class ProcessorLoop:
         self._partitions = topology.partitions
         self._reader = transport.reader()
         self._session: ProcessorSession | None = None
+        self._effects_producer: Producer | None = None
         self._batch = _Batch()
         self._next_timer_scan = 0
         self.committed_batches = 0
@@ -122,6 +135,9 @@ class ProcessorLoop:
             self.close()
 
     def close(self) -> None:
+        if self._effects_producer is not None:
+            self._effects_producer.close()
+            self._effects_producer = None
         if self._session is not None:
             self._session.close()
             self._session = None
@@ -173,11 +189,14 @@ class ProcessorLoop:
         self._commit()
         return len(records)
 
+    def _context(self, now: int) -> Context:
+        return Context(self._catalog, now, self._config.resume_secret)
+
     def _handle(self, record: Record, now: int) -> None:
-        self._batch.consumed[record.position] = record.offset + 1
         staging = self._stagings.get(record.partition)
         if staging is None:  # not ours (any more); the new owner will read it
             return
+        self._batch.consumed[record.position] = record.offset + 1
         try:
             decided = self._decide(self._inputs[record.topic], record, staging, now)
         except FactDecodeError as exc:
@@ -191,17 +210,28 @@ class ProcessorLoop:
         self, topic: TopicName, record: Record, staging: Staging, now: int
     ) -> tuple[str, Decision] | None:
         """Decode one input and decide on it; None when it was forwarded elsewhere."""
+        ctx = self._context(now)
         if topic is TopicName.COMMANDS:
             command = codec().decode_as(record.value, SubmitRun)
             if not self._routed_here(record, command.run_id):
                 return None
-            state = staging.run(command.run_id)
-            return command.run_id, decide_submit(command, state, self._catalog, now)
-        result = codec().decode_as(record.value, SegmentResult)
-        if not self._routed_here(record, result.run_id):
+            return command.run_id, decide_submit(command, staging.run(command.run_id), ctx)
+        if topic is TopicName.RESULTS:
+            result = codec().decode_as(record.value, SegmentResult)
+            if not self._routed_here(record, result.run_id):
+                return None
+            return result.run_id, decide_result(result, staging.run(result.run_id), ctx)
+        cause = f"{record.topic}/{record.partition}/{record.offset}"
+        arrival = (
+            completion_arrival(record.value, self._config.resume_secret, cause)
+            if topic is TopicName.COMPLETIONS
+            else handoff_arrival(record.value, cause)
+        )
+        if isinstance(arrival, Refusal):
+            return arrival.run_id or "", Decision.refuse(arrival.reason, arrival.detail)
+        if not self._routed_here(record, arrival.run_id):
             return None
-        state = staging.run(result.run_id)
-        return result.run_id, decide_result(result, state, self._catalog, now)
+        return arrival.run_id, admit(arrival, staging.run(arrival.run_id), ctx)
 
     def _routed_here(self, record: Record, run_id: str) -> bool:
         """Forward a record produced to the wrong partition to its run's partition."""
@@ -224,14 +254,15 @@ class ProcessorLoop:
         for partition, staging in self._stagings.items():
             for entry in staging.store.due(now, self._config.timer_batch):
                 state = staging.run(entry.run_id)
-                decision = decide_timer(TimerFired(entry), state, self._catalog, now)
+                decision = decide_timer(TimerFired(entry), state, self._context(now))
                 self._append(staging, partition, entry.run_id, decision)
 
     def _apply(
         self, staging: Staging, record: Record, run_id: str, decision: Decision, now: int
     ) -> None:
         try:
-            self._append(staging, record.partition, run_id, decision)
+            if decision.facts or decision.emits or decision.effects:
+                self._append(staging, record.partition, run_id, decision)
         except AppendConflictError as exc:  # a bug, never a reason to stop the partition
             logger.error("append conflict: %s", exc)
             self._reject(record, "append_conflict", str(exc), run_id=run_id, now=now)
@@ -246,12 +277,18 @@ class ProcessorLoop:
             self._batch.outbound.append(
                 Outbound(self._facts_topic, key, staged.encoded, (), partition)
             )
-        if appended:
-            self._batch.facts_per_partition[partition] = self._batch.facts_per_partition.get(
-                partition, 0
-            ) + len(appended)
         for emit in decision.emits:
             self._batch.outbound.append(self._outbound(emit.topic, emit.key, emit.value))
+        for effect in decision.effects:
+            self._batch.effects.append(self._effect(effect))
+
+    def _effect(self, effect: Publish) -> Outbound:
+        topic = (
+            self._topology.name(effect.topic)
+            if isinstance(effect.topic, TopicName)
+            else effect.topic
+        )
+        return Outbound(topic, effect.key.encode(), effect.value, effect.headers)
 
     def _reject(
         self, record: Record, reason: str, detail: str, *, run_id: str | None, now: int
@@ -290,6 +327,9 @@ class ProcessorLoop:
         session = self._session
         assert session is not None
         try:
+            # 0. perform external effects (terminal publication) and wait for their
+            #    acknowledgement; if we crash before 2 they are redone with the same key
+            self._perform(batch.effects)
             # 1. produce facts + outbound messages inside the open transaction
             session.begin()
             for record in batch.outbound:
@@ -311,6 +351,15 @@ class ProcessorLoop:
             if staging.dirty or partition in ends:
                 staging.flush(ends.get(partition))
         self.committed_batches += 1
+
+    def _perform(self, effects: list[Outbound]) -> None:
+        if not effects:
+            return
+        if self._effects_producer is None:
+            self._effects_producer = self._transport.producer()
+        for effect in effects:
+            self._effects_producer.produce(effect)
+        self._effects_producer.flush()
 
     def _abort(self, session: ProcessorSession) -> None:
         for staging in self._stagings.values():

@@ -31,6 +31,10 @@ class Settings(BaseSettings):
     poll_timeout_ms: int = Field(default=50, ge=1)
     timer_interval_ms: int = Field(default=100, ge=1, description="Due-work scan period")
     durable_fsync: bool = Field(default=False, description="fsync every embedded-log commit")
+    resume_secret: SecretStr | None = Field(
+        default=None,
+        description="HMAC key of resume tokens; required on Kafka, generated for the embedded log",
+    )
     kafka_security_protocol: str | None = None
     kafka_sasl_mechanism: str | None = None
     kafka_sasl_username: str | None = None

@@ -1,7 +1,10 @@
-"""The bundled example: an order pipeline of three steps, one of them flaky.
+"""The bundled example: an order pipeline with a flaky step and a payment await.
 
 ``reserve_stock`` fails the first time it sees one order in five, as an
 inventory service under load would; its retry policy absorbs the failure.
+``capture_payment`` suspends the run until the payment system (simulated by
+``payments_simulator`` in the demo) completes the capture through
+boundary.completions; ``invoice`` receives the capture result.
 """
 
 from __future__ import annotations
@@ -46,10 +49,25 @@ def reserve_stock(order: dict[str, Any]) -> dict[str, Any]:
     return {**order, "reserved": True}
 
 
+@orders.await_step(target="payments", timeout_s=30)
+def capture_payment(order: dict[str, Any]) -> dict[str, Any]:
+    """The request for the payment system: capture the order's total."""
+    return {"order_id": order["order_id"], "amount": round(order["amount"] * 1.2, 2)}
+
+
 @orders.step()
-def invoice(order: dict[str, Any]) -> dict[str, Any]:
-    total = round(order["amount"] * 1.2, 2)
-    return {"order_id": order["order_id"], "total": total, "status": "invoiced"}
+def invoice(capture: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "order_id": capture["order_id"],
+        "total": capture["amount"],
+        "payment_id": capture["payment_id"],
+        "status": "invoiced",
+    }
+
+
+def payments_simulator(request: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """What the external payment system answers: a captured payment."""
+    return {**body, "payment_id": f"pay-{request.run_id[:8]}", "captured": True}
 
 
 app = Application([orders])

@@ -10,6 +10,15 @@ __all__ = [
     "TERMINAL",
     "attempt_failed",
     "attempt_started",
+    "boundary_continued",
+    "boundary_dispatched",
+    "boundary_suspended",
+    "interaction_admitted",
+    "interaction_dispatched",
+    "interaction_id",
+    "interaction_timed_out",
+    "publication_completed",
+    "publication_prepared",
     "retry_scheduled",
     "segment_completed",
     "step_completed",
@@ -37,3 +46,40 @@ def step_completed(step: int) -> str:
 
 def segment_completed(segment: int) -> str:
     return f"segment/{segment}/completed"
+
+
+def interaction_id(boundary: int, item_index: int) -> str:
+    """Interaction ids are engine-made: the boundary number and the item index."""
+    return f"b{boundary}.{item_index}"
+
+
+def boundary_suspended(boundary: int) -> str:
+    return f"boundary/{boundary}/suspended"
+
+
+def boundary_dispatched(boundary: int) -> str:
+    return f"boundary/{boundary}/dispatched"
+
+
+def boundary_continued(boundary: int) -> str:
+    return f"boundary/{boundary}/continued"
+
+
+def interaction_dispatched(interaction: str) -> str:
+    return f"interaction/{interaction}/dispatched"
+
+
+def interaction_admitted(interaction: str) -> str:
+    return f"interaction/{interaction}/admitted"
+
+
+def interaction_timed_out(interaction: str) -> str:
+    return f"interaction/{interaction}/timed_out"
+
+
+def publication_prepared(topic: str) -> str:
+    return f"publication/{topic}/prepared"
+
+
+def publication_completed(topic: str) -> str:
+    return f"publication/{topic}/completed"

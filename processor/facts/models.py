@@ -16,10 +16,17 @@ __all__ = [
     "FACT_TYPES",
     "MESSAGE_TYPES",
     "AvroModel",
+    "BoundaryCompletion",
+    "BoundaryCompletionAdmitted",
+    "BoundaryDispatchCompleted",
+    "BoundaryInteractionDispatched",
+    "BoundaryRequest",
+    "CheckpointHandoff",
     "CommandReply",
+    "ContinuationSegmentCreated",
     "DeadLetter",
-    "Fact",
     "FactHeader",
+    "InteractionTimedOut",
     "Rejected",
     "RetryScheduled",
     "RunFailed",
@@ -30,9 +37,12 @@ __all__ = [
     "SegmentCompleted",
     "SegmentFailed",
     "SegmentResult",
+    "SegmentSuspended",
     "StepCompleted",
     "StepOutput",
     "SubmitRun",
+    "TerminalPublicationCompleted",
+    "TerminalPublicationPrepared",
     "WorkItem",
 ]
 
@@ -101,6 +111,72 @@ class RetryScheduled(FactHeader):
     due_ms: int
 
 
+class SegmentSuspended(FactHeader):
+    segment: int
+    attempt: int
+    generation: int
+    step: int
+    boundary: int
+    kind: str
+    target: str
+    itemized: bool
+    items: int
+    on_timeout: str
+
+
+class BoundaryInteractionDispatched(FactHeader):
+    boundary: int
+    interaction: str
+    item_index: int
+    target: str
+    request: bytes
+    deadline_ms: int
+    token_digest: bytes
+    epoch: int
+
+
+class BoundaryDispatchCompleted(FactHeader):
+    boundary: int
+    interactions: int
+
+
+class BoundaryCompletionAdmitted(FactHeader):
+    boundary: int
+    interaction: str
+    item_index: int
+    source: str
+    outcome: str
+    payload: bytes
+    content_type: str
+    error: str | None = None
+    idempotency_key: str | None = None
+    payload_digest: bytes
+
+
+class InteractionTimedOut(FactHeader):
+    boundary: int
+    interaction: str
+    item_index: int
+    deadline_ms: int
+
+
+class ContinuationSegmentCreated(FactHeader):
+    boundary: int
+    segment: int
+    first_step: int
+    input: bytes
+
+
+class TerminalPublicationPrepared(FactHeader):
+    topic: str
+    idempotency_key: str
+
+
+class TerminalPublicationCompleted(FactHeader):
+    topic: str
+    idempotency_key: str
+
+
 class RunSucceeded(FactHeader):
     result: bytes
 
@@ -112,17 +188,6 @@ class RunFailed(FactHeader):
     attempts: int
 
 
-Fact = (
-    RunSubmitted
-    | SegmentAttemptStarted
-    | StepCompleted
-    | SegmentCompleted
-    | SegmentFailed
-    | RetryScheduled
-    | RunSucceeded
-    | RunFailed
-)
-
 FACT_TYPES: tuple[type[FactHeader], ...] = (
     RunSubmitted,
     SegmentAttemptStarted,
@@ -130,6 +195,14 @@ FACT_TYPES: tuple[type[FactHeader], ...] = (
     SegmentCompleted,
     SegmentFailed,
     RetryScheduled,
+    SegmentSuspended,
+    BoundaryInteractionDispatched,
+    BoundaryDispatchCompleted,
+    BoundaryCompletionAdmitted,
+    InteractionTimedOut,
+    ContinuationSegmentCreated,
+    TerminalPublicationPrepared,
+    TerminalPublicationCompleted,
     RunSucceeded,
     RunFailed,
 )
@@ -168,12 +241,13 @@ class SegmentResult(AvroModel):
     attempt: int
     generation: int
     steps: tuple[StepOutput, ...]
-    outcome: Literal["completed", "failed"]
+    outcome: Literal["completed", "failed", "suspended"]
     failed_step: int | None = None
     error: str | None = None
     error_type: str | None = None
     retryable: bool = True
     worker_id: str
+    requests: tuple[bytes, ...] = ()
 
 
 class CommandReply(AvroModel):
@@ -218,6 +292,35 @@ class Rejected(AvroModel):
     rejected_ms: int
 
 
+class BoundaryRequest(AvroModel):
+    run_id: str
+    boundary: int
+    interaction: str
+    item_index: int
+    target: str
+    request: bytes
+    deadline_ms: int
+    resume_token: str
+
+
+class BoundaryCompletion(AvroModel):
+    token: str
+    idempotency_key: str
+    outcome: Literal["success", "failure"]
+    payload: bytes = b""
+    error: str | None = None
+    content_type: str = "application/json"
+
+
+class CheckpointHandoff(AvroModel):
+    source_run_id: str
+    checkpoint: str
+    target: str
+    idempotency_key: str
+    payload: bytes
+    content_type: str = "application/json"
+
+
 MESSAGE_TYPES: tuple[type[AvroModel], ...] = (
     SubmitRun,
     WorkItem,
@@ -226,4 +329,7 @@ MESSAGE_TYPES: tuple[type[AvroModel], ...] = (
     RunOutcome,
     DeadLetter,
     Rejected,
+    BoundaryRequest,
+    BoundaryCompletion,
+    CheckpointHandoff,
 )

@@ -16,7 +16,15 @@ class TopicName(StrEnum):
     REPLIES = "runs.replies"
     DLQ = "runs.dlq"
     REJECTED = "admission.rejected"
+    REQUESTS = "boundary.requests"
+    COMPLETIONS = "boundary.completions"
+    CHECKPOINTS = "boundary.checkpoints"
 
 
 # Inputs of the processor; all keyed by run id and co-partitioned with runs.facts.
-RUN_ADDRESSED_INPUTS: tuple[TopicName, ...] = (TopicName.COMMANDS, TopicName.RESULTS)
+RUN_ADDRESSED_INPUTS: tuple[TopicName, ...] = (
+    TopicName.COMMANDS,
+    TopicName.RESULTS,
+    TopicName.COMPLETIONS,
+    TopicName.CHECKPOINTS,
+)

@@ -7,8 +7,12 @@ model never sees user functions.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
-__all__ = ["PipelineSpec", "RetryPolicy", "StepSpec"]
+__all__ = ["AwaitSpec", "CheckpointSpec", "PipelineSpec", "RetryPolicy", "StepSpec"]
+
+OnTimeout = Literal["fail", "continue"]
+AwaitKind = Literal["await", "checkpoint"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,10 +40,38 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class AwaitSpec:
+    """A boundary: the run suspends until outside input arrives or the timeout passes.
+
+    ``kind="await"``: one request per interaction goes to ``target`` on
+    boundary.requests; ``kind="checkpoint"``: the run waits for a checkpoint
+    handoff named ``target`` from another pipeline.
+    """
+
+    target: str
+    timeout_ms: int
+    itemized: bool = False
+    on_timeout: OnTimeout = "fail"
+    kind: AwaitKind = "await"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointSpec:
+    """Publish the run's output as a named checkpoint for ``target``.
+
+    ``target`` is ``pipeline:<name>`` (start a run of it) or ``run:<id>``.
+    """
+
+    name: str
+    target: str
+
+
+@dataclass(frozen=True, slots=True)
 class StepSpec:
     name: str
     retry: RetryPolicy = RetryPolicy()
     timeout_ms: int = 30_000
+    awaits: AwaitSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,11 +79,21 @@ class PipelineSpec:
     name: str
     version: int
     steps: tuple[StepSpec, ...]
+    output_topic: str | None = None
+    checkpoint: CheckpointSpec | None = None
 
     @property
     def last_step(self) -> int:
         return len(self.steps) - 1
 
+    def segment_end(self, first_step: int) -> int:
+        """The last step a segment starting at ``first_step`` runs: its await step or the end."""
+        for index in range(first_step, len(self.steps)):
+            if self.steps[index].awaits is not None:
+                return index
+        return self.last_step
+
     def segment_timeout_ms(self, first_step: int) -> int:
-        """An attempt runs the remaining steps, so it may take their summed timeouts."""
-        return sum(step.timeout_ms for step in self.steps[first_step:])
+        """An attempt runs its segment's steps, so it may take their summed timeouts."""
+        end = self.segment_end(first_step)
+        return sum(step.timeout_ms for step in self.steps[first_step : end + 1])

@@ -10,7 +10,12 @@ from __future__ import annotations
 from functools import singledispatch
 
 from processor.facts.models import (
+    BoundaryCompletionAdmitted,
+    BoundaryDispatchCompleted,
+    BoundaryInteractionDispatched,
+    ContinuationSegmentCreated,
     FactHeader,
+    InteractionTimedOut,
     RetryScheduled,
     RunFailed,
     RunSubmitted,
@@ -18,9 +23,12 @@ from processor.facts.models import (
     SegmentAttemptStarted,
     SegmentCompleted,
     SegmentFailed,
+    SegmentSuspended,
     StepCompleted,
+    TerminalPublicationCompleted,
+    TerminalPublicationPrepared,
 )
-from processor.model.state import FAILED, SUCCEEDED, RunState
+from processor.model.state import FAILED, SUCCEEDED, Interaction, RunState
 
 __all__ = ["fold", "reduce"]
 
@@ -110,6 +118,101 @@ def _(fact: SegmentFailed, state: RunState) -> dict[str, object]:
 @_changes.register
 def _(fact: RetryScheduled, state: RunState) -> dict[str, object]:
     return {"phase": "retry_wait", "retry_due_ms": fact.due_ms}
+
+
+@_changes.register
+def _(fact: SegmentSuspended, state: RunState) -> dict[str, object]:
+    return {
+        "phase": "suspended",
+        "attempt_expires_ms": None,
+        "next_step": fact.step,
+        "boundary": fact.boundary,
+        "boundary_step": fact.step,
+        "boundary_kind": fact.kind,
+        "boundary_itemized": fact.itemized,
+        "boundary_items": fact.items,
+        "boundary_on_timeout": fact.on_timeout,
+        "boundary_dispatched": False,
+    }
+
+
+@_changes.register
+def _(fact: BoundaryInteractionDispatched, state: RunState) -> dict[str, object]:
+    interaction = Interaction(
+        boundary=fact.boundary,
+        item_index=fact.item_index,
+        kind=state.boundary_kind,
+        target=fact.target,
+        deadline_ms=fact.deadline_ms,
+        token_digest=fact.token_digest,
+    )
+    return {"interactions": {**state.interactions, fact.interaction: interaction}}
+
+
+@_changes.register
+def _(fact: BoundaryDispatchCompleted, state: RunState) -> dict[str, object]:
+    return {"boundary_dispatched": True}
+
+
+def _settle(state: RunState, interaction_id: str, **changes: object) -> dict[str, object]:
+    current = state.interactions.get(interaction_id)
+    if current is None:
+        return {}
+    settled = current.model_copy(update=changes)
+    return {"interactions": {**state.interactions, interaction_id: settled}}
+
+
+@_changes.register
+def _(fact: BoundaryCompletionAdmitted, state: RunState) -> dict[str, object]:
+    return _settle(state, fact.interaction, **_admitted(fact))
+
+
+def _admitted(fact: BoundaryCompletionAdmitted) -> dict[str, object]:
+    output = fact.payload if fact.outcome == "success" else None
+    return {
+        "status": "admitted",
+        "outcome": fact.outcome,
+        "digest": fact.payload_digest,
+        "output": output,
+        "error": fact.error,
+    }
+
+
+@_changes.register
+def _(fact: InteractionTimedOut, state: RunState) -> dict[str, object]:
+    return _settle(state, fact.interaction, status="timed_out")
+
+
+@_changes.register
+def _(fact: ContinuationSegmentCreated, state: RunState) -> dict[str, object]:
+    released = {
+        key: (i.model_copy(update={"output": None}) if i.boundary == fact.boundary else i)
+        for key, i in state.interactions.items()
+    }
+    return {
+        "phase": "idle",
+        "segment": fact.segment,
+        "attempt": 0,
+        "next_step": fact.first_step,
+        "step_attempts": 0,
+        "last_output": fact.input,
+        "interactions": released,
+    }
+
+
+@_changes.register
+def _(fact: TerminalPublicationPrepared, state: RunState) -> dict[str, object]:
+    return {
+        "phase": "publishing",
+        "publications": {**state.publications, fact.topic: "prepared"},
+        "publication_key": fact.idempotency_key,
+        "publication_due_ms": fact.time_ms,
+    }
+
+
+@_changes.register
+def _(fact: TerminalPublicationCompleted, state: RunState) -> dict[str, object]:
+    return {"publications": {**state.publications, fact.topic: "completed"}}
 
 
 @_changes.register

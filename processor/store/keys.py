@@ -24,8 +24,13 @@ __all__ = [
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _DUE_TAIL = struct.Struct(">BII")
-_KIND_CODES: dict[str, int] = {"attempt_timeout": 1, "retry": 2}
-_KINDS: dict[int, TimerKind] = {1: "attempt_timeout", 2: "retry"}
+_KINDS: dict[int, TimerKind] = {
+    1: "attempt_timeout",
+    2: "retry",
+    3: "interaction_timeout",
+    4: "publication",
+}
+_KIND_CODES: dict[str, int] = {kind: code for code, kind in _KINDS.items()}
 
 
 def string_key(value: str) -> bytes:
@@ -54,7 +59,7 @@ def fact_key_key(run_id: str, fact_key: str) -> bytes:
 
 
 def due_key(entry: DueEntry) -> bytes:
-    tail = _DUE_TAIL.pack(_KIND_CODES[entry.kind], entry.segment, entry.generation)
+    tail = _DUE_TAIL.pack(_KIND_CODES[entry.kind], entry.scope, entry.ordinal)
     return _U64.pack(entry.due_ms) + string_key(entry.run_id) + tail
 
 
@@ -62,5 +67,5 @@ def decode_due(key: bytes) -> DueEntry:
     due_ms = _U64.unpack_from(key, 0)[0]
     length = _U32.unpack_from(key, 8)[0]
     run_id = key[12 : 12 + length].decode()
-    kind, segment, generation = _DUE_TAIL.unpack_from(key, 12 + length)
-    return DueEntry(due_ms, run_id, _KINDS[kind], segment, generation)
+    kind, scope, ordinal = _DUE_TAIL.unpack_from(key, 12 + length)
+    return DueEntry(due_ms, run_id, _KINDS[kind], scope, ordinal)

@@ -37,9 +37,16 @@ def execute(item: WorkItem, app: Application, worker_id: str) -> SegmentResult:
         )
     outputs: list[StepOutput] = []
     value = payload.loads(item.input)
-    for index in range(item.first_step, len(pipeline.steps)):
+    spec = pipeline.spec()
+    for index in range(item.first_step, spec.segment_end(item.first_step) + 1):
+        step = pipeline.steps[index]
         try:
-            value = pipeline.steps[index].function(value)
+            value = step.function(value)
+            if step.spec.awaits is not None:
+                requests = _requests(value, step.spec.awaits.kind, step.spec.awaits.itemized)
+                return SegmentResult(
+                    **common, steps=tuple(outputs), outcome="suspended", requests=requests
+                )
             encoded = payload.dumps(value)
         except Exception as exc:  # a step's failure is data, reported to the processor
             logger.info("step %s of run %s failed: %r", index, item.run_id, exc)
@@ -54,3 +61,14 @@ def execute(item: WorkItem, app: Application, worker_id: str) -> SegmentResult:
             )
         outputs.append(StepOutput(step=index, output=encoded))
     return SegmentResult(**common, steps=tuple(outputs), outcome="completed")
+
+
+def _requests(value: object, kind: str, itemized: bool) -> tuple[bytes, ...]:
+    """The await step's requests: none for a checkpoint, one, or one per item."""
+    if kind == "checkpoint":
+        return ()
+    if not itemized:
+        return (payload.dumps(value),)
+    if not isinstance(value, list | tuple):
+        raise TypeError("an itemized await step must return a list of requests")
+    return tuple(payload.dumps(item) for item in value)

@@ -1,19 +1,26 @@
 """The pipeline definition API: named, versioned pipelines of ordered steps.
 
 ```python
-orders = Pipeline("orders", version=1)
+orders = Pipeline("orders", version=1, output_topic="orders.done")
 
 @orders.step(retry=RetryPolicy(max_attempts=5), timeout_s=10)
 def validate(order: dict) -> dict: ...
 
+@orders.await_step(target="payments", timeout_s=60)
+def capture(order: dict) -> dict:          # returns the request for the payment system
+    return {"amount": order["total"]}
+
 @orders.step()
-def charge(order: dict) -> dict: ...
+def confirm(capture_result: dict) -> dict: ...   # receives the completion payload
 
 app = Application([orders])
 ```
 
 Each step is a plain function taking the previous step's output (the run input
-for the first step) and returning a JSON-serializable value. Runs pin the
+for the first step) and returning a JSON-serializable value. An await step
+returns the request payload (a list of them with ``itemized=True``); the run
+suspends until the external system completes it (or the timeout passes), and
+the next step receives the completion payload (the item outputs, in order). Runs pin the
 pipeline version at submit; several versions of one pipeline may be loaded so
 runs started on an older version finish on it.
 """
@@ -26,7 +33,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from processor.errors import ConfigurationError, ProcessorError
-from processor.model.pipeline_spec import PipelineSpec, RetryPolicy, StepSpec
+from processor.model.pipeline_spec import (
+    AwaitSpec,
+    CheckpointSpec,
+    OnTimeout,
+    PipelineSpec,
+    RetryPolicy,
+    StepSpec,
+)
 
 __all__ = ["Application", "NonRetryableError", "Pipeline", "Step", "load_application"]
 
@@ -46,11 +60,22 @@ class Step:
 class Pipeline:
     """A named, versioned, ordered list of steps."""
 
-    def __init__(self, name: str, *, version: int = 1) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        version: int = 1,
+        output_topic: str | None = None,
+        checkpoint: CheckpointSpec | None = None,
+    ) -> None:
         if not name or version < 1:
             raise ConfigurationError("a pipeline needs a name and a version >= 1")
+        if checkpoint is not None and not checkpoint.target.startswith(("pipeline:", "run:")):
+            raise ConfigurationError("a checkpoint target is pipeline:<name> or run:<id>")
         self.name = name
         self.version = version
+        self.output_topic = output_topic
+        self.checkpoint = checkpoint
         self.steps: list[Step] = []
 
     def step(
@@ -73,10 +98,39 @@ class Pipeline:
 
         return register
 
+    def await_step(
+        self,
+        name: str | None = None,
+        *,
+        target: str,
+        timeout_s: float,
+        itemized: bool = False,
+        on_timeout: OnTimeout = "fail",
+        retry: RetryPolicy | None = None,
+    ) -> Callable[[StepFunction], StepFunction]:
+        """Decorator appending an await step: the function returns the request(s)."""
+        awaits = AwaitSpec(target, int(timeout_s * 1000), itemized, on_timeout, "await")
+
+        def register(function: StepFunction) -> StepFunction:
+            spec = StepSpec(name or function.__name__, retry or RetryPolicy(), 30_000, awaits)
+            self.steps.append(Step(spec, function))
+            return function
+
+        return register
+
+    def await_checkpoint(
+        self, checkpoint: str, *, timeout_s: float, on_timeout: OnTimeout = "fail"
+    ) -> None:
+        """Append a step that waits for another pipeline's checkpoint handoff."""
+        awaits = AwaitSpec(checkpoint, int(timeout_s * 1000), False, on_timeout, "checkpoint")
+        spec = StepSpec(f"await_{checkpoint}", RetryPolicy(), 30_000, awaits)
+        self.steps.append(Step(spec, _unchanged))
+
     def spec(self) -> PipelineSpec:
         if not self.steps:
             raise ConfigurationError(f"pipeline {self.name!r} has no steps")
-        return PipelineSpec(self.name, self.version, tuple(s.spec for s in self.steps))
+        steps = tuple(s.spec for s in self.steps)
+        return PipelineSpec(self.name, self.version, steps, self.output_topic, self.checkpoint)
 
 
 class Application:
@@ -109,6 +163,15 @@ class Application:
     @property
     def names(self) -> list[str]:
         return sorted(self._latest)
+
+    @property
+    def output_topics(self) -> list[str]:
+        """User topics that terminal publication writes to."""
+        return sorted({s.output_topic for s in self._specs.values() if s.output_topic})
+
+
+def _unchanged(value: Any) -> Any:
+    return value
 
 
 def load_application(target: str) -> Application:

@@ -212,12 +212,17 @@ class ProcessorProcess:
             f.seek(self._log_start)
             return f.read().decode(errors="replace")
 
-    def running(self) -> bool:
-        assert self.proc is not None
+    def check_alive(self) -> None:
+        """Fail (showing the log) if the process has exited."""
+        assert self.proc is not None, "not started"
         if self.proc.poll() is not None:
             raise AssertionError(
                 f"processor exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}"
             )
+
+    def running(self) -> bool:
+        """Whether this start of the process has reported that it is running."""
+        self.check_alive()
         return " running (" in self.log_text()
 
     def wait_running(self, timeout_s: float = 60.0) -> None:

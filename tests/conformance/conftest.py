@@ -25,10 +25,24 @@ def _embedded(tmp_path: Path) -> Transport:
     return EmbeddedTransport(tmp_path / "log")
 
 
-_FACTORIES: dict[str, Callable[[Path], Transport]] = {"embedded": _embedded}
+def _kafka(tmp_path: Path) -> Transport:
+    from processor.settings import Settings
+    from processor.transport.kafka import KafkaTransport
+    from tests.kafka_broker import kafka_bootstrap, unavailable_reason
+
+    bootstrap = kafka_bootstrap()
+    if bootstrap is None:
+        pytest.skip(unavailable_reason())
+    settings = Settings(broker=f"kafka://{bootstrap}", data_dir=tmp_path / "data")
+    # A zombie (a session that stopped polling) is evicted from its group after
+    # max.poll.interval.ms; keep that short so a successor takes over within a test.
+    return KafkaTransport(settings, session_timeout_ms=6_000, max_poll_interval_ms=6_000)
 
 
-@pytest.fixture(params=["embedded"])
+_FACTORIES: dict[str, Callable[[Path], Transport]] = {"embedded": _embedded, "kafka": _kafka}
+
+
+@pytest.fixture(params=["embedded", pytest.param("kafka", marks=pytest.mark.kafka)])
 def transport(request: pytest.FixtureRequest, tmp_path: Path) -> Transport:
     """The transport under test."""
     return _FACTORIES[request.param](tmp_path)

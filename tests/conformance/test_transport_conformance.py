@@ -81,6 +81,12 @@ def end_offsets(transport: Transport, topic: str, partitions: int) -> list[int]:
         reader.close()
 
 
+def dense_offsets(transport: Transport) -> bool:
+    """Whether only visible records take offsets (embedded); in Kafka, transaction
+    markers and aborted records take offsets too, so only what is readable counts."""
+    return transport.name == "embedded"
+
+
 def poll_until(client: Pollable, count: int, max_records: int = 500) -> list[Record]:
     """Poll until ``count`` records arrived; fail at the deadline."""
     deadline = time.monotonic() + POLL_DEADLINE_S
@@ -280,7 +286,9 @@ def test_commit_publishes_records_and_offsets_atomically(
         assert tp.partition == partition_for(sent.key, 3)
         [stored] = read_partition(transport, tp, offset)[:1]
         assert (stored.offset, stored.key, stored.value) == (offset, sent.key, sent.value)
-    assert sum(end_offsets(transport, sink, 3)) == 20
+    assert len(read_topic(transport, sink, 3)) == 20
+    if dense_offsets(transport):
+        assert sum(end_offsets(transport, sink, 3)) == 20
 
     session.close()
     resumed, _ = subscribed(transport, closing, group, "b", [source])
@@ -302,7 +310,9 @@ def test_abort_leaves_no_trace_and_input_is_polled_again(
     for record in first:
         session.produce(Outbound(sink, b"k", record.value or b""))
     session.abort()
-    assert end_offsets(transport, sink, 2) == [0, 0]
+    assert read_topic(transport, sink, 2) == []
+    if dense_offsets(transport):
+        assert end_offsets(transport, sink, 2) == [0, 0]
 
     second = poll_until(session, 10)
     assert sorted(ids(second)) == sorted(ids(first))
@@ -353,7 +363,9 @@ def test_a_second_instance_fences_the_first(
     taken_over = poll_until(successor, 10)
     with pytest.raises(FencedError):
         zombie.commit(next_offsets(inputs))
-    assert end_offsets(transport, sink, 2) == [0, 0]
+    assert read_topic(transport, sink, 2) == []
+    if dense_offsets(transport):
+        assert end_offsets(transport, sink, 2) == [0, 0]
 
     successor.begin()
     successor.produce(Outbound(sink, b"k", b"from the successor"))

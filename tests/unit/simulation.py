@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 
 from processor.client import new_submit
 from processor.facts.models import FactHeader, SegmentResult, StepOutput
-from processor.model.decide import Decision, TimerFired, decide_result, decide_submit, decide_timer
+from processor.model.decide import (
+    Context,
+    Decision,
+    TimerFired,
+    decide_result,
+    decide_submit,
+    decide_timer,
+)
 from processor.model.due import due_entries
 from processor.model.pipeline_spec import PipelineSpec, RetryPolicy, StepSpec
 from processor.model.reduce import reduce
@@ -45,6 +52,11 @@ class Simulation:
     states: dict[str, RunState] = field(default_factory=dict)
     facts: list[FactHeader] = field(default_factory=list)
     counter: int = 0
+    secret: bytes = b"simulation-secret"
+
+    @property
+    def ctx(self) -> Context:
+        return Context(CATALOG, self.now, self.secret)
 
     def _take(self, decision: Decision) -> Decision:
         for fact in decision.facts:
@@ -56,7 +68,7 @@ class Simulation:
 
     def submit(self, key: str | None = None, value: int = 0) -> str:
         command = new_submit("sim", {"v": value}, key, now_ms=self.now)
-        self._take(decide_submit(command, self.states.get(command.run_id), CATALOG, self.now))
+        self._take(decide_submit(command, self.states.get(command.run_id), self.ctx))
         return command.run_id
 
     def result(
@@ -85,7 +97,7 @@ class Simulation:
             retryable=retryable,
             worker_id="w",
         )
-        return self._take(decide_result(result, state, CATALOG, self.now))
+        return self._take(decide_result(result, state, self.ctx))
 
     def advance(self, ms: int) -> None:
         """Move the clock and fire every due timer, earliest first."""
@@ -95,4 +107,4 @@ class Simulation:
         )
         for entry in due:
             state = self.states.get(entry.run_id)
-            self._take(decide_timer(TimerFired(entry), state, CATALOG, self.now))
+            self._take(decide_timer(TimerFired(entry), state, self.ctx))

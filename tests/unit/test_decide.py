@@ -22,7 +22,7 @@ from processor.facts.models import (
     WorkItem,
 )
 from processor.facts.topics import TopicName
-from processor.model.decide import TimerFired, decide_submit, decide_timer
+from processor.model.decide import Context, TimerFired, decide_submit, decide_timer
 from processor.model.due import due_entries
 from processor.model.journal import plan_append
 from processor.model.pipeline_spec import RetryPolicy
@@ -35,7 +35,7 @@ def types(facts: object) -> list[str]:
 
 def test_submit_creates_the_run_and_dispatches_its_first_attempt() -> None:
     command = new_submit("sim", {"x": 1}, now_ms=5)
-    decision = decide_submit(command, None, CATALOG, now=10)
+    decision = decide_submit(command, None, Context(CATALOG, now=10))
     assert types(decision.facts) == ["RunSubmitted", "SegmentAttemptStarted"]
     submitted, started = decision.facts
     assert isinstance(submitted, RunSubmitted) and isinstance(started, SegmentAttemptStarted)
@@ -54,7 +54,7 @@ def test_keyed_submit_with_the_same_fields_returns_the_original_run() -> None:
     sim = Simulation()
     run_id = sim.submit("order-7", value=1)
     again = new_submit("sim", {"v": 1}, "order-7")
-    decision = decide_submit(again, sim.states[run_id], CATALOG, sim.now)
+    decision = decide_submit(again, sim.states[run_id], Context(CATALOG, sim.now))
     assert decision.facts == () and decision.refusal is None
     reply = decision.emits[0].value
     assert isinstance(reply, CommandReply) and reply.run_id == run_id and reply.created is False
@@ -64,7 +64,9 @@ def test_keyed_submit_with_different_fields_is_an_idempotency_conflict() -> None
     sim = Simulation()
     run_id = sim.submit("order-7", value=1)
     before = sim.states[run_id]
-    decision = decide_submit(new_submit("sim", {"v": 2}, "order-7"), before, CATALOG, sim.now)
+    decision = decide_submit(
+        new_submit("sim", {"v": 2}, "order-7"), before, Context(CATALOG, sim.now)
+    )
     assert decision.refusal == "idempotency_conflict" and decision.facts == ()
     reply = decision.emits[0].value
     assert isinstance(reply, CommandReply) and reply.refusal == "idempotency_conflict"
@@ -79,9 +81,9 @@ def test_unkeyed_submits_are_always_new_runs() -> None:
 def test_the_same_unkeyed_command_delivered_twice_creates_one_run() -> None:
     command = new_submit("sim", {"v": 1})
     sim = Simulation()
-    first = decide_submit(command, None, CATALOG, sim.now)
+    first = decide_submit(command, None, Context(CATALOG, sim.now))
     sim._take(first)
-    second = decide_submit(command, sim.states[command.run_id], CATALOG, sim.now)
+    second = decide_submit(command, sim.states[command.run_id], Context(CATALOG, sim.now))
     assert second.facts == () and second.refusal is None
 
 
@@ -94,7 +96,7 @@ def test_the_same_unkeyed_command_delivered_twice_creates_one_run() -> None:
     ],
 )
 def test_bad_submits_are_refused_without_facts(command: object, reason: str) -> None:
-    decision = decide_submit(command, None, CATALOG, 1)  # type: ignore[arg-type]
+    decision = decide_submit(command, None, Context(CATALOG, 1))  # type: ignore[arg-type]
     assert decision.refusal == reason and decision.facts == ()
 
 
@@ -122,7 +124,7 @@ def test_a_result_for_another_generation_is_stale_and_changes_nothing() -> None:
         error_type="E",
         worker_id="w",
     )
-    decision = decide_result(result, state, CATALOG, sim.now)
+    decision = decide_result(result, state, Context(CATALOG, sim.now))
     assert decision.refusal == "stale_attempt" and decision.facts == ()
 
 
@@ -157,9 +159,15 @@ def test_a_retry_timer_before_its_due_time_does_nothing() -> None:
     sim.result(run_id, fail=True)
     (entry,) = due_entries(sim.states[run_id])
     assert (
-        decide_timer(TimerFired(entry), sim.states[run_id], CATALOG, entry.due_ms - 1).facts == ()
+        decide_timer(
+            TimerFired(entry), sim.states[run_id], Context(CATALOG, entry.due_ms - 1)
+        ).facts
+        == ()
     )
-    assert decide_timer(TimerFired(entry), sim.states[run_id], CATALOG, entry.due_ms).facts != ()
+    assert (
+        decide_timer(TimerFired(entry), sim.states[run_id], Context(CATALOG, entry.due_ms)).facts
+        != ()
+    )
 
 
 def test_exhausted_retries_fail_the_run_and_dead_letter_it() -> None:

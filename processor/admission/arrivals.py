@@ -1,0 +1,133 @@
+"""Protocol-specific decoding: await completions and checkpoint handoffs become Arrivals.
+
+After this stage both have one shape, and one admission function handles them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Literal
+
+from processor.admission import tokens
+from processor.facts.codec import codec
+from processor.facts.models import BoundaryCompletion, CheckpointHandoff
+from processor.facts.payload import InvalidPayloadError, canonical_json, derive_run_id
+
+__all__ = ["Arrival", "Refusal", "completion_arrival", "handoff_arrival", "routing_run_id"]
+
+JSON = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    reason: str
+    detail: str
+    run_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """A correlated payload for a boundary, whatever protocol brought it."""
+
+    source: Literal["await", "checkpoint"]
+    run_id: str
+    cause_id: str
+    outcome: str
+    payload: bytes
+    content_type: str
+    error: str | None
+    idempotency_key: str
+    token: str | None = None
+    claims: tokens.TokenClaims | None = None
+    checkpoint: str | None = None
+    start_pipeline: str | None = None
+
+    @property
+    def digest(self) -> bytes:
+        """Identity of the completion's content: duplicates compare equal by it."""
+        digest = hashlib.sha256()
+        for part in (self.outcome.encode(), self.payload, (self.error or "").encode()):
+            digest.update(len(part).to_bytes(8, "big"))
+            digest.update(part)
+        return digest.digest()
+
+
+def routing_run_id(topic_is_completion: bool, value: bytes | None) -> str | None:
+    """The run a boundary message is addressed to, without verifying it (for routing)."""
+    if topic_is_completion:
+        completion = codec().decode_as(value, BoundaryCompletion)
+        claims = tokens.parse(completion.token)
+        return None if claims is None else claims.run_id
+    return _handoff_run_id(codec().decode_as(value, CheckpointHandoff))
+
+
+def completion_arrival(value: bytes | None, secret: bytes, cause_id: str) -> Arrival | Refusal:
+    """Decode and authenticate an await completion (raises FactDecodeError if undecodable)."""
+    completion = codec().decode_as(value, BoundaryCompletion)
+    claimed = tokens.parse(completion.token)
+    claims = tokens.verify(secret, completion.token)
+    if claims is None:
+        run_id = claimed.run_id if claimed is not None else None
+        return Refusal("invalid_token", "resume token is forged, altered or not a token", run_id)
+    body = _canonical_payload(completion.payload, completion.content_type, claims.run_id)
+    if isinstance(body, Refusal):
+        return body
+    return Arrival(
+        source="await",
+        run_id=claims.run_id,
+        cause_id=cause_id,
+        outcome=completion.outcome,
+        payload=body,
+        content_type=JSON,
+        error=completion.error,
+        idempotency_key=completion.idempotency_key,
+        token=completion.token,
+        claims=claims,
+    )
+
+
+def handoff_arrival(value: bytes | None, cause_id: str) -> Arrival | Refusal:
+    """Decode a checkpoint handoff (raises FactDecodeError if undecodable)."""
+    handoff = codec().decode_as(value, CheckpointHandoff)
+    run_id = _handoff_run_id(handoff)
+    if run_id is None:
+        detail = f"target must be pipeline:<name> or run:<id>, got {handoff.target!r}"
+        return Refusal("malformed", detail)
+    body = _canonical_payload(handoff.payload, handoff.content_type, run_id)
+    if isinstance(body, Refusal):
+        return body
+    pipeline = (
+        handoff.target.removeprefix("pipeline:") if handoff.target.startswith("pipeline:") else None
+    )
+    return Arrival(
+        source="checkpoint",
+        run_id=run_id,
+        cause_id=cause_id,
+        outcome="success",
+        payload=body,
+        content_type=JSON,
+        error=None,
+        idempotency_key=handoff.idempotency_key,
+        checkpoint=handoff.checkpoint,
+        start_pipeline=pipeline,
+    )
+
+
+def _handoff_run_id(handoff: CheckpointHandoff) -> str | None:
+    if handoff.target.startswith("run:") and len(handoff.target) > 4:
+        return handoff.target.removeprefix("run:")
+    if handoff.target.startswith("pipeline:") and len(handoff.target) > 9:
+        return derive_run_id(handoff.idempotency_key)
+    return None
+
+
+def _canonical_payload(raw: bytes, content_type: str, run_id: str) -> bytes | Refusal:
+    if content_type.split(";", maxsplit=1)[0].strip() != JSON:
+        return Refusal("malformed", f"unsupported content type {content_type!r}", run_id)
+    if not raw:
+        return b"null"
+    try:
+        return canonical_json(raw)
+    except InvalidPayloadError as exc:
+        return Refusal("malformed", f"payload: {exc}", run_id)

@@ -1,0 +1,148 @@
+"""For external systems: answer boundary requests with completions.
+
+``CompletionClient.complete(token, payload)`` / ``fail(token, error)`` produce a
+BoundaryCompletion keyed by the run id the token names, so it reaches the
+partition that owns the run. ``Responder`` consumes boundary.requests for one
+or more targets and answers with a handler (the demo's payment simulator).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from processor.admission import tokens
+from processor.errors import ProcessorError, TransportError
+from processor.facts import payload
+from processor.facts.codec import codec, encode
+from processor.facts.models import BoundaryCompletion, BoundaryRequest
+from processor.facts.topics import TopicName
+from processor.topology import Topology
+from processor.transport.base import Outbound, Producer, Transport
+
+__all__ = ["CompletionClient", "Handler", "Responder"]
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[[BoundaryRequest, Any], Any]
+AfterAnswer = Callable[[BoundaryRequest, BoundaryCompletion, "CompletionClient"], None]
+
+
+class CompletionClient:
+    """Produces completions for resume tokens."""
+
+    def __init__(self, transport: Transport, topology: Topology) -> None:
+        self._topic = topology.name(TopicName.COMPLETIONS)
+        self._transport = transport
+        self._producer: Producer | None = None
+
+    def complete(self, token: str, value: Any, idempotency_key: str | None = None) -> None:
+        self.send(token, "success", payload.dumps(value), None, idempotency_key)
+
+    def fail(self, token: str, error: str, idempotency_key: str | None = None) -> None:
+        self.send(token, "failure", b"", error, idempotency_key)
+
+    def send(
+        self,
+        token: str,
+        outcome: str,
+        body: bytes,
+        error: str | None,
+        idempotency_key: str | None = None,
+        *,
+        flush: bool = True,
+    ) -> BoundaryCompletion:
+        claims = tokens.parse(token)
+        if claims is None:
+            raise ProcessorError("not a resume token")
+        completion = BoundaryCompletion(
+            token=token,
+            idempotency_key=idempotency_key or _default_key(token, outcome, body, error),
+            outcome="success" if outcome == "success" else "failure",
+            payload=body,
+            error=error,
+        )
+        self.produce_raw(claims.run_id, encode(completion))
+        if flush:
+            self.flush()
+        return completion
+
+    def produce_raw(self, run_id: str, value: bytes) -> None:
+        """Produce any bytes as a completion for ``run_id`` (tests feed garbage this way)."""
+        if self._producer is None:
+            self._producer = self._transport.producer()
+        self._producer.produce(Outbound(self._topic, run_id.encode(), value))
+
+    def flush(self) -> None:
+        if self._producer is not None:
+            self._producer.flush()
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.close()
+            self._producer = None
+
+
+def _default_key(token: str, outcome: str, body: bytes, error: str | None) -> str:
+    digest = hashlib.sha256()
+    for part in (token.encode(), outcome.encode(), body, (error or "").encode()):
+        digest.update(len(part).to_bytes(8, "big"))
+        digest.update(part)
+    return digest.hexdigest()[:32]
+
+
+class Responder:
+    """An external-system simulator: answers requests for its targets with handlers."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        topology: Topology,
+        handlers: Mapping[str, Handler],
+        *,
+        group: str = "processor-responders",
+        after: AfterAnswer | None = None,
+    ) -> None:
+        self._after = after
+        self._transport = transport
+        self._topology = topology
+        self._handlers = dict(handlers)
+        self._group = group
+        self.answered = 0
+
+    def run(self, stop: threading.Event) -> None:
+        consumer = self._transport.consumer(self._group, [self._topology.name(TopicName.REQUESTS)])
+        client = CompletionClient(self._transport, self._topology)
+        try:
+            while not stop.is_set():
+                try:
+                    records = consumer.poll(200, 0.1)
+                    self._answer(records, client)
+                    client.flush()
+                    consumer.commit({r.position: r.offset + 1 for r in records})
+                except TransportError as exc:
+                    logger.warning("responder: transport error, retrying: %s", exc)
+                    stop.wait(0.5)
+        finally:
+            consumer.close()
+            client.close()
+
+    def _answer(self, records: list[Any], client: CompletionClient) -> None:
+        for record in records:
+            request = codec().decode_as(record.value, BoundaryRequest)
+            handler = self._handlers.get(request.target)
+            if handler is None:
+                continue
+            try:
+                value = handler(request, payload.loads(request.request))
+            except Exception as exc:  # the simulated system reports failures as completions
+                sent = client.send(request.resume_token, "failure", b"", str(exc), flush=False)
+            else:
+                body = payload.dumps(value)
+                sent = client.send(request.resume_token, "success", body, None, flush=False)
+            self.answered += 1
+            if self._after is not None:
+                self._after(request, sent, client)

@@ -1,0 +1,167 @@
+"""The Kafka transport (confluent-kafka): production's log.
+
+Every client gets the base config ``{"bootstrap.servers": ...} | security`` from
+the settings. Producers use librdkafka's ``murmur2_random`` partitioner, the Java
+client's, so a key lands on ``partition_for(key, n)`` whoever produced it;
+all producers are idempotent. Library errors are translated to
+``TransportError``/``FencedError`` inside the ``kafka_*`` modules and nowhere else.
+
+Modules: ``kafka_session`` (processor sessions, EOS v2), ``kafka_producer``,
+``kafka_consumer`` (worker group members), ``kafka_reader`` (replay and restore),
+``kafka_admin`` (topics), ``kafka_common`` (error translation, record conversion).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from processor.settings import Settings, kafka_bootstrap, librdkafka_security
+from processor.transport.kafka_admin import KafkaAdmin
+from processor.transport.kafka_consumer import KafkaGroupConsumer
+from processor.transport.kafka_producer import KafkaProducer
+from processor.transport.kafka_reader import KafkaReader
+from processor.transport.kafka_session import KafkaSession
+
+if TYPE_CHECKING:
+    from processor.transport.base import (
+        AdminClient,
+        GroupConsumer,
+        ProcessorSession,
+        Producer,
+        Reader,
+        Transport,
+    )
+
+__all__ = [
+    "KafkaAdmin",
+    "KafkaGroupConsumer",
+    "KafkaProducer",
+    "KafkaReader",
+    "KafkaSession",
+    "KafkaTransport",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Every producer: Java-compatible key placement, idempotence, small batching delay.
+PRODUCER_CONFIG: dict[str, Any] = {
+    "partitioner": "murmur2_random",
+    "enable.idempotence": True,
+    "linger.ms": 5,
+    "compression.type": "lz4",
+}
+#: A transaction left open by a crashed instance is aborted by the broker after this.
+TRANSACTION_TIMEOUT_MS = 60_000
+#: A member that stops heartbeating (crash, kill -9) loses its partitions after this;
+#: librdkafka heartbeats from a background thread, so a slow batch does not count.
+SESSION_TIMEOUT_MS = 10_000
+#: A member that is alive but stops polling (a hung loop: a zombie) is evicted from
+#: the group after this, and its partitions move on (librdkafka's default).
+MAX_POLL_INTERVAL_MS = 300_000
+
+
+class KafkaTransport:
+    """Factory for the clients of one Kafka cluster (``PROCESSOR_BROKER=kafka://...``).
+
+    Args:
+        settings: broker URL and security settings.
+        session_timeout_ms: how soon a crashed group member loses its partitions.
+        max_poll_interval_ms: how soon a member that stopped polling (a zombie) is
+            evicted; at least ``session_timeout_ms`` (librdkafka requires it).
+    """
+
+    name = "kafka"
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        session_timeout_ms: int = SESSION_TIMEOUT_MS,
+        max_poll_interval_ms: int = MAX_POLL_INTERVAL_MS,
+    ) -> None:
+        self.settings = settings
+        self._membership: dict[str, Any] = {
+            "session.timeout.ms": session_timeout_ms,
+            "max.poll.interval.ms": max(max_poll_interval_ms, session_timeout_ms),
+        }
+        self._base: dict[str, Any] = {
+            "bootstrap.servers": kafka_bootstrap(settings)
+        } | librdkafka_security(settings)
+
+    def session(self, group: str, instance_id: str) -> KafkaSession:
+        """A processor session: group member of ``group`` plus transactional producer.
+
+        The ``range`` assignor keeps co-partitioning: with equal partition counts
+        one member gets the same partition numbers of every subscribed topic.
+        The transactional.id is ``f"{group}-{instance_id}"``: a new session with the
+        same pair fences the old one.
+        """
+        consumer = (
+            self._base
+            | {
+                "client.id": f"{group}-{instance_id}",
+                "group.id": group,
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "auto.offset.reset": "earliest",
+                "partition.assignment.strategy": "range",
+            }
+            | self._membership
+        )
+        producer = (
+            self._base
+            | PRODUCER_CONFIG
+            | {
+                "client.id": f"{group}-{instance_id}",
+                "transactional.id": f"{group}-{instance_id}",
+                "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+            }
+        )
+        return KafkaSession(consumer, producer, group, instance_id)
+
+    def producer(self) -> KafkaProducer:
+        """A plain idempotent producer."""
+        return KafkaProducer(self._base | PRODUCER_CONFIG)
+
+    def consumer(self, group: str, topics: Sequence[str]) -> KafkaGroupConsumer:
+        """An at-least-once member of ``group`` reading committed records of ``topics``."""
+        config = (
+            self._base
+            | {
+                "group.id": group,
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "auto.offset.reset": "earliest",
+                # Workers need no co-partitioning: move only the partitions that must move.
+                "partition.assignment.strategy": "cooperative-sticky",
+            }
+            | self._membership
+        )
+        return KafkaGroupConsumer(config, group, topics)
+
+    def reader(self) -> KafkaReader:
+        """A reader of committed records, outside any group."""
+        return KafkaReader(dict(self._base))
+
+    def admin(self) -> KafkaAdmin:
+        """An admin client."""
+        return KafkaAdmin(dict(self._base), self.settings.partitions)
+
+
+if TYPE_CHECKING:
+    # Static proof that the Kafka clients implement the transport protocols.
+    def _conforms(
+        transport: KafkaTransport,
+    ) -> tuple[Transport, ProcessorSession, Producer, GroupConsumer, Reader, AdminClient]:
+        return (
+            transport,
+            transport.session("g", "i"),
+            transport.producer(),
+            transport.consumer("g", ()),
+            transport.reader(),
+            transport.admin(),
+        )

@@ -1,0 +1,164 @@
+"""Creating and describing Kafka topics."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource, ConfigSource  # not re-exported
+from confluent_kafka.cimpl import NewTopic  # not re-exported
+
+from processor.errors import TransportError
+from processor.transport.base import TopicSpec
+from processor.transport.kafka_common import ErrorReporter, kafka_error, translate
+
+__all__ = ["KafkaAdmin"]
+
+logger = logging.getLogger(__name__)
+
+_REQUEST_TIMEOUT_S = 60.0
+_OPERATION_TIMEOUT_S = 30.0
+_METADATA_TIMEOUT_S = 10.0
+_MAX_REPLICATION = 3
+
+
+class KafkaAdmin:
+    """Creates and describes topics (an ``AdminClient``).
+
+    Topics are created with replication factor ``min(3, brokers)``; a spec with
+    fewer than one partition gets the transport's default count. ``describe_topics``
+    reports each topic's own configuration overrides (what was set at creation or
+    altered since), not the broker defaults it inherits.
+    """
+
+    def __init__(self, config: dict[str, Any], default_partitions: int) -> None:
+        self._reporter = ErrorReporter("admin")
+        try:
+            self._admin = AdminClient(config | self._reporter.config())
+        except KafkaException as exc:
+            raise translate("create admin client", exc) from exc
+        self._default_partitions = default_partitions
+
+    def __enter__(self) -> KafkaAdmin:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def create_topics(self, specs: Sequence[TopicSpec]) -> list[str]:
+        """Create the missing topics and wait until they are usable; return the names created."""
+        if any(not spec.name for spec in specs):
+            raise ValueError("a topic needs a name")
+        metadata = self._metadata()
+        replication = max(1, min(_MAX_REPLICATION, len(metadata.brokers)))
+        wanted = {spec.name: spec for spec in specs if spec.name not in metadata.topics}
+        if not wanted:
+            return []
+        new_topics = [self._new_topic(spec, replication) for spec in wanted.values()]
+        try:
+            futures = self._admin.create_topics(
+                new_topics,
+                operation_timeout=_OPERATION_TIMEOUT_S,
+                request_timeout=_REQUEST_TIMEOUT_S,
+            )
+        except KafkaException as exc:
+            raise translate("create topics", exc) from exc
+        created = [name for name, future in futures.items() if _created(name, future)]
+        self._await_visible(created)
+        for name in created:
+            logger.info("created topic %s (replication %d)", name, replication)
+        return created
+
+    def describe_topics(self) -> dict[str, TopicSpec]:
+        """Every non-internal topic: name -> TopicSpec(name, partitions, config overrides)."""
+        topics = {
+            name: len(topic.partitions)
+            for name, topic in self._metadata().topics.items()
+            if not name.startswith("__")
+        }
+        configs = self._configs(sorted(topics))
+        return {
+            name: TopicSpec(name, partitions, configs.get(name, {}))
+            for name, partitions in sorted(topics.items())
+        }
+
+    def close(self) -> None:
+        """Release the client (the admin client has no connection state to flush)."""
+
+    def _new_topic(self, spec: TopicSpec, replication: int) -> NewTopic:
+        partitions = spec.partitions if spec.partitions >= 1 else self._default_partitions
+        return NewTopic(
+            spec.name,
+            num_partitions=partitions,
+            replication_factor=replication,
+            config={key: str(value) for key, value in spec.config.items()},
+        )
+
+    def _metadata(self) -> Any:
+        try:
+            return self._admin.list_topics(timeout=_METADATA_TIMEOUT_S)
+        except KafkaException as exc:
+            raise translate("list topics", exc) from exc
+
+    def _configs(self, names: list[str]) -> dict[str, dict[str, str]]:
+        """Each topic's own config overrides (source DYNAMIC_TOPIC_CONFIG)."""
+        if not names:
+            return {}
+        resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names]
+        try:
+            futures = self._admin.describe_configs(resources, request_timeout=_REQUEST_TIMEOUT_S)
+            return {
+                resource.name: {
+                    key: entry.value
+                    for key, entry in future.result().items()
+                    if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+                    and entry.value is not None
+                }
+                for resource, future in futures.items()
+            }
+        except KafkaException as exc:
+            raise translate("describe topic configs", exc) from exc
+
+    def _await_visible(self, names: list[str]) -> None:
+        """Wait until every partition of the created topics has a leader in the metadata."""
+        deadline = time.monotonic() + _OPERATION_TIMEOUT_S
+        pending = set(names)
+        while pending:
+            topics = self._metadata().topics
+            pending = {name for name in pending if not _ready(topics.get(name))}
+            if not pending:
+                return
+            if time.monotonic() >= deadline:
+                missing = ", ".join(sorted(pending))
+                raise TransportError(f"created topics not visible yet: {missing}")
+            time.sleep(0.05)  # waiting for metadata propagation; no event to wait on
+
+
+def _created(name: str, future: Future[None]) -> bool:
+    """True when ``future`` created topic ``name``; False when it existed already."""
+    try:
+        future.result()
+    except KafkaException as exc:
+        err = kafka_error(exc)
+        if err is not None and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            logger.debug("topic %s exists; left unchanged", name)
+            return False
+        raise translate(f"create topic {name}", exc) from exc
+    return True
+
+
+def _ready(topic: Any) -> bool:
+    if topic is None or topic.error is not None or not topic.partitions:
+        return False
+    return all(p.leader >= 0 and p.error is None for p in topic.partitions.values())

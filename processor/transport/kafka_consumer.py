@@ -1,0 +1,137 @@
+"""The at-least-once Kafka consumer-group member for workers and responders."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException
+
+from processor.errors import TransportError
+from processor.transport.base import Record, TopicPartition
+from processor.transport.kafka_common import (
+    ErrorReporter,
+    kafka_error,
+    kafka_offsets,
+    records_of,
+    translate,
+    wait_for_first,
+)
+
+__all__ = ["KafkaGroupConsumer"]
+
+logger = logging.getLogger(__name__)
+
+
+#: How long ``commit`` retries while the group is rebalancing: the coordinator refuses
+#: commits between the join and sync phases, which take milliseconds.
+_COMMIT_DEADLINE_S = 10.0
+_REBALANCING = frozenset({KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION})
+
+
+def _transient(err: KafkaError | None) -> bool:
+    return err is not None and (err.retriable() or err.code() in _REBALANCING)
+
+
+class KafkaGroupConsumer:
+    """A member of consumer group ``group`` reading ``topics`` (read_committed).
+
+    Delivery is at least once: offsets are committed only by ``commit``
+    (synchronously), so records polled and not committed are delivered again,
+    to this or another member, after a restart or rebalance. A new group starts
+    at the earliest offset. Use one consumer from one thread at a time.
+    """
+
+    def __init__(self, config: dict[str, Any], group: str, topics: Sequence[str]) -> None:
+        self._name = f"consumer of group {group!r}"
+        self._reporter = ErrorReporter(self._name)
+        try:
+            self._consumer = Consumer(config | self._reporter.config())
+        except KafkaException as exc:
+            raise translate(f"{self._name}: create consumer", exc) from exc
+        try:
+            self._consumer.subscribe(list(dict.fromkeys(topics)))
+        except KafkaException as exc:
+            self._consumer.close()
+            raise translate(f"{self._name}: subscribe", exc) from exc
+        self._closed = False
+
+    def __enter__(self) -> KafkaGroupConsumer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def poll(self, max_records: int, timeout_s: float) -> list[Record]:
+        """Records queued for us, else the first to arrive within ``timeout_s``."""
+        self._require_open()
+        try:
+            messages = wait_for_first(
+                self._consumer.consume, self._consumer.poll, max_records, timeout_s
+            )
+        except KafkaException as exc:
+            raise translate(f"{self._name}: poll", exc) from exc
+        records = records_of(messages, self._name, self._reporter)
+        if records:
+            records = self._still_assigned(records)
+        return records
+
+    def commit(self, consumed: Mapping[TopicPartition, int]) -> None:
+        """Commit ``consumed`` (next offset to read per partition) synchronously."""
+        self._require_open()
+        if not consumed:
+            return
+        offsets = kafka_offsets(consumed)
+        deadline = time.monotonic() + _COMMIT_DEADLINE_S
+        while True:
+            try:
+                results = self._consumer.commit(offsets=offsets, asynchronous=False)
+                failed = [tp for tp in results if tp.error is not None]
+                if not failed:
+                    return
+                err: KafkaError | None = failed[0].error
+            except KafkaException as exc:
+                err = kafka_error(exc)
+                if not _transient(err) or time.monotonic() >= deadline:
+                    raise translate(f"{self._name}: commit", exc) from exc
+                continue
+            if not _transient(err) or time.monotonic() >= deadline:
+                raise TransportError(
+                    f"{self._name}: commit failed for "
+                    + ", ".join(f"{tp.topic}[{tp.partition}]: {tp.error}" for tp in failed)
+                )
+
+    def close(self) -> None:
+        """Leave the group; uncommitted records will be delivered again."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            logger.warning("%s: close failed: %s", self._name, exc)
+
+    def _still_assigned(self, records: list[Record]) -> list[Record]:
+        """Drop records of partitions revoked by a rebalance served in the same poll.
+
+        Their offsets will not be committed by us, so the new owner gets them.
+        """
+        try:
+            assigned = {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+        except KafkaException as exc:
+            raise translate(f"{self._name}: assignment", exc) from exc
+        if all((r.topic, r.partition) in assigned for r in records):
+            return records
+        return [r for r in records if (r.topic, r.partition) in assigned]
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise TransportError(f"{self._name} is closed")

@@ -1,0 +1,220 @@
+"""Reading committed records of one partition at a time, outside any consumer group.
+
+This is replay's and restore's hot path, so it reuses one consumer for every
+``read`` (re-assigning it), fetches big chunks, and turns messages into records
+in one tight loop.
+
+With ``isolation.level=read_committed`` transaction markers and records of
+aborted transactions occupy offsets but are never returned, so a read cannot
+count its way to the end: it stops at the first record at or past ``end``, at
+the record ``end - 1``, or at librdkafka's partition-EOF event, which fires when
+the fetch position reaches the partition's end (the last stable offset for a
+read_committed consumer), whatever the last offsets hold.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from processor.errors import TransportError
+from processor.transport.base import Record, TopicPartition
+from processor.transport.kafka_common import ErrorReporter, translate
+
+__all__ = ["READER_CONFIG", "KafkaReader"]
+
+logger = logging.getLogger(__name__)
+
+#: Consumer settings of a reader: no group membership or commits, committed data only,
+#: an EOF event at the end, and large fetches (one partition is read at a time, so
+#: the per-partition limit is what bounds a fetch).
+READER_CONFIG: dict[str, Any] = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "isolation.level": "read_committed",
+    "enable.partition.eof": True,
+    "auto.offset.reset": "earliest",
+    "fetch.max.bytes": 64 * 1024 * 1024,
+    "max.partition.fetch.bytes": 16 * 1024 * 1024,
+    # Prefetch up to 64 MiB / 500k records, and refill quickly once below that.
+    "queued.max.messages.kbytes": 64 * 1024,
+    "queued.min.messages": 500_000,
+    "fetch.queue.backoff.ms": 10,
+    # A re-assign waits for the in-flight fetch; at the end of a partition that is a
+    # long poll of up to fetch.wait.max.ms, so keep it short.
+    "fetch.wait.max.ms": 10,
+}
+
+_EOF = KafkaError._PARTITION_EOF
+_MISSING = frozenset(
+    {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
+)
+_METADATA_TIMEOUT_S = 10.0
+#: A read that receives nothing at all (not even the EOF event) for this long fails.
+_STALL_TIMEOUT_S = 60.0
+_WAIT_STEP_S = 1.0
+
+
+class KafkaReader:
+    """Reads committed records of one partition at a time (a ``Reader``).
+
+    One reader reads one partition at a time: starting a new ``read`` ends the
+    previous one (its iterator raises ``TransportError`` if resumed). Use one
+    reader from one thread at a time.
+    """
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self._reporter = ErrorReporter("reader")
+        config = config | READER_CONFIG | self._reporter.config()
+        config["group.id"] = f"processor-reader-{uuid.uuid4().hex}"  # never joined
+        try:
+            self._consumer = Consumer(config)
+        except KafkaException as exc:
+            raise translate("create reader", exc) from exc
+        self._generation = 0
+        self._closed = False
+
+    def __enter__(self) -> KafkaReader:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def end_offset(self, tp: TopicPartition) -> int:
+        """The end a read_committed reader reaches: the last stable offset of ``tp``."""
+        self._require_open()
+        try:
+            _low, high = self._consumer.get_watermark_offsets(
+                KafkaTopicPartition(tp.topic, tp.partition), timeout=_METADATA_TIMEOUT_S
+            )
+        except KafkaException as exc:
+            raise translate(f"end offset of {tp.topic}[{tp.partition}]", exc) from exc
+        if high < 0:
+            raise TransportError(f"end offset of {tp.topic}[{tp.partition}] unknown")
+        return high
+
+    def read(
+        self, tp: TopicPartition, start: int, end: int | None = None, batch_size: int = 10_000
+    ) -> Iterator[list[Record]]:
+        """Yield non-empty batches of committed records in ``[start, end)`` in offset order.
+
+        ``end`` defaults to the end of the partition (its last stable offset) when
+        ``read`` is called.
+        """
+        if start < 0 or batch_size < 1:
+            raise ValueError(
+                f"read needs start >= 0 and batch_size >= 1, got {start}, {batch_size}"
+            )
+        stop = self.end_offset(tp) if end is None else end
+        self._generation += 1
+        if start >= stop:
+            return iter(())
+        return self._batches(tp, start, stop, batch_size, self._generation)
+
+    def close(self) -> None:
+        """Close the consumer."""
+        if self._closed:
+            return
+        self._closed = True
+        self._generation += 1
+        try:
+            self._consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            logger.warning("reader: close failed: %s", exc)
+
+    def _batches(
+        self, tp: TopicPartition, start: int, stop: int, batch_size: int, generation: int
+    ) -> Iterator[list[Record]]:
+        consumer = self._consumer
+        try:
+            consumer.assign([KafkaTopicPartition(tp.topic, tp.partition, start)])
+        except KafkaException as exc:
+            raise translate(f"read {tp.topic}[{tp.partition}]", exc) from exc
+        try:
+            while True:
+                if self._generation != generation:
+                    raise TransportError(f"read of {tp.topic}[{tp.partition}] was superseded")
+                records, done = self._convert(self._fetch(tp, batch_size), tp, stop)
+                if records:
+                    yield records
+                if done:
+                    return
+        finally:
+            if self._generation == generation and not self._closed:
+                consumer.unassign()  # stop prefetching what nobody will read
+
+    def _fetch(self, tp: TopicPartition, batch_size: int) -> list[Message]:
+        """What is queued (up to ``batch_size``), else the first message or event to arrive.
+
+        ``consume(n, timeout)`` waits for all ``n`` messages even after the EOF
+        event; so drain without waiting, and block in ``poll`` only when empty.
+        """
+        consumer = self._consumer
+        try:
+            messages = consumer.consume(batch_size, 0)
+            if messages:
+                return messages
+            deadline = time.monotonic() + _STALL_TIMEOUT_S
+            while (first := consumer.poll(_WAIT_STEP_S)) is None:
+                if time.monotonic() >= deadline:
+                    raise TransportError(
+                        f"read {tp.topic}[{tp.partition}]: nothing received for "
+                        f"{_STALL_TIMEOUT_S:.0f}s"
+                    )
+            return [first, *consumer.consume(batch_size - 1, 0)] if batch_size > 1 else [first]
+        except KafkaException as exc:
+            raise translate(f"read {tp.topic}[{tp.partition}]", exc) from exc
+
+    def _convert(
+        self, messages: list[Message], tp: TopicPartition, stop: int
+    ) -> tuple[list[Record], bool]:
+        """Records of ``messages`` before ``stop``, and whether the read is complete."""
+        topic, partition = tp
+        records: list[Record] = []
+        append = records.append
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                if err.code() == _EOF:
+                    return records, True
+                self._failed(tp, err)
+                continue
+            offset: int = msg.offset()  # type: ignore[assignment]
+            if offset >= stop:
+                return records, True
+            headers = msg.headers()
+            timestamp = msg.timestamp()[1]
+            append(
+                Record(
+                    topic,
+                    partition,
+                    offset,
+                    msg.key(),
+                    msg.value(),
+                    tuple(headers) if headers else (),  # type: ignore[arg-type]
+                    timestamp if timestamp > 0 else 0,
+                )
+            )
+        return records, bool(records) and records[-1].offset >= stop - 1
+
+    def _failed(self, tp: TopicPartition, err: KafkaError) -> None:
+        """A fetch error: raise when the partition is gone or the client is dead, else log."""
+        if err.fatal() or err.code() in _MISSING:
+            raise TransportError(f"read {tp.topic}[{tp.partition}]: {err}")
+        self._reporter(err)
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise TransportError("reader is closed")

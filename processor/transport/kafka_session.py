@@ -1,0 +1,451 @@
+"""The processor's session on Kafka: a group consumer plus a transactional producer (EOS v2).
+
+Exactly-once v2 (KIP-447): one transactional producer per processor instance,
+whose transactions carry the produced records *and* the consumed input offsets
+(``send_offsets_to_transaction`` with the consumer's group metadata). Zombies
+are fenced twice over: a new producer with the same ``transactional.id`` bumps
+the producer epoch in ``init_transactions``, and the group coordinator refuses
+offsets sent with a stale group generation.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from processor.errors import FencedError, TransportError
+from processor.transport.base import Outbound, PartitionsCallback, Record, TopicPartition
+from processor.transport.kafka_common import (
+    FENCED_CODES,
+    GROUP_FENCED_CODES,
+    ErrorReporter,
+    kafka_error,
+    kafka_offsets,
+    partitions_of,
+    records_of,
+    retrying,
+    translate,
+    wait_for_first,
+)
+from processor.transport.kafka_producer import produce_one
+
+__all__ = ["KafkaSession"]
+
+logger = logging.getLogger(__name__)
+
+#: One blocking transactional call (init, send offsets, commit, abort) waits this long
+#: per attempt; retriable failures are retried until ``_TXN_DEADLINE_S``.
+_TXN_CALL_TIMEOUT_S = 30.0
+_TXN_DEADLINE_S = 60.0
+_METADATA_TIMEOUT_S = 10.0
+#: Delivery reports of a committed transaction are all queued when the commit returns;
+#: serving them takes milliseconds. This bounds a broken client, not normal work.
+_DELIVERY_REPORTS_TIMEOUT_S = 30.0
+
+
+@dataclass(slots=True)
+class _Transaction:
+    """The open transaction: positions of produced records by produce order."""
+
+    produced: list[tuple[TopicPartition, int] | None] = field(default_factory=list)
+    pending: int = 0
+    failures: list[KafkaError] = field(default_factory=list)
+    revoked: bool = False
+
+
+def _delivered(txn: _Transaction, index: int, err: KafkaError | None, msg: Message) -> None:
+    """Delivery callback of a transactional record: remember where it landed."""
+    txn.pending -= 1
+    if err is not None:
+        txn.failures.append(err)
+        return
+    tp = TopicPartition(msg.topic() or "", msg.partition() or 0)
+    txn.produced[index] = (tp, msg.offset() or 0)
+
+
+class KafkaSession:
+    """A processor instance's consumer-group member and transactional producer.
+
+    - ``subscribe`` initializes the transactional producer (fencing any older
+      producer with the same ``transactional.id``) and joins the group.
+      Partitions are handed out by the ``range`` assignor, which gives one member
+      the same partition numbers of every subscribed topic when the topics have
+      equal partition counts: co-partitioning holds for the assignment too.
+    - ``on_assign`` runs inside ``poll`` before any record of the new partitions
+      is returned; ``on_revoke`` runs inside ``poll`` (or ``close``) before
+      partitions are given away, also when they were lost (session timeout).
+    - ``commit`` publishes produced records and consumed offsets atomically.
+      It raises ``FencedError`` when another instance took over; the session is
+      then fenced for good (``begin``/``poll`` raise it too): close it and open a
+      new one. If the group rebalanced while a transaction was open, ``commit``
+      aborts and raises ``FencedError``: the input may belong to another member.
+    - ``abort`` discards the transaction and rewinds every partition to its last
+      committed position, so the aborted input is polled again.
+
+    Use one session from one thread at a time.
+    """
+
+    def __init__(
+        self,
+        consumer_config: dict[str, Any],
+        producer_config: dict[str, Any],
+        group: str,
+        instance_id: str,
+    ) -> None:
+        self._name = f"session {instance_id!r} of group {group!r}"
+        self._reporter = ErrorReporter(self._name)
+        try:
+            self._consumer = Consumer(consumer_config | self._reporter.config())
+            try:
+                self._producer = Producer(producer_config | self._reporter.config())
+            except BaseException:
+                self._consumer.close()
+                raise
+        except KafkaException as exc:
+            raise translate(f"{self._name}: create clients", exc) from exc
+        self._initialized = False
+        self._subscribed = False
+        self._on_assign: PartitionsCallback | None = None
+        self._on_revoke: PartitionsCallback | None = None
+        self._assigned: set[TopicPartition] = set()
+        self._member_id = ""
+        # Per partition: the committed position (rewind target) and the position
+        # after the last record poll returned. A partition's baseline is learned
+        # from the first record polled after assignment (the committed position, or
+        # past control records and aborted data) and advanced by each commit.
+        self._baseline: dict[TopicPartition, int] = {}
+        self._position: dict[TopicPartition, int] = {}
+        self._txn: _Transaction | None = None
+        self._fenced = False
+        self._closed = False
+
+    def __enter__(self) -> KafkaSession:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --- protocol ------------------------------------------------------------------------
+
+    def subscribe(
+        self, topics: Sequence[str], on_assign: PartitionsCallback, on_revoke: PartitionsCallback
+    ) -> None:
+        """Fence older producers of our transactional.id and join the group for ``topics``."""
+        self._require_open()
+        names = list(dict.fromkeys(topics))
+        self._check_topics(names)
+        if not self._initialized:
+            self._call("init transactions", self._producer.init_transactions, _TXN_CALL_TIMEOUT_S)
+            self._initialized = True
+        self._on_assign, self._on_revoke = on_assign, on_revoke
+        try:
+            self._consumer.subscribe(
+                names,
+                on_assign=self._assigned_cb,
+                on_revoke=self._revoked_cb,
+                on_lost=self._lost_cb,
+            )
+        except KafkaException as exc:
+            raise translate(f"{self._name}: subscribe", exc) from exc
+        self._subscribed = True
+        logger.info("%s: subscribed to %s", self._name, ", ".join(names))
+
+    def poll(self, max_records: int, timeout_s: float) -> list[Record]:
+        """Records after the consumed positions: those queued, else the first to arrive."""
+        if not self._subscribed:
+            raise TransportError(f"{self._name}: poll before subscribe")
+        self._raise_if_fenced()
+        try:
+            messages = wait_for_first(
+                self._consumer.consume, self._consumer.poll, max_records, timeout_s
+            )
+            self._producer.poll(0)  # serve the producer's error and log callbacks
+        except KafkaException as exc:
+            raise self._failed("poll", exc) from exc
+        except RuntimeError as exc:  # the consumer was closed
+            raise TransportError(f"{self._name}: poll: {exc}") from exc
+        records = records_of(messages, self._name, self._reporter)
+        baseline, position = self._baseline, self._position
+        for record in records:
+            tp = record.position
+            if tp not in baseline:
+                baseline[tp] = record.offset
+            position[tp] = record.offset + 1
+        return records
+
+    def begin(self) -> None:
+        """Open a transaction."""
+        self._require_open()
+        if self._txn is not None:
+            raise TransportError(f"{self._name}: a transaction is already open")
+        self._raise_if_fenced()
+        try:
+            self._producer.begin_transaction()
+        except KafkaException as exc:
+            raise self._failed("begin transaction", exc) from exc
+        self._txn = _Transaction()
+
+    def produce(self, record: Outbound) -> None:
+        """Produce ``record`` into the open transaction."""
+        txn = self._require_transaction("produce")
+        index = len(txn.produced)
+        txn.produced.append(None)
+        txn.pending += 1
+        try:
+            produce_one(self._producer, record, functools.partial(_delivered, txn, index))
+        except TransportError as exc:
+            txn.produced.pop()
+            txn.pending -= 1
+            if isinstance(exc, FencedError):
+                self._fenced = True
+            raise
+
+    def commit(self, consumed: Mapping[TopicPartition, int]) -> list[tuple[TopicPartition, int]]:
+        """Commit the produced records with the consumed offsets; return their positions.
+
+        ``consumed`` maps each input partition to the next offset to read.
+        Raises ``FencedError`` when another instance took over (nothing is committed)
+        and ``TransportError`` when the commit failed: if the transaction had to be
+        aborted the input is rewound already, otherwise it is still open (retry
+        ``commit`` or ``abort``).
+        """
+        txn = self._require_transaction("commit")
+        if txn.revoked:
+            self._abort_open("partitions were revoked during the transaction")
+            raise FencedError(
+                f"{self._name}: the group rebalanced during the transaction; it was aborted"
+            )
+        if self._membership_lost():
+            self._abort_open("this member left the group")
+            self._fenced = True
+            raise FencedError(
+                f"{self._name}: no longer a member of the group (evicted after not polling "
+                "for max.poll.interval.ms?); its partitions may belong to another instance"
+            )
+        try:
+            if consumed:
+                offsets = kafka_offsets(consumed)
+                self._retrying(
+                    "send offsets to transaction",
+                    lambda: self._producer.send_offsets_to_transaction(
+                        offsets, self._consumer.consumer_group_metadata(), _TXN_CALL_TIMEOUT_S
+                    ),
+                )
+            self._retrying(
+                "commit transaction",
+                lambda: self._producer.commit_transaction(_TXN_CALL_TIMEOUT_S),
+            )
+        except KafkaException as exc:
+            raise self._commit_failed(exc) from exc
+        self._txn = None
+        self._baseline.update(consumed)
+        self._reporter.recovered()
+        return self._positions_of(txn)
+
+    def abort(self) -> None:
+        """Discard the open transaction (if any) and rewind to the committed positions."""
+        self._require_open()
+        txn, self._txn = self._txn, None
+        if txn is not None and not self._fenced:
+            try:
+                self._retrying(
+                    "abort transaction",
+                    lambda: self._producer.abort_transaction(_TXN_CALL_TIMEOUT_S),
+                )
+            except KafkaException as exc:
+                raise self._failed("abort transaction", exc) from exc
+        self._rewind()
+
+    def close(self) -> None:
+        """Abort an open transaction, leave the group (``on_revoke`` runs) and close."""
+        if self._closed:
+            return
+        self._closed = True
+        txn, self._txn = self._txn, None
+        try:
+            if txn is not None and not self._fenced:
+                self._abort_quietly()
+        finally:
+            try:
+                self._consumer.close()
+            except (KafkaException, RuntimeError) as exc:
+                logger.warning("%s: closing the consumer failed: %s", self._name, exc)
+            finally:
+                self._close_producer()
+        logger.info("%s: closed", self._name)
+
+    # --- rebalance callbacks (run inside consume/poll/close) -----------------------------
+
+    def _assigned_cb(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
+        assigned = sorted(partitions_of(partitions))
+        self._member_id = self._current_member_id()
+        for tp in assigned:
+            self._baseline.pop(tp, None)
+            self._position.pop(tp, None)
+        self._assigned.update(assigned)
+        logger.info("%s: assigned %s", self._name, _describe(assigned))
+        if assigned and self._on_assign is not None:
+            self._on_assign(assigned)
+
+    def _revoked_cb(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
+        self._revoke(partitions_of(partitions), "revoked")
+
+    def _lost_cb(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
+        self._revoke(partitions_of(partitions), "lost")
+
+    def _revoke(self, partitions: Sequence[TopicPartition], how: str) -> None:
+        """Forget ``partitions`` and tell the owner, once per assignment."""
+        revoked = sorted(tp for tp in partitions if tp in self._assigned)
+        for tp in revoked:
+            self._assigned.discard(tp)
+            self._baseline.pop(tp, None)
+            self._position.pop(tp, None)
+        if self._txn is not None and revoked:
+            self._txn.revoked = True
+        if revoked:
+            logger.info("%s: %s %s", self._name, how, _describe(revoked))
+            if self._on_revoke is not None:
+                self._on_revoke(revoked)
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def _current_member_id(self) -> str:
+        try:
+            return self._consumer.memberid() or ""
+        except (KafkaException, RuntimeError):
+            return ""
+
+    def _membership_lost(self) -> bool:
+        """True when we hold partitions but the consumer is no longer the member that got them.
+
+        A member that stops polling for ``max.poll.interval.ms`` is evicted by
+        librdkafka (LeaveGroup) and its partitions go to others, but its
+        rebalance callbacks only run at its next poll. Its group metadata then
+        carries no member id and generation -1, which the coordinator accepts
+        for transactional offsets, so the check must be ours.
+        """
+        return bool(self._assigned) and self._current_member_id() != self._member_id
+
+    def _check_topics(self, names: list[str]) -> None:
+        """Refuse unknown topics up front (Kafka would only log them, forever)."""
+        try:
+            metadata = self._consumer.list_topics(timeout=_METADATA_TIMEOUT_S)
+        except KafkaException as exc:
+            raise translate(f"{self._name}: list topics", exc) from exc
+        missing = [name for name in names if name not in metadata.topics]
+        if missing:
+            raise TransportError(f"{self._name}: unknown topics {', '.join(missing)}")
+
+    def _call(self, what: str, call: Any, timeout_s: float) -> None:
+        try:
+            self._retrying(what, lambda: call(timeout_s))
+        except KafkaException as exc:
+            raise self._failed(what, exc) from exc
+
+    def _retrying(self, what: str, call: Any) -> None:
+        retrying(f"{self._name}: {what}", call, _TXN_DEADLINE_S)
+
+    def _failed(self, what: str, exc: KafkaException) -> TransportError:
+        """Translate ``exc``; a fenced or fatal error fences the session for good."""
+        error = translate(f"{self._name}: {what}", exc)
+        if isinstance(error, FencedError):
+            self._fenced = True
+            self._txn = None
+        return error
+
+    def _commit_failed(self, exc: KafkaException) -> TransportError:
+        """Translate a failed commit, aborting the transaction where that is possible."""
+        err = kafka_error(exc)
+        if err is None or err.fatal() or err.code() in FENCED_CODES:
+            return self._failed("commit", exc)
+        if err.code() in GROUP_FENCED_CODES:
+            self._abort_open(str(err))
+            self._fenced = True
+            return FencedError(f"{self._name}: commit refused, the group moved on ({err})")
+        if err.txn_requires_abort():
+            self._abort_open(str(err))
+            return TransportError(f"{self._name}: commit failed, transaction aborted ({err})")
+        return TransportError(f"{self._name}: commit failed, transaction still open ({err})")
+
+    def _abort_open(self, reason: str) -> None:
+        """Abort the open transaction after a failed commit and rewind the input."""
+        logger.warning("%s: aborting the transaction: %s", self._name, reason)
+        self._txn = None
+        self._abort_quietly()
+        self._rewind()
+
+    def _abort_quietly(self) -> None:
+        try:
+            self._retrying(
+                "abort transaction", lambda: self._producer.abort_transaction(_TXN_CALL_TIMEOUT_S)
+            )
+        except KafkaException as exc:
+            err = kafka_error(exc)
+            if err is not None and (err.fatal() or err.code() in FENCED_CODES):
+                self._fenced = True
+            logger.warning("%s: abort failed: %s", self._name, exc)
+
+    def _rewind(self) -> None:
+        """Seek every partition polled past its committed position back to it."""
+        for tp, position in list(self._position.items()):
+            base = self._baseline.get(tp)
+            if base is None or base == position or tp not in self._assigned:
+                continue
+            try:
+                self._consumer.seek(KafkaTopicPartition(tp.topic, tp.partition, base))
+            except KafkaException as exc:
+                raise translate(f"{self._name}: rewind {tp.topic}[{tp.partition}]", exc) from exc
+            self._position[tp] = base
+
+    def _positions_of(self, txn: _Transaction) -> list[tuple[TopicPartition, int]]:
+        """Wait for every delivery report of the committed transaction (normally queued)."""
+        deadline = time.monotonic() + _DELIVERY_REPORTS_TIMEOUT_S
+        while txn.pending > 0:
+            self._producer.poll(0.01)
+            if time.monotonic() >= deadline:
+                raise TransportError(f"{self._name}: delivery reports missing after commit")
+        positions = [position for position in txn.produced if position is not None]
+        if len(positions) != len(txn.produced):
+            raise TransportError(f"{self._name}: committed, but deliveries failed: {txn.failures}")
+        return positions
+
+    def _raise_if_fenced(self) -> None:
+        if self._fenced or self._reporter.fatal is not None:
+            self._fenced = True
+            self._revoke(sorted(self._assigned), "revoked (fenced)")
+            raise FencedError(f"{self._name} is fenced; close it and open a new session")
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise TransportError(f"{self._name} is closed")
+
+    def _require_transaction(self, what: str) -> _Transaction:
+        self._require_open()
+        if self._txn is None:
+            raise TransportError(f"{self._name}: {what} outside a transaction")
+        return self._txn
+
+    def _close_producer(self) -> None:
+        try:
+            self._producer.purge()
+            self._producer.flush(0)
+            self._producer.close()
+        except (KafkaException, RuntimeError) as exc:
+            logger.warning("%s: closing the producer failed: %s", self._name, exc)
+
+
+def _describe(partitions: Sequence[TopicPartition]) -> str:
+    return ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions) or "nothing"

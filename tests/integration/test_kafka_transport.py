@@ -1,0 +1,364 @@
+"""The Kafka transport against a real Apache Kafka broker: fencing, aborts, markers, admin.
+
+What the conformance suite cannot say transport-neutrally: transactional.id
+fencing, transaction markers occupying offsets, read_committed end offsets, topic
+configs on a real broker, murmur2 placement by librdkafka itself.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from processor.errors import FencedError, TransportError
+from processor.settings import Settings
+from processor.transport.base import (
+    GroupConsumer,
+    Outbound,
+    ProcessorSession,
+    Record,
+    TopicPartition,
+    TopicSpec,
+)
+from processor.transport.kafka import KafkaTransport
+from processor.transport.partitioner import partition_for
+from tests.kafka_broker import kafka_bootstrap, unavailable_reason
+
+pytestmark = pytest.mark.kafka
+
+DEADLINE_S = 30.0
+Closing = Callable[[Any], Any]
+
+
+@pytest.fixture
+def transport(tmp_path: Path) -> KafkaTransport:
+    bootstrap = kafka_bootstrap()
+    if bootstrap is None:
+        pytest.skip(unavailable_reason())
+    settings = Settings(broker=f"kafka://{bootstrap}", data_dir=tmp_path / "data")
+    return KafkaTransport(settings, session_timeout_ms=6_000, max_poll_interval_ms=6_000)
+
+
+@pytest.fixture
+def closing() -> Iterator[Closing]:
+    clients: list[Any] = []
+
+    def register(client: Any) -> Any:
+        clients.append(client)
+        return client
+
+    yield register
+    for client in reversed(clients):
+        client.close()
+
+
+@pytest.fixture
+def make_topic(transport: KafkaTransport) -> Callable[..., str]:
+    def make(partitions: int = 2, **config: str) -> str:
+        name = f"it.{uuid.uuid4().hex[:12]}"
+        admin = transport.admin()
+        try:
+            assert admin.create_topics([TopicSpec(name, partitions, config)]) == [name]
+        finally:
+            admin.close()
+        return name
+
+    return make
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def produce_all(transport: KafkaTransport, records: Sequence[Outbound]) -> None:
+    producer = transport.producer()
+    try:
+        for record in records:
+            producer.produce(record)
+        producer.flush()
+    finally:
+        producer.close()
+
+
+def read_all(transport: KafkaTransport, tp: TopicPartition, start: int = 0) -> list[Record]:
+    reader = transport.reader()
+    try:
+        return [record for batch in reader.read(tp, start) for record in batch]
+    finally:
+        reader.close()
+
+
+def read_topic(transport: KafkaTransport, topic: str, partitions: int) -> list[Record]:
+    return [r for p in range(partitions) for r in read_all(transport, TopicPartition(topic, p))]
+
+
+def poll_until(client: ProcessorSession | GroupConsumer, count: int) -> list[Record]:
+    deadline = time.monotonic() + DEADLINE_S
+    records: list[Record] = []
+    while len(records) < count:
+        left = deadline - time.monotonic()
+        assert left > 0, f"polled {len(records)} of {count} records before the deadline"
+        records.extend(client.poll(500, min(left, 0.5)))
+    return records
+
+
+def next_offsets(records: Sequence[Record]) -> dict[TopicPartition, int]:
+    positions: dict[TopicPartition, int] = {}
+    for record in records:
+        positions[record.position] = max(positions.get(record.position, 0), record.offset + 1)
+    return positions
+
+
+def subscribed(
+    transport: KafkaTransport, closing: Closing, group: str, instance: str, topics: list[str]
+) -> ProcessorSession:
+    session: ProcessorSession = closing(transport.session(group, instance))
+    session.subscribe(topics, lambda _: None, lambda _: None)
+    return session
+
+
+def committed_in_transaction(
+    transport: KafkaTransport, closing: Closing, source: str, sink: Sequence[Outbound]
+) -> list[tuple[TopicPartition, int]]:
+    """Produce ``sink`` in one committed transaction of a fresh session on ``source``."""
+    session = subscribed(transport, closing, unique("g"), "writer", [source])
+    session.begin()
+    for record in sink:
+        session.produce(record)
+    return session.commit({})
+
+
+# -- fencing ------------------------------------------------------------------------------
+
+
+def test_same_transactional_id_fences_the_zombie_and_hides_its_transaction(
+    transport: KafkaTransport, make_topic: Callable[..., str], closing: Closing
+) -> None:
+    source, sink = make_topic(2), make_topic(2)
+    produce_all(transport, [Outbound(source, b"k%d" % i, b"in-%d" % i) for i in range(10)])
+    group = unique("group")
+    zombie = subscribed(transport, closing, group, "instance", [source])
+    inputs = poll_until(zombie, 10)
+    zombie.begin()
+    for i in range(5):
+        zombie.produce(Outbound(sink, b"k%d" % i, b"zombie"))
+
+    # Same group and instance id, so the same transactional.id: init_transactions in
+    # subscribe bumps the producer epoch and aborts the zombie's open transaction.
+    successor = subscribed(transport, closing, group, "instance", [source])
+    with pytest.raises(FencedError):
+        zombie.commit(next_offsets(inputs))
+    assert read_topic(transport, sink, 2) == []
+    with pytest.raises(FencedError):
+        zombie.begin()
+    with pytest.raises(FencedError):
+        zombie.poll(10, 0.0)
+    zombie.close()  # leaves the group: the successor gets every partition
+
+    taken_over = poll_until(successor, 10)
+    assert sorted(r.value or b"" for r in taken_over) == sorted(b"in-%d" % i for i in range(10))
+    successor.begin()
+    successor.produce(Outbound(sink, b"k0", b"successor"))
+    successor.commit(next_offsets(taken_over))
+    assert [r.value for r in read_topic(transport, sink, 2)] == [b"successor"]
+
+
+def test_a_member_evicted_for_not_polling_cannot_commit(
+    transport: KafkaTransport, make_topic: Callable[..., str], closing: Closing
+) -> None:
+    source, sink = make_topic(1), make_topic(1)
+    produce_all(transport, [Outbound(source, b"k", b"in")])
+    group = unique("group")
+    zombie = subscribed(transport, closing, group, "a", [source])
+    inputs = poll_until(zombie, 1)
+    zombie.begin()
+    zombie.produce(Outbound(sink, b"k", b"zombie"))
+    # Another instance (another transactional.id) gets the partition only once the
+    # zombie is evicted after max.poll.interval.ms without a poll.
+    successor = subscribed(transport, closing, group, "b", [source])
+    assert [r.value for r in poll_until(successor, 1)] == [b"in"]
+    with pytest.raises(FencedError):
+        zombie.commit(next_offsets(inputs))
+    assert read_all(transport, TopicPartition(sink, 0)) == []
+
+
+# -- aborts and transaction markers -------------------------------------------------------
+
+
+def test_abort_leaves_nothing_visible_and_later_commits_read_cleanly(
+    transport: KafkaTransport, make_topic: Callable[..., str], closing: Closing
+) -> None:
+    source, sink = make_topic(1), make_topic(1)
+    tp = TopicPartition(sink, 0)
+    session = subscribed(transport, closing, unique("g"), "a", [source])
+    session.begin()
+    for i in range(50):
+        session.produce(Outbound(sink, b"k", b"aborted-%d" % i))
+    session.abort()
+    assert read_all(transport, tp) == []
+    reader = closing(transport.reader())
+    assert reader.end_offset(tp) == 51  # 50 aborted records and the abort marker
+
+    session.begin()
+    session.produce(Outbound(sink, b"k", b"kept"))
+    [(position, offset)] = session.commit({})
+    assert (position, offset) == (tp, 51)
+    [record] = read_all(transport, tp)
+    assert (record.offset, record.value) == (51, b"kept")
+    assert reader.end_offset(tp) == 53  # the commit marker takes offset 52
+
+
+def test_read_stops_at_the_end_when_the_last_offsets_are_markers(
+    transport: KafkaTransport, make_topic: Callable[..., str], closing: Closing
+) -> None:
+    source, sink = make_topic(1), make_topic(1)
+    tp = TopicPartition(sink, 0)
+    committed_in_transaction(transport, closing, source, [Outbound(sink, b"k", b"a")] * 3)
+    session = subscribed(transport, closing, unique("g"), "aborter", [source])
+    session.begin()
+    session.produce(Outbound(sink, b"k", b"aborted"))
+    session.abort()
+    # offsets: 0-2 records, 3 commit marker, 4 aborted record, 5 abort marker
+    reader = closing(transport.reader())
+    assert reader.end_offset(tp) == 6
+    started = time.monotonic()
+    for start, end, expected in [
+        (0, None, [0, 1, 2]),
+        (0, 6, [0, 1, 2]),
+        (1, 4, [1, 2]),
+        (3, None, []),
+        (4, None, []),
+        (5, 6, []),
+        (3, 6, []),
+    ]:
+        offsets = [r.offset for batch in reader.read(tp, start, end) for r in batch]
+        assert offsets == expected, (start, end)
+    # A read that ends on markers returns at the EOF event, not after a timeout.
+    assert time.monotonic() - started < 5.0
+
+
+def test_end_offset_stops_before_an_open_transaction(
+    transport: KafkaTransport, make_topic: Callable[..., str], closing: Closing
+) -> None:
+    source, sink = make_topic(1), make_topic(1)
+    tp = TopicPartition(sink, 0)
+    produce_all(transport, [Outbound(sink, b"k", b"before")] * 2)
+    session = subscribed(transport, closing, unique("g"), "a", [source])
+    session.begin()
+    session.produce(Outbound(sink, b"k", b"pending"))
+    producer = closing(transport.producer())
+    producer.produce(Outbound(sink, b"k", b"after"))
+    producer.flush()
+    reader = closing(transport.reader())
+    assert reader.end_offset(tp) == 2  # the last stable offset, not the high watermark
+    assert [r.value for batch in reader.read(tp, 0) for r in batch] == [b"before"] * 2
+    session.commit({})
+    values = [r.value for batch in reader.read(tp, 0) for r in batch]
+    assert values == [b"before", b"before", b"pending", b"after"]
+
+
+def test_a_new_read_supersedes_an_unfinished_one(
+    transport: KafkaTransport, make_topic: Callable[..., str], closing: Closing
+) -> None:
+    topic = make_topic(2)
+    produce_all(
+        transport, [Outbound(topic, b"k", b"%d" % i, partition=i % 2) for i in range(200)]
+    )
+    reader = closing(transport.reader())
+    first = reader.read(TopicPartition(topic, 0), 0, batch_size=10)
+    assert len(next(first)) <= 10
+    second = [r for batch in reader.read(TopicPartition(topic, 1), 0) for r in batch]
+    assert [r.value for r in second] == [b"%d" % i for i in range(1, 200, 2)]
+    with pytest.raises(TransportError, match="superseded"):
+        next(first)
+
+
+# -- placement ----------------------------------------------------------------------------
+
+
+def test_records_land_on_the_murmur2_partition_of_their_key(
+    transport: KafkaTransport, make_topic: Callable[..., str], closing: Closing
+) -> None:
+    source, topic = make_topic(1), make_topic(6)
+    keys = [f"run-{uuid.uuid4()}".encode() for _ in range(200)]
+    produce_all(transport, [Outbound(topic, key, b"plain") for key in keys])
+    positions = committed_in_transaction(
+        transport, closing, source, [Outbound(topic, key, b"txn") for key in keys]
+    )
+    assert [tp.partition for tp, _ in positions] == [partition_for(key, 6) for key in keys]
+    records = read_topic(transport, topic, 6)
+    assert len(records) == 400
+    for record in records:
+        assert record.key is not None
+        assert record.partition == partition_for(record.key, 6)
+
+
+# -- admin --------------------------------------------------------------------------------
+
+
+def test_admin_creates_missing_topics_and_describes_partitions_and_configs(
+    transport: KafkaTransport, closing: Closing
+) -> None:
+    admin = closing(transport.admin())
+    compacted, plain = unique("it.compacted"), unique("it.plain")
+    specs = [
+        TopicSpec(compacted, 3, {"cleanup.policy": "compact", "min.compaction.lag.ms": "1000"}),
+        TopicSpec(plain, 0, {"retention.ms": "3600000"}),  # 0: the default partition count
+    ]
+    assert sorted(admin.create_topics(specs)) == sorted([compacted, plain])
+    assert admin.create_topics(specs) == []
+    described = admin.describe_topics()
+    assert described[compacted].partitions == 3
+    assert described[compacted].config == {
+        "cleanup.policy": "compact",
+        "min.compaction.lag.ms": "1000",
+    }
+    assert described[plain].partitions == transport.settings.partitions
+    assert described[plain].config == {"retention.ms": "3600000"}
+    assert not [name for name in described if name.startswith("__")]
+
+
+# -- worker consumers ---------------------------------------------------------------------
+
+
+def test_group_consumer_resumes_after_its_committed_offsets(
+    transport: KafkaTransport, make_topic: Callable[..., str]
+) -> None:
+    topic = make_topic(2)
+    produce_all(transport, [Outbound(topic, b"k%d" % i, b"%d" % i) for i in range(20)])
+    group = unique("workers")
+    consumer = transport.consumer(group, [topic])
+    try:
+        first = poll_until(consumer, 20)
+        done = sorted(first, key=lambda r: (r.partition, r.offset))[:8]
+        consumer.commit(next_offsets(done))
+    finally:
+        consumer.close()
+    restarted = transport.consumer(group, [topic])
+    try:
+        # At least once: everything after the committed offsets comes again.
+        again = poll_until(restarted, 12)
+    finally:
+        restarted.close()
+    committed = next_offsets(done)
+    expected = {
+        (r.partition, r.offset)
+        for r in first
+        if r.offset >= committed.get(r.position, 0)
+    }
+    assert {(r.partition, r.offset) for r in again} == expected
+
+
+def test_producer_flush_reports_a_partition_that_does_not_exist(
+    transport: KafkaTransport, make_topic: Callable[..., str], closing: Closing
+) -> None:
+    topic = make_topic(2)
+    producer = closing(transport.producer())
+    with pytest.raises(TransportError):
+        producer.produce(Outbound(topic, b"k", b"v", partition=7))
+        producer.flush(10.0)
