@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from processor.client import Client, fact_dict, status_dict
 from processor.errors import ProcessorError
-from processor.facts.payload import InvalidPayloadError, loads
+from processor.facts.payload import InvalidPayloadError, dumps, loads
 from processor.host import Deployment, Host, ensure_topics
 from processor.settings import Settings
 
@@ -311,6 +311,69 @@ def demo(
     _emit(shown, json_output, text)
     if not report.replay_verified or report.succeeded + report.failed != report.submitted:
         raise typer.Exit(EXIT_DIFFERENT)
+
+
+@cli.command()
+def complete(
+    ctx: typer.Context,
+    token: Annotated[str, typer.Argument(help="Resume token from the boundary request")],
+    payload_json: Annotated[
+        str | None, typer.Option("--payload", help="Completion payload as JSON")
+    ] = None,
+    fail: Annotated[str | None, typer.Option(help="Report a failure with this error")] = None,
+    idempotency_key: Annotated[str | None, typer.Option(help="Sender's key")] = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Complete (or --fail) an await interaction, as an external system does."""
+    from processor.admission import tokens
+    from processor.external import CompletionClient
+
+    if (payload_json is None) == (fail is None):
+        _fail("give exactly one of --payload and --fail", json_output, code=2)
+    claims = tokens.parse(token)
+    if claims is None:
+        _fail("not a resume token", json_output, code=2)
+    options: _Options = ctx.obj
+    deployment = options.deployment()
+    client = CompletionClient(deployment.transport, deployment.topology)
+    try:
+        if fail is not None:
+            sent = client.send(token, "failure", b"", fail, idempotency_key)
+        else:
+            try:
+                value = loads((payload_json or "").encode())
+            except InvalidPayloadError as exc:
+                _fail(f"--payload: {exc}", json_output, code=2)
+            sent = client.send(token, "success", dumps(value), None, idempotency_key)
+    finally:
+        client.close()
+    shown = {
+        "run_id": claims.run_id,
+        "interaction": claims.interaction,
+        "outcome": sent.outcome,
+        "idempotency_key": sent.idempotency_key,
+    }
+    _emit(shown, json_output, f"sent {sent.outcome} for {claims.interaction} of {claims.run_id}")
+
+
+@cli.command()
+def rejected(
+    ctx: typer.Context,
+    limit: Annotated[int, typer.Option(help="Show at most this many, newest last")] = 100,
+    reason: Annotated[str | None, typer.Option(help="Only this reason")] = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """List refused input kept in admission.rejected: reason, source, time, run id."""
+    from processor.inspect import rejected_records
+
+    options: _Options = ctx.obj
+    rows = [r for r in rejected_records(options.deployment()) if reason in (None, r["reason"])]
+    rows = rows[-limit:] if limit > 0 else rows
+    text = "\n".join(
+        f"{r['time']}  {r['reason']:<22} {r['source']:<40} run={r['run_id'] or '-'}  {r['detail']}"
+        for r in rows
+    )
+    _emit(rows, json_output, text or "no rejected input")
 
 
 @topics_cli.command("apply")

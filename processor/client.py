@@ -168,12 +168,35 @@ def status_dict(state: RunState) -> dict[str, Any]:
         "error": state.error,
         "error_type": state.error_type,
         "failed_step": state.failed_step,
+        "phase": state.phase,
         "segment": state.segment,
         "attempt": state.attempt,
+        "generation": state.generation,
         "next_step": state.next_step,
+        "waiting": _waiting(state),
+        "publications": dict(state.publications),
         "version": state.version,
         "created_ms": state.created_ms,
         "updated_ms": state.updated_ms,
+    }
+
+
+def _waiting(state: RunState) -> dict[str, Any] | None:
+    """The boundary a suspended run waits at, with its open interactions."""
+    if state.phase != "suspended":
+        return None
+    interactions = state.boundary_interactions()
+    return {
+        "boundary": state.boundary,
+        "kind": state.boundary_kind,
+        "itemized": state.boundary_itemized,
+        "items": state.boundary_items,
+        "open": sum(i.status == "open" for i in interactions),
+        "admitted": sum(i.status == "admitted" for i in interactions),
+        "timed_out": sum(i.status == "timed_out" for i in interactions),
+        "next_deadline_ms": min(
+            (i.deadline_ms for i in interactions if i.status == "open"), default=None
+        ),
     }
 
 

@@ -36,6 +36,7 @@ from processor.model.decide import (
     decide_submit,
     decide_timer,
 )
+from processor.model.state import RunState
 from processor.restore import catch_up
 from processor.store.rocks import PartitionStore
 from processor.store.staging import Staging
@@ -149,6 +150,11 @@ class ProcessorLoop:
     @property
     def owned_partitions(self) -> list[int]:
         return sorted(self._stagings)
+
+    def run_state(self, run_id: str) -> RunState | None:
+        """The committed projection of a run this instance owns (None if not ours or unknown)."""
+        staging = self._stagings.get(partition_for(run_id.encode(), self._partitions))
+        return None if staging is None else staging.store.run(run_id)
 
     # --- rebalance -----------------------------------------------------------------------
 

@@ -11,9 +11,11 @@ Column families:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-from collections.abc import Iterator
+import struct
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,28 @@ COLUMN_FAMILIES = ("runs", "history", "fact_keys", "due", "claims", "meta")
 _FACTS_OFFSET = b"facts_offset"
 _FORMAT_VERSION = b"format_version"
 FORMAT_VERSION = 1
+
+
+_U64 = struct.Struct(">Q")
+# Fact keys come from a small vocabulary ("submitted", "step/0/completed", ...).
+_string_key_cached = functools.lru_cache(maxsize=4096)(keys.string_key)
+
+
+def _composes_keys() -> bool:
+    """Whether history and fact-key keys are (run prefix + u64 seq) and (run prefix +
+    string key): the layout ``StoreBatch.put_facts`` builds without calling ``keys``."""
+    for run_id, seq, fact_key in (("r", 1, "k"), ("run-\u00e9", 2**40 + 7, "step/3/completed")):
+        prefix = keys.history_prefix(run_id)
+        if keys.history_key(run_id, seq) != prefix + _U64.pack(seq):
+            return False
+        if keys.fact_key_key(run_id, fact_key) != prefix + keys.string_key(fact_key):
+            return False
+        if keys.u64(seq) != _U64.pack(seq):
+            return False
+    return True
+
+
+_COMPOSED_KEYS = _composes_keys()
 
 
 def _options(cache_mb: int) -> Options:
@@ -67,6 +91,14 @@ class PartitionStore:
     def run(self, run_id: str) -> RunState | None:
         raw = self._cf["runs"].get(keys.run_key(run_id))
         return None if raw is None else RunState.model_validate_json(raw)
+
+    def runs(self, run_ids: Sequence[str]) -> list[RunState | None]:
+        """``run`` of each id, in order, with one multi-get instead of a get per run."""
+        if not run_ids:
+            return []
+        found = self._cf["runs"].get([keys.run_key(run_id) for run_id in run_ids])
+        validate = RunState.model_validate_json
+        return [None if raw is None else validate(raw) for raw in found]
 
     def has_fact_key(self, run_id: str, fact_key: str) -> bool:
         return self._cf["fact_keys"].get(keys.fact_key_key(run_id, fact_key)) is not None
@@ -112,7 +144,14 @@ class PartitionStore:
             it.next()
 
     def count(self, family: str) -> int:
-        return sum(1 for _ in self.items(family))
+        """The number of rows of one column family (walks the keys only)."""
+        it = self._cf[family].iter()
+        it.seek_to_first()
+        rows = 0
+        while it.valid():
+            rows += 1
+            it.next()
+        return rows
 
     # --- writes --------------------------------------------------------------------------
 
@@ -142,6 +181,29 @@ class StoreBatch:
     def put_fact(self, run_id: str, seq: int, fact_key: str, encoded: bytes) -> None:
         self.raw.put(keys.history_key(run_id, seq), encoded, self._h["history"])
         self.raw.put(keys.fact_key_key(run_id, fact_key), keys.u64(seq), self._h["fact_keys"])
+
+    def put_facts(self, facts: Iterable[tuple[str, int, str, bytes]]) -> None:
+        """``put_fact`` of each (run id, seq, fact key, encoded), the same rows, faster.
+
+        The run id's key prefix is built once per run and the encoded fact keys are
+        memoized; ``_COMPOSED_KEYS`` proves at import that this composes the same
+        bytes as ``keys.history_key`` and ``keys.fact_key_key``.
+        """
+        if not _COMPOSED_KEYS:
+            for run_id, seq, fact_key, encoded in facts:
+                self.put_fact(run_id, seq, fact_key, encoded)
+            return
+        put = self.raw.put
+        history, fact_keys = self._h["history"], self._h["fact_keys"]
+        prefixes: dict[str, bytes] = {}
+        string_key, pack = _string_key_cached, _U64.pack
+        for run_id, seq, fact_key, encoded in facts:
+            prefix = prefixes.get(run_id)
+            if prefix is None:
+                prefix = prefixes[run_id] = keys.history_prefix(run_id)
+            packed = pack(seq)
+            put(prefix + packed, encoded, history)
+            put(prefix + string_key(fact_key), packed, fact_keys)
 
     def put_due(self, entry: DueEntry) -> None:
         self.raw.put(keys.due_key(entry), b"", self._h["due"])

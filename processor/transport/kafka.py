@@ -120,7 +120,7 @@ class KafkaTransport:
                 "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
             }
         )
-        return KafkaSession(consumer, producer, group, instance_id)
+        return KafkaSession(consumer, producer, dict(self._base), group, instance_id)
 
     def producer(self) -> KafkaProducer:
         """A plain idempotent producer."""

@@ -36,6 +36,7 @@ from processor.transport.kafka_common import (
     wait_for_first,
 )
 from processor.transport.kafka_producer import produce_one
+from processor.transport.kafka_stable import StableOffsets
 
 __all__ = ["KafkaSession"]
 
@@ -49,6 +50,10 @@ _METADATA_TIMEOUT_S = 10.0
 #: Delivery reports of a committed transaction are all queued when the commit returns;
 #: serving them takes milliseconds. This bounds a broken client, not normal work.
 _DELIVERY_REPORTS_TIMEOUT_S = 30.0
+#: ``commit`` returns once its records are visible to read_committed readers (their
+#: commit markers are written, normally within milliseconds), or after this long:
+#: another producer's open transaction on a shared partition can hold the LSO back.
+_VISIBILITY_TIMEOUT_S = 2.0
 
 
 @dataclass(slots=True)
@@ -82,7 +87,10 @@ class KafkaSession:
     - ``on_assign`` runs inside ``poll`` before any record of the new partitions
       is returned; ``on_revoke`` runs inside ``poll`` (or ``close``) before
       partitions are given away, also when they were lost (session timeout).
-    - ``commit`` publishes produced records and consumed offsets atomically.
+    - ``commit`` publishes produced records and consumed offsets atomically and
+      returns once the records are visible to read_committed readers (Kafka
+      writes commit markers asynchronously after ``commit_transaction``), so a
+      read after ``commit`` sees them, as on the embedded log.
       It raises ``FencedError`` when another instance took over; the session is
       then fenced for good (``begin``/``poll`` raise it too): close it and open a
       new one. If the group rebalanced while a transaction was open, ``commit``
@@ -97,11 +105,13 @@ class KafkaSession:
         self,
         consumer_config: dict[str, Any],
         producer_config: dict[str, Any],
+        admin_config: dict[str, Any],
         group: str,
         instance_id: str,
     ) -> None:
         self._name = f"session {instance_id!r} of group {group!r}"
         self._reporter = ErrorReporter(self._name)
+        self._stable = StableOffsets(admin_config | self._reporter.config())
         try:
             self._consumer = Consumer(consumer_config | self._reporter.config())
             try:
@@ -253,7 +263,9 @@ class KafkaSession:
         self._txn = None
         self._baseline.update(consumed)
         self._reporter.recovered()
-        return self._positions_of(txn)
+        positions = self._positions_of(txn)
+        self._stable.wait_past(_ends(positions), _VISIBILITY_TIMEOUT_S)
+        return positions
 
     def abort(self) -> None:
         """Discard the open transaction (if any) and rewind to the committed positions."""
@@ -445,6 +457,15 @@ class KafkaSession:
             self._producer.close()
         except (KafkaException, RuntimeError) as exc:
             logger.warning("%s: closing the producer failed: %s", self._name, exc)
+
+
+def _ends(positions: list[tuple[TopicPartition, int]]) -> dict[TopicPartition, int]:
+    """The offset after the last produced record of each partition."""
+    ends: dict[TopicPartition, int] = {}
+    for tp, offset in positions:
+        if offset >= ends.get(tp, 0):
+            ends[tp] = offset + 1
+    return ends
 
 
 def _describe(partitions: Sequence[TopicPartition]) -> str:
