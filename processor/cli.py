@@ -11,6 +11,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -173,6 +174,9 @@ def submit(
     pipeline: Annotated[str, typer.Argument(help="Pipeline name")],
     input_json: Annotated[str, typer.Option("--input", help="Run input as JSON")],
     idempotency_key: Annotated[str | None, typer.Option(help="Deduplicate retries")] = None,
+    deadline_s: Annotated[
+        float | None, typer.Option(help="Run deadline, seconds from now (overrides the pipeline's)")
+    ] = None,
     wait: Annotated[float, typer.Option(help="Seconds to wait for the processor")] = 30.0,
     json_output: JsonFlag = False,
 ) -> None:
@@ -186,7 +190,10 @@ def submit(
     ensure_topics(deployment)
     client = Client(deployment.transport, deployment.topology, deployment.settings.state_dir)
     try:
-        receipt = client.submit(pipeline, value, idempotency_key, wait_s=wait)
+        deadline_ms = None if deadline_s is None else int(time.time() * 1000 + deadline_s * 1000)
+        receipt = client.submit(
+            pipeline, value, idempotency_key, wait_s=wait, deadline_ms=deadline_ms
+        )
     finally:
         client.close()
     if receipt.refusal:
@@ -311,6 +318,99 @@ def demo(
     _emit(shown, json_output, text)
     if not report.replay_verified or report.succeeded + report.failed != report.submitted:
         raise typer.Exit(EXIT_DIFFERENT)
+
+
+def _reply_or_exit(reply: Any, json_output: bool, wait: float) -> dict[str, Any]:
+    if reply is None:
+        _fail(
+            f"no processor answered in {wait}s (the command is queued)", json_output, EXIT_NOT_FOUND
+        )
+    if reply.refusal:
+        shown = {"run_id": reply.run_id, "refusal": reply.refusal, "detail": reply.detail}
+        _emit(shown, json_output, f"refused: {reply.refusal}: {reply.detail}")
+        raise typer.Exit(EXIT_ERROR)
+    response = json.loads(reply.response) if reply.response else {}
+    return {"run_id": reply.run_id, "accepted": reply.created, "detail": reply.detail, **response}
+
+
+@cli.command()
+def cancel(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="Run id")],
+    reason: Annotated[str, typer.Option(help="Why, kept in the stop intent")] = "",
+    wait: Annotated[float, typer.Option(help="Seconds to wait for the processor")] = 30.0,
+    json_output: JsonFlag = False,
+) -> None:
+    """Cancel a run: stop intent, then the running attempt settles and steps are compensated."""
+    options: _Options = ctx.obj
+    deployment = options.deployment()
+    client = Client(deployment.transport, deployment.topology, deployment.settings.state_dir)
+    try:
+        shown = _reply_or_exit(client.cancel(run_id, reason, wait_s=wait), json_output, wait)
+    finally:
+        client.close()
+    _emit(
+        shown,
+        json_output,
+        f"{run_id}: " + ("cancelling" if shown["accepted"] else str(shown["detail"])),
+    )
+
+
+@cli.command()
+def resolve(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="Run id")],
+    segment: Annotated[int, typer.Option(help="Segment (or compensated step) of the attempt")],
+    attempt: Annotated[int, typer.Option(help="Attempt ordinal")],
+    generation: Annotated[int, typer.Option(help="Fencing generation of the Unknown attempt")],
+    idempotency_key: Annotated[
+        str, typer.Option(help="Your key; a repeat returns the same response")
+    ],
+    succeed: Annotated[
+        str | None, typer.Option(help="Supplied success: the output as JSON")
+    ] = None,
+    fail: Annotated[str | None, typer.Option(help="Declared failure: the error")] = None,
+    retry: Annotated[bool, typer.Option("--retry", help="Explicit retry: new generation")] = False,
+    compensation: Annotated[
+        bool, typer.Option("--compensation", help="The attempt is a compensator's")
+    ] = False,
+    wait: Annotated[float, typer.Option(help="Seconds to wait for the processor")] = 30.0,
+    json_output: JsonFlag = False,
+) -> None:
+    """Resolve an Unknown attempt with exactly one of --succeed, --fail, --retry."""
+    if sum(x is not None and x is not False for x in (succeed, fail, retry)) != 1:
+        _fail("give exactly one of --succeed, --fail and --retry", json_output, code=2)
+    output = None
+    if succeed is not None:
+        try:
+            output = loads(succeed.encode())
+        except InvalidPayloadError as exc:
+            _fail(f"--succeed: {exc}", json_output, code=2)
+    action = "succeed" if succeed is not None else "fail" if fail is not None else "retry"
+    options: _Options = ctx.obj
+    deployment = options.deployment()
+    client = Client(deployment.transport, deployment.topology, deployment.settings.state_dir)
+    try:
+        reply = client.resolve(
+            run_id,
+            segment=segment,
+            attempt=attempt,
+            generation=generation,
+            idempotency_key=idempotency_key,
+            action=action,
+            output=output,
+            error=fail,
+            kind="compensate" if compensation else "forward",
+            wait_s=wait,
+        )
+    finally:
+        client.close()
+    shown = _reply_or_exit(reply, json_output, wait)
+    _emit(
+        shown,
+        json_output,
+        f"{run_id}: {action} accepted" if shown["accepted"] else f"{run_id}: {shown['detail']}",
+    )
 
 
 @cli.command()

@@ -17,13 +17,15 @@ from typing import Any
 
 from processor.facts import payload
 from processor.facts.codec import codec, decode_fact, encode
-from processor.facts.models import CommandReply, FactHeader, SubmitRun
+from processor.facts.models import CancelRun, CommandReply, FactHeader, ResolveAttempt, SubmitRun
 from processor.facts.topics import TopicName
 from processor.model.state import RunState
 from processor.store.rocks import PartitionStore
 from processor.topology import Topology
 from processor.transport.base import Outbound, Producer, Reader, TopicPartition, Transport
 from processor.transport.partitioner import partition_for
+
+Command = SubmitRun | CancelRun | ResolveAttempt
 
 __all__ = ["Client", "SubmitReceipt", "fact_dict", "new_submit", "status_dict"]
 
@@ -45,8 +47,17 @@ class SubmitReceipt:
         return out
 
 
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 def new_submit(
-    pipeline: str, input_value: Any, idempotency_key: str | None = None, now_ms: int | None = None
+    pipeline: str,
+    input_value: Any,
+    idempotency_key: str | None = None,
+    now_ms: int | None = None,
+    *,
+    deadline_ms: int | None = None,
 ) -> SubmitRun:
     """Build a SubmitRun; the run id derives from the idempotency key when there is one."""
     run_id = payload.derive_run_id(idempotency_key) if idempotency_key else str(uuid.uuid4())
@@ -56,7 +67,8 @@ def new_submit(
         pipeline=pipeline,
         input=payload.dumps(input_value),
         idempotency_key=idempotency_key,
-        submitted_ms=now_ms if now_ms is not None else time.time_ns() // 1_000_000,
+        submitted_ms=now_ms if now_ms is not None else _now_ms(),
+        deadline_ms=deadline_ms,
     )
 
 
@@ -72,7 +84,7 @@ class Client:
     def _partition(self, run_id: str) -> int:
         return partition_for(run_id.encode(), self._topology.partitions)
 
-    def send(self, command: SubmitRun) -> None:
+    def send(self, command: Command) -> None:
         """Produce a command without waiting (call ``flush`` to make it durable)."""
         if self._producer is None:
             self._producer = self._transport.producer()
@@ -90,9 +102,17 @@ class Client:
         idempotency_key: str | None = None,
         *,
         wait_s: float = 30.0,
+        deadline_ms: int | None = None,
     ) -> SubmitReceipt:
         """Submit a run and wait for the processor's answer (up to ``wait_s``)."""
-        command = new_submit(pipeline, input_value, idempotency_key)
+        command = new_submit(pipeline, input_value, idempotency_key, deadline_ms=deadline_ms)
+        reply = self.request(command, wait_s)
+        if reply is None:
+            return SubmitReceipt(command.run_id, None)
+        return SubmitReceipt(reply.run_id, reply.created, reply.refusal, reply.detail)
+
+    def request(self, command: Command, wait_s: float) -> CommandReply | None:
+        """Send a command and wait for the processor's reply (None: no answer in time)."""
         replies = TopicPartition(
             self._topology.name(TopicName.REPLIES), self._partition(command.run_id)
         )
@@ -101,12 +121,45 @@ class Client:
             start = reader.end_offset(replies)
             self.send(command)
             self.flush()
-            reply = _await_reply(reader, replies, start, command.command_id, wait_s)
+            return _await_reply(reader, replies, start, command.command_id, wait_s)
         finally:
             reader.close()
-        if reply is None:
-            return SubmitReceipt(command.run_id, None)
-        return SubmitReceipt(reply.run_id, reply.created, reply.refusal, reply.detail)
+
+    def cancel(self, run_id: str, reason: str = "", *, wait_s: float = 30.0) -> CommandReply | None:
+        """Request cancellation: stop intent commits once; the first stop reason wins."""
+        command = CancelRun(
+            command_id=str(uuid.uuid4()), run_id=run_id, reason=reason, requested_ms=_now_ms()
+        )
+        return self.request(command, wait_s)
+
+    def resolve(
+        self,
+        run_id: str,
+        *,
+        segment: int,
+        attempt: int,
+        generation: int,
+        idempotency_key: str,
+        action: str,
+        output: Any = None,
+        error: str | None = None,
+        kind: str = "forward",
+        wait_s: float = 30.0,
+    ) -> CommandReply | None:
+        """Settle an Unknown attempt: action succeed (with output), fail (with error) or retry."""
+        command = ResolveAttempt(
+            command_id=str(uuid.uuid4()),
+            run_id=run_id,
+            kind=kind,
+            segment=segment,
+            attempt=attempt,
+            generation=generation,
+            idempotency_key=idempotency_key,
+            action=action,
+            output=payload.dumps(output) if action == "succeed" else None,
+            error=error,
+        )
+        return self.request(command, wait_s)
 
     def _store(self, run_id: str) -> PartitionStore | None:
         path = self._state_dir / f"p{self._partition(run_id):04d}"
@@ -175,9 +228,28 @@ def status_dict(state: RunState) -> dict[str, Any]:
         "next_step": state.next_step,
         "waiting": _waiting(state),
         "publications": dict(state.publications),
+        "deadline_ms": state.deadline_ms,
+        "stop_reason": state.stop_reason,
+        "stop_detail": state.stop_detail,
+        "execution": state.execution,
+        "recovery": state.recovery,
+        "unknown_attempt": state.unknown.model_dump() if state.unknown else None,
+        "compensation": _compensation(state),
         "version": state.version,
         "created_ms": state.created_ms,
         "updated_ms": state.updated_ms,
+    }
+
+
+def _compensation(state: RunState) -> dict[str, Any] | None:
+    if not state.compensation_started:
+        return None
+    return {
+        "remaining": list(state.unwind),
+        "compensating_step": state.compensating_step,
+        "compensated": state.compensated,
+        "skipped": state.skipped,
+        "failed": state.compensation_failed,
     }
 
 

@@ -24,7 +24,14 @@ from processor.admission.admit import admit
 from processor.admission.arrivals import Refusal, completion_arrival, handoff_arrival
 from processor.errors import AppendConflictError, FactDecodeError, FencedError, TransportError
 from processor.facts.codec import codec, encode
-from processor.facts.models import AvroModel, Rejected, SegmentResult, SubmitRun
+from processor.facts.models import (
+    AvroModel,
+    CancelRun,
+    Rejected,
+    ResolveAttempt,
+    SegmentResult,
+    SubmitRun,
+)
 from processor.facts.topics import RUN_ADDRESSED_INPUTS, TopicName
 from processor.model.decide import (
     Context,
@@ -32,6 +39,8 @@ from processor.model.decide import (
     PipelineCatalog,
     Publish,
     TimerFired,
+    decide_cancel,
+    decide_resolve,
     decide_result,
     decide_submit,
     decide_timer,
@@ -218,10 +227,15 @@ class ProcessorLoop:
         """Decode one input and decide on it; None when it was forwarded elsewhere."""
         ctx = self._context(now)
         if topic is TopicName.COMMANDS:
-            command = codec().decode_as(record.value, SubmitRun)
+            command = _decode_command(record.value)
             if not self._routed_here(record, command.run_id):
                 return None
-            return command.run_id, decide_submit(command, staging.run(command.run_id), ctx)
+            state = staging.run(command.run_id)
+            if isinstance(command, SubmitRun):
+                return command.run_id, decide_submit(command, state, ctx)
+            if isinstance(command, CancelRun):
+                return command.run_id, decide_cancel(command, state, ctx)
+            return command.run_id, decide_resolve(command, state, ctx)
         if topic is TopicName.RESULTS:
             result = codec().decode_as(record.value, SegmentResult)
             if not self._routed_here(record, result.run_id):
@@ -381,6 +395,15 @@ class ProcessorLoop:
         if self._session is not None:
             self._session.close()
             self._session = None
+
+
+def _decode_command(value: bytes | None) -> SubmitRun | CancelRun | ResolveAttempt:
+    """runs.commands carries three command types; anything else is the wrong schema."""
+    command = codec().decode(value)
+    if not isinstance(command, SubmitRun | CancelRun | ResolveAttempt):
+        detail = f"expected a command on runs.commands, got {type(command).__name__}"
+        raise FactDecodeError(f"wrong_schema: {detail}", value)
+    return command
 
 
 def _facts_ends(produced: list[tuple[TopicPartition, int]], facts_topic: str) -> dict[int, int]:

@@ -32,14 +32,18 @@ def catch_up(
     start = store.facts_offset()
     if end is not None and start >= end:
         return 0
-    staging = Staging(store)
+    # The only writer of ``store`` while catching up: carry each batch's runs to the next.
+    staging = Staging(store, carry=True)
+    decode = decode_fact
     applied = 0
     for records in reader.read(facts, start, end, batch_size=batch_size):
         if not records:
             continue
-        for record in records:
-            if record.value is not None:
-                staging.fold(decode_fact(record.value), record.value)
+        # Decode the whole batch first (a bad fact raises before anything is staged,
+        # as before: nothing of this batch is written), then fold it in one go.
+        staging.fold_read(
+            [(decode(value), value) for record in records if (value := record.value) is not None]
+        )
         staging.flush(records[-1].offset + 1)
         applied += len(records)
         if progress is not None:

@@ -18,6 +18,7 @@ from processor.facts.models import (
     ContinuationSegmentCreated,
     SegmentSuspended,
 )
+from processor.model import control
 from processor.model.decide import (
     Context,
     Decision,
@@ -65,6 +66,10 @@ def admit(arrival: Arrival, state: RunState | None, ctx: Context) -> Decision:
         detail = f"pipeline {state.pipeline!r} v{state.pipeline_version} is not loaded"
         return Decision.refuse("unknown_pipeline", detail)
     maker = FactMaker(state, state.run_id, ctx.now, arrival.cause_id)
+    control.deadline_first(maker)
+    if maker.current.stopping:  # stop intent closed the run's interactions
+        control.settle_stop(maker, spec)
+        return maker.decision("run_terminal", f"run {state.run_id} is stopping")
     if 0 < interaction.deadline_ms <= ctx.now:
         timeout_interaction(maker, spec, interaction_id)  # the deadline wins
         detail = f"{interaction_id} deadline {interaction.deadline_ms} passed (now {ctx.now})"

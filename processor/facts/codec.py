@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from io import BytesIO
@@ -68,6 +69,16 @@ class _Entry:
     model: type[AvroModel]
     writer: Any
     reader: Any | None  # None when the writer schema is the current one
+    validate: Callable[[Any], AvroModel]  # model.model_validate, minus a Python call layer
+
+
+def _validator(model: type[AvroModel]) -> Callable[[Any], AvroModel]:
+    """``model.model_validate`` without keyword arguments is exactly its core
+    validator's ``validate_python``; call that directly once the model is built."""
+    if getattr(model, "__pydantic_complete__", False):
+        validate: Callable[[Any], AvroModel] = model.__pydantic_validator__.validate_python
+        return validate
+    return model.model_validate
 
 
 def _fingerprint(parsed: Any) -> bytes:
@@ -88,10 +99,12 @@ class Codec:
         current = fastavro.parse_schema(_load(schema_dir / f"{model.__name__}.avsc"))
         fingerprint = _fingerprint(current)
         self._header_by_model[model] = (_MAGIC + fingerprint, current)
-        self._by_fingerprint[fingerprint] = _Entry(model, current, None)
+        validate = _validator(model)
+        self._by_fingerprint[fingerprint] = _Entry(model, current, None, validate)
         for old_path in sorted((schema_dir / "history").glob(f"{model.__name__}.*.avsc")):
             old = fastavro.parse_schema(_load(old_path))
-            self._by_fingerprint.setdefault(_fingerprint(old), _Entry(model, old, current))
+            entry = _Entry(model, old, current, validate)
+            self._by_fingerprint.setdefault(_fingerprint(old), entry)
 
     def schema_of(self, model: type[AvroModel]) -> Any:
         """The parsed current schema of ``model``."""
@@ -138,7 +151,7 @@ class Codec:
 def _to_model(entry: _Entry, record: Any, raw: bytes) -> AvroModel:
     # Validating is cheaper than model_construct in pydantic 2 and also builds nested models.
     try:
-        return entry.model.model_validate(record)
+        return entry.validate(record)
     except ValueError as exc:
         raise FactDecodeError(f"malformed: {exc}", raw) from exc
 

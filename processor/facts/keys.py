@@ -83,3 +83,27 @@ def publication_prepared(topic: str) -> str:
 
 def publication_completed(topic: str) -> str:
     return f"publication/{topic}/completed"
+
+
+STOP = "stop"
+COMPENSATION = "compensation"
+
+
+def attempt_unknown(kind: str, segment: int, generation: int) -> str:
+    return f"{kind}/{segment}/generation/{generation}/unknown"
+
+
+def attempt_resolved(kind: str, segment: int, generation: int) -> str:
+    return f"{kind}/{segment}/generation/{generation}/resolved"
+
+
+def compensation_attempt(step: int, generation: int) -> str:
+    return f"compensate/{step}/generation/{generation}/started"
+
+
+def compensation_failed(step: int, generation: int) -> str:
+    return f"compensate/{step}/generation/{generation}/failed"
+
+
+def compensation_done(step: int) -> str:
+    return f"compensate/{step}/done"

@@ -15,22 +15,33 @@ from pydantic import BaseModel, ConfigDict
 __all__ = [
     "FACT_TYPES",
     "MESSAGE_TYPES",
+    "AttemptOutcomeUnknown",
+    "AttemptResolved",
     "AvroModel",
     "BoundaryCompletion",
     "BoundaryCompletionAdmitted",
     "BoundaryDispatchCompleted",
     "BoundaryInteractionDispatched",
     "BoundaryRequest",
+    "CancelRun",
     "CheckpointHandoff",
     "CommandReply",
+    "CompensationAttemptFailed",
+    "CompensationAttemptStarted",
+    "CompensationStarted",
+    "CompensationStepCompleted",
+    "CompensationStepSkipped",
     "ContinuationSegmentCreated",
     "DeadLetter",
     "FactHeader",
     "InteractionTimedOut",
     "Rejected",
+    "ResolveAttempt",
     "RetryScheduled",
     "RunFailed",
     "RunOutcome",
+    "RunStopRequested",
+    "RunStopped",
     "RunSubmitted",
     "RunSucceeded",
     "SegmentAttemptStarted",
@@ -70,6 +81,7 @@ class RunSubmitted(FactHeader):
     idempotency_key: str | None = None
     fingerprint: str | None = None
     submitted_ms: int
+    deadline_ms: int | None = None
 
 
 class SegmentAttemptStarted(FactHeader):
@@ -186,6 +198,70 @@ class RunFailed(FactHeader):
     error_type: str
     step: int
     attempts: int
+    recovery: str = "NotRequired"
+
+
+class RunStopRequested(FactHeader):
+    reason: str
+    detail: str
+
+
+class AttemptOutcomeUnknown(FactHeader):
+    kind: str
+    segment: int
+    attempt: int
+    generation: int
+    step: int
+
+
+class AttemptResolved(FactHeader):
+    kind: str
+    segment: int
+    attempt: int
+    generation: int
+    action: str
+    idempotency_key: str
+    fingerprint: str
+    output: bytes | None = None
+    error: str | None = None
+    response: str
+
+
+class CompensationStarted(FactHeader):
+    steps: tuple[int, ...]
+
+
+class CompensationAttemptStarted(FactHeader):
+    step: int
+    attempt: int
+    generation: int
+    expires_ms: int
+
+
+class CompensationStepCompleted(FactHeader):
+    step: int
+    attempt: int
+    generation: int
+
+
+class CompensationStepSkipped(FactHeader):
+    step: int
+    reason: str
+
+
+class CompensationAttemptFailed(FactHeader):
+    step: int
+    attempt: int
+    generation: int
+    error: str
+    error_type: str
+    retry_due_ms: int | None = None
+
+
+class RunStopped(FactHeader):
+    execution: str
+    recovery: str
+    detail: str
 
 
 FACT_TYPES: tuple[type[FactHeader], ...] = (
@@ -205,6 +281,15 @@ FACT_TYPES: tuple[type[FactHeader], ...] = (
     TerminalPublicationCompleted,
     RunSucceeded,
     RunFailed,
+    RunStopRequested,
+    AttemptOutcomeUnknown,
+    AttemptResolved,
+    CompensationStarted,
+    CompensationAttemptStarted,
+    CompensationStepCompleted,
+    CompensationStepSkipped,
+    CompensationAttemptFailed,
+    RunStopped,
 )
 
 
@@ -215,6 +300,27 @@ class SubmitRun(AvroModel):
     input: bytes
     idempotency_key: str | None = None
     submitted_ms: int
+    deadline_ms: int | None = None
+
+
+class CancelRun(AvroModel):
+    command_id: str
+    run_id: str
+    reason: str = ""
+    requested_ms: int
+
+
+class ResolveAttempt(AvroModel):
+    command_id: str
+    run_id: str
+    kind: str = "forward"
+    segment: int
+    attempt: int
+    generation: int
+    idempotency_key: str
+    action: str
+    output: bytes | None = None
+    error: str | None = None
 
 
 class WorkItem(AvroModel):
@@ -227,6 +333,7 @@ class WorkItem(AvroModel):
     first_step: int
     input: bytes
     expires_ms: int
+    kind: str = "forward"
 
 
 class StepOutput(AvroModel):
@@ -248,6 +355,7 @@ class SegmentResult(AvroModel):
     retryable: bool = True
     worker_id: str
     requests: tuple[bytes, ...] = ()
+    kind: str = "forward"
 
 
 class CommandReply(AvroModel):
@@ -256,6 +364,7 @@ class CommandReply(AvroModel):
     created: bool
     refusal: str | None = None
     detail: str | None = None
+    response: str | None = None
 
 
 class RunOutcome(AvroModel):
@@ -332,4 +441,6 @@ MESSAGE_TYPES: tuple[type[AvroModel], ...] = (
     BoundaryRequest,
     BoundaryCompletion,
     CheckpointHandoff,
+    CancelRun,
+    ResolveAttempt,
 )

@@ -1,57 +1,55 @@
 """Decide: from the run projection, one input and the time, to facts and messages.
 
 Pure: no I/O, no clock reads. Refusals are values (``Decision.refusal``), never
-exceptions, and a refused input changes nothing (except a late completion, which
-lets the timeout it lost to commit in the same decision).
+exceptions, and a refused input changes nothing (except where a deadline that
+already passed commits its consequence in the same decision).
+
+Entry points, one per kind of input: ``decide_submit``, ``decide_cancel`` and
+``decide_resolve`` (runs.commands), ``decide_result`` (segments.results),
+``decide_timer`` (the due-work index). Admission of boundary completions is in
+``processor.admission.admit``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
 
-from processor.admission import tokens
 from processor.facts import keys, payload
 from processor.facts.models import (
-    AvroModel,
-    BoundaryDispatchCompleted,
-    BoundaryInteractionDispatched,
-    BoundaryRequest,
-    CheckpointHandoff,
+    AttemptResolved,
+    CancelRun,
     CommandReply,
-    ContinuationSegmentCreated,
-    DeadLetter,
-    FactHeader,
-    InteractionTimedOut,
-    RetryScheduled,
-    RunFailed,
-    RunOutcome,
-    RunSubmitted,
-    RunSucceeded,
-    SegmentAttemptStarted,
+    ResolveAttempt,
     SegmentCompleted,
     SegmentFailed,
     SegmentResult,
-    SegmentSuspended,
-    StepCompleted,
     SubmitRun,
-    TerminalPublicationCompleted,
-    TerminalPublicationPrepared,
-    WorkItem,
 )
 from processor.facts.payload import InvalidPayloadError, canonical_json, derive_run_id
 from processor.facts.topics import TopicName
+from processor.model import control
+from processor.model.boundaries import apply_plan, suspend, timeout_interaction
+from processor.model.decision import (
+    Context,
+    Decision,
+    Emit,
+    FactMaker,
+    PipelineCatalog,
+    Publish,
+    TimerFired,
+)
 from processor.model.due import DueEntry
-from processor.model.pipeline_spec import AwaitSpec, PipelineSpec
-from processor.model.reduce import reduce
+from processor.model.pipeline_spec import PipelineSpec
 from processor.model.state import RunState
-from processor.runtime.continuation import (
-    FailParent,
-    Plan,
-    ReleaseItemized,
-    ReleaseScalar,
-    plan_continuation,
+from processor.model.transitions import (
+    finish_success,
+    publish,
+    segment_failed,
+    start_attempt,
+    start_run,
+    step_completed,
 )
 
 __all__ = [
@@ -63,136 +61,42 @@ __all__ = [
     "Publish",
     "TimerFired",
     "apply_plan",
+    "decide_cancel",
+    "decide_resolve",
     "decide_result",
     "decide_submit",
     "decide_timer",
+    "start_attempt",
     "start_run",
+    "timeout_interaction",
 ]
 
 ATTEMPT_TIMEOUT = "attempt_timeout"
+Reply = Callable[..., Emit]
 
 
-class PipelineCatalog(Protocol):
-    """The pipelines the processor knows, by name and version."""
-
-    def latest(self, name: str) -> PipelineSpec | None: ...
-
-    def get(self, name: str, version: int) -> PipelineSpec | None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Context:
-    """What every decision may depend on besides the run: pipelines, time, token secret."""
-
-    catalog: PipelineCatalog
-    now: int
-    secret: bytes = b""
-
-
-@dataclass(frozen=True, slots=True)
-class TimerFired:
-    """A due-work row whose time has come."""
-
-    entry: DueEntry
-
-    @property
-    def cause_id(self) -> str:
-        e = self.entry
-        return f"timer/{e.kind}/{e.run_id}/{e.scope}/{e.ordinal}"
-
-
-@dataclass(frozen=True, slots=True)
-class Emit:
-    """A message to produce in the same transaction as the facts."""
-
-    topic: TopicName
-    key: str
-    value: AvroModel
-
-
-@dataclass(frozen=True, slots=True)
-class Publish:
-    """An external effect performed and confirmed *before* the decision commits.
-
-    Terminal publication: a crash after it and before the commit publishes again
-    with the same idempotency key.
-    """
-
-    topic: str | TopicName
-    key: str
-    value: bytes
-    headers: tuple[tuple[str, bytes], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """What one input did: facts to append against ``expected_version``, messages to send."""
-
-    expected_version: int = 0
-    facts: tuple[FactHeader, ...] = ()
-    emits: tuple[Emit, ...] = ()
-    refusal: str | None = None
-    detail: str = ""
-    effects: tuple[Publish, ...] = ()
-
-    @staticmethod
-    def refuse(reason: str, detail: str, *emits: Emit) -> Decision:
-        return Decision(refusal=reason, detail=detail, emits=emits)
-
-
-@dataclass
-class FactMaker:
-    """Stamps facts with the run id, the next sequence numbers, time and cause.
-
-    It also folds them, so later decisions in the same input see earlier ones.
-    """
-
-    state: RunState | None
-    run_id: str
-    now: int
-    cause_id: str
-    facts: list[FactHeader] = field(default_factory=list)
-    emits: list[Emit] = field(default_factory=list)
-    effects: list[Publish] = field(default_factory=list)
-    _folded: RunState | None = None
-
-    def __post_init__(self) -> None:
-        self._folded = self.state
-
-    @property
-    def base_version(self) -> int:
-        return self.state.version if self.state is not None else 0
-
-    @property
-    def current(self) -> RunState:
-        """The run with every fact added so far folded in."""
-        assert self._folded is not None, "facts before RunSubmitted"
-        return self._folded
-
-    def add(self, fact_type: type[FactHeader], fact_key: str, **body: Any) -> None:
-        fact = fact_type(
-            run_id=self.run_id,
-            seq=self.base_version + len(self.facts) + 1,
-            fact_key=fact_key,
-            time_ms=self.now,
-            cause_id=self.cause_id,
-            **body,
+def _replier(command_id: str, run_id: str) -> Reply:
+    def reply(
+        created: bool,
+        refusal: str | None = None,
+        detail: str | None = None,
+        response: str | None = None,
+    ) -> Emit:
+        value = CommandReply(
+            command_id=command_id,
+            run_id=run_id,
+            created=created,
+            refusal=refusal,
+            detail=detail,
+            response=response,
         )
-        self.facts.append(fact)
-        self._folded = reduce(self._folded, fact)
+        return Emit(TopicName.REPLIES, run_id, value)
 
-    def emit(self, topic: TopicName, value: AvroModel) -> None:
-        self.emits.append(Emit(topic, self.run_id, value))
+    return reply
 
-    def decision(self, refusal: str | None = None, detail: str = "") -> Decision:
-        return Decision(
-            self.base_version,
-            tuple(self.facts),
-            tuple(self.emits),
-            refusal,
-            detail,
-            tuple(self.effects),
-        )
+
+def _refuse(reply: Reply, reason: str, detail: str) -> Decision:
+    return Decision.refuse(reason, detail, reply(False, reason, detail))
 
 
 # --- submit -------------------------------------------------------------------------------
@@ -200,23 +104,20 @@ class FactMaker:
 
 def decide_submit(command: SubmitRun, existing: RunState | None, ctx: Context) -> Decision:
     """Accept a new run, return the original one for an identical keyed retry, or refuse."""
-    reply = _replier(command)
+    reply = _replier(command.command_id, command.run_id)
     spec = ctx.catalog.latest(command.pipeline)
     if spec is None:
-        detail = f"no pipeline named {command.pipeline!r}"
-        return Decision.refuse("unknown_pipeline", detail, reply(False, "unknown_pipeline", detail))
+        return _refuse(reply, "unknown_pipeline", f"no pipeline named {command.pipeline!r}")
     try:
         canonical_input = canonical_json(command.input)
     except InvalidPayloadError as exc:
-        return Decision.refuse("invalid_input", str(exc), reply(False, "invalid_input", str(exc)))
+        return _refuse(reply, "invalid_input", str(exc))
     fingerprint = None
     if command.idempotency_key is not None:
         if command.run_id != derive_run_id(command.idempotency_key):
             detail = "run_id must be derived from the idempotency key (processor.facts.payload)"
-            return Decision.refuse(
-                "invalid_command", detail, reply(False, "invalid_command", detail)
-            )
-        fingerprint = payload.submit_fingerprint(command.pipeline, canonical_input)
+            return _refuse(reply, "invalid_command", detail)
+        fingerprint = _submit_fingerprint(command, canonical_input)
     if existing is not None:
         return _resubmitted(command, existing, fingerprint, reply)
     maker = FactMaker(None, command.run_id, ctx.now, command.command_id)
@@ -227,6 +128,7 @@ def decide_submit(command: SubmitRun, existing: RunState | None, ctx: Context) -
         idempotency_key=command.idempotency_key,
         fingerprint=fingerprint,
         submitted_ms=command.submitted_ms,
+        deadline_ms=command.deadline_ms,
     )
     start_attempt(
         maker, spec, segment=1, attempt=1, generation=1, first_step=0, input=canonical_input
@@ -235,32 +137,15 @@ def decide_submit(command: SubmitRun, existing: RunState | None, ctx: Context) -
     return maker.decision()
 
 
-def start_run(
-    maker: FactMaker,
-    spec: PipelineSpec,
-    *,
-    canonical_input: bytes,
-    idempotency_key: str | None,
-    fingerprint: str | None,
-    submitted_ms: int,
-) -> None:
-    maker.add(
-        RunSubmitted,
-        keys.SUBMITTED,
-        pipeline=spec.name,
-        pipeline_version=spec.version,
-        input=canonical_input,
-        idempotency_key=idempotency_key,
-        fingerprint=fingerprint,
-        submitted_ms=submitted_ms,
-    )
+def _submit_fingerprint(command: SubmitRun, canonical_input: bytes) -> str:
+    if command.deadline_ms is None:
+        return payload.submit_fingerprint(command.pipeline, canonical_input)
+    fields = canonical_input + b"\x00deadline_ms=" + str(command.deadline_ms).encode()
+    return payload.submit_fingerprint(command.pipeline, fields)
 
 
 def _resubmitted(
-    command: SubmitRun,
-    existing: RunState,
-    fingerprint: str | None,
-    reply: Callable[..., Emit],
+    command: SubmitRun, existing: RunState, fingerprint: str | None, reply: Reply
 ) -> Decision:
     if command.idempotency_key is not None and existing.fingerprint == fingerprint:
         return Decision(emits=(reply(False),))
@@ -268,25 +153,225 @@ def _resubmitted(
         return Decision(emits=(reply(False),))  # the same command delivered again
     if command.idempotency_key is not None:
         detail = f"idempotency key {command.idempotency_key!r} was used with different fields"
-        return Decision.refuse(
-            "idempotency_conflict", detail, reply(False, "idempotency_conflict", detail)
+        return _refuse(reply, "idempotency_conflict", detail)
+    return _refuse(reply, "run_exists", f"run {command.run_id} already exists")
+
+
+# --- cancel -------------------------------------------------------------------------------
+
+
+def decide_cancel(command: CancelRun, state: RunState | None, ctx: Context) -> Decision:
+    """Commit Cancelled stop intent once; a repeat, or a later stop reason, changes nothing."""
+    reply = _replier(command.command_id, command.run_id)
+    if state is None:
+        return _refuse(reply, "unknown_run", f"no run {command.run_id}")
+    if state.terminal or state.phase == "publishing":
+        return _refuse(reply, "run_terminal", f"run {state.run_id} is already {state.status}")
+    spec = ctx.catalog.get(state.pipeline, state.pipeline_version)
+    if spec is None:
+        return _refuse(reply, "unknown_pipeline", f"pipeline {state.pipeline!r} is not loaded")
+    maker = FactMaker(state, state.run_id, ctx.now, command.command_id)
+    control.deadline_first(maker)
+    current = maker.current
+    if current.stop_reason is not None:
+        control.settle_stop(maker, spec)
+        detail = f"run is already stopping: {current.stop_reason}"
+        maker.emits.append(reply(False, None, detail, _response(state, stop=current.stop_reason)))
+        return maker.decision()
+    control.request_stop(maker, spec, "cancelled", command.reason or "cancelled by operator")
+    maker.emits.append(reply(True, None, None, _response(state, stop="cancelled")))
+    return maker.decision()
+
+
+def _response(state: RunState, **fields: object) -> str:
+    return json.dumps({"run_id": state.run_id, **fields}, sort_keys=True)
+
+
+# --- operator resolution ------------------------------------------------------------------
+
+
+def decide_resolve(command: ResolveAttempt, state: RunState | None, ctx: Context) -> Decision:
+    """Settle an Unknown attempt: supplied success, declared failure or explicit retry.
+
+    Refusals in a fixed order: the request itself, the recorded key, the exact
+    attempt and generation, then the deadline policy.
+    """
+    reply = _replier(command.command_id, command.run_id)
+    problem, output = _request_problem(command)
+    if problem:
+        return _refuse(reply, "invalid_request", problem)
+    if state is None:
+        return _refuse(reply, "unknown_run", f"no run {command.run_id}")
+    fingerprint = _resolution_fingerprint(command, output)
+    recorded = state.resolutions.get(command.idempotency_key)
+    if recorded is not None:
+        if recorded.fingerprint == fingerprint:
+            return Decision(emits=(reply(False, None, "already applied", recorded.response),))
+        detail = f"key {command.idempotency_key!r} was used for another command"
+        return _refuse(reply, "idempotency_conflict", detail)
+    unknown = state.unknown
+    named = (command.kind, command.segment, command.attempt, command.generation)
+    if (
+        unknown is None
+        or state.terminal
+        or (unknown.kind, unknown.segment, unknown.attempt, unknown.generation) != named
+    ):
+        return _refuse(reply, "stale_attempt", "no unresolved attempt with that generation")
+    spec = ctx.catalog.get(state.pipeline, state.pipeline_version)
+    if spec is None:
+        return _refuse(reply, "unknown_pipeline", f"pipeline {state.pipeline!r} is not loaded")
+    if command.action == "retry" and command.kind == "forward":
+        if state.stop_reason == "cancelled":
+            return _refuse(reply, "retry_forbidden", "the run was cancelled")
+        deadline_passed = state.deadline_ms is not None and ctx.now >= state.deadline_ms
+        if state.stop_reason == "timed_out" or deadline_passed:
+            return _refuse(reply, "deadline_elapsed", "the run deadline has passed")
+        if state.stop_reason is not None:
+            return _refuse(reply, "retry_forbidden", f"the run is stopping: {state.stop_reason}")
+    maker = FactMaker(state, state.run_id, ctx.now, command.command_id)
+    if command.kind == "forward":
+        control.deadline_first(maker)
+    response = _response(
+        state,
+        action=command.action,
+        kind=command.kind,
+        segment=command.segment,
+        generation=command.generation,
+    )
+    maker.add(
+        AttemptResolved,
+        keys.attempt_resolved(command.kind, command.segment, command.generation),
+        kind=command.kind,
+        segment=command.segment,
+        attempt=command.attempt,
+        generation=command.generation,
+        action=command.action,
+        idempotency_key=command.idempotency_key,
+        fingerprint=fingerprint,
+        output=output,
+        error=command.error,
+        response=response,
+    )
+    if command.kind == "forward":
+        _resolve_forward(maker, spec, command, output)
+    else:
+        _resolve_compensation(maker, spec, command)
+    maker.emits.append(reply(True, None, None, response))
+    return maker.decision()
+
+
+def _request_problem(command: ResolveAttempt) -> tuple[str, bytes | None]:
+    if command.kind not in ("forward", "compensate"):
+        return f"kind must be forward or compensate, got {command.kind!r}", None
+    if command.action not in ("succeed", "fail", "retry"):
+        return f"action must be succeed, fail or retry, got {command.action!r}", None
+    if not command.idempotency_key:
+        return "an idempotency key is required", None
+    if (command.output is not None) != (command.action == "succeed"):
+        return "exactly one command: succeed carries an output, fail an error, retry nothing", None
+    if (command.error is not None) != (command.action == "fail"):
+        return "exactly one command: succeed carries an output, fail an error, retry nothing", None
+    if command.output is None:
+        return "", None
+    try:
+        return "", canonical_json(command.output)
+    except InvalidPayloadError as exc:
+        return f"output: {exc}", None
+
+
+def _resolution_fingerprint(command: ResolveAttempt, output: bytes | None) -> str:
+    digest = hashlib.sha256()
+    fields = (
+        command.kind,
+        str(command.segment),
+        str(command.attempt),
+        str(command.generation),
+        command.action,
+        (output or b"").decode(),
+        command.error or "",
+    )
+    for part in fields:
+        raw = part.encode()
+        digest.update(len(raw).to_bytes(8, "big"))
+        digest.update(raw)
+    return "v1:" + digest.hexdigest()
+
+
+def _resolve_forward(
+    maker: FactMaker, spec: PipelineSpec, command: ResolveAttempt, output: bytes | None
+) -> None:
+    state = maker.current
+    unknown_step = state.next_step
+    if command.action == "succeed":
+        assert output is not None
+        step_completed(maker, state, unknown_step, output)
+        if maker.current.stopping:
+            control.settle_stop(maker, spec)
+        else:
+            _continue_after(maker, spec, unknown_step, output)
+    elif command.action == "fail":
+        segment_failed(
+            maker,
+            spec,
+            step=unknown_step,
+            error=command.error or "declared failure",
+            error_type="DeclaredFailure",
+            retryable=False,
         )
-    detail = f"run {command.run_id} already exists"
-    return Decision.refuse("run_exists", detail, reply(False, "run_exists", detail))
-
-
-def _replier(command: SubmitRun) -> Callable[..., Emit]:
-    def reply(created: bool, refusal: str | None = None, detail: str | None = None) -> Emit:
-        value = CommandReply(
-            command_id=command.command_id,
-            run_id=command.run_id,
-            created=created,
-            refusal=refusal,
-            detail=detail,
+    else:  # explicit retry: generation G+1; G can never commit again
+        start_attempt(
+            maker,
+            spec,
+            segment=state.segment,
+            attempt=state.attempt,
+            generation=state.generation + 1,
+            first_step=unknown_step,
+            input=state.last_output,
         )
-        return Emit(TopicName.REPLIES, command.run_id, value)
 
-    return reply
+
+def _continue_after(maker: FactMaker, spec: PipelineSpec, step: int, output: bytes) -> None:
+    state = maker.current
+    if step == spec.last_step:
+        maker.add(
+            SegmentCompleted,
+            keys.segment_completed(state.segment),
+            segment=state.segment,
+            attempt=state.attempt,
+            generation=state.generation,
+            last_step=step,
+        )
+        finish_success(maker, spec)
+        return
+    start_attempt(
+        maker,
+        spec,
+        segment=state.segment,
+        attempt=state.attempt + 1,
+        generation=state.generation + 1,
+        first_step=step + 1,
+        input=output,
+    )
+
+
+def _resolve_compensation(maker: FactMaker, spec: PipelineSpec, command: ResolveAttempt) -> None:
+    step = command.segment
+    if command.action == "succeed":
+        control.compensation_succeeded(maker, spec, step)
+    elif command.action == "fail":
+        error = command.error or "declared failure"
+        control.compensation_failed(
+            maker, spec, step=step, error=error, error_type="DeclaredFailure", retryable=False
+        )
+    else:  # recovery has its own attempts; the forward deadline does not apply
+        state = maker.current
+        control.start_compensation(
+            maker,
+            spec,
+            step=step,
+            attempt=state.compensation_attempt,
+            generation=command.generation + 1,
+        )
 
 
 # --- worker results -----------------------------------------------------------------------
@@ -296,18 +381,10 @@ def decide_result(result: SegmentResult, state: RunState | None, ctx: Context) -
     """Accept the current attempt's result; refuse stale or malformed ones untouched."""
     if state is None:
         return Decision.refuse("unknown_run", f"no run {result.run_id}")
-    if (
-        state.terminal
-        or state.phase != "dispatched"
-        or (result.segment, result.attempt, result.generation)
-        != (state.segment, state.attempt, state.generation)
-    ):
-        detail = (
-            f"result for segment {result.segment} attempt {result.attempt} generation "
-            f"{result.generation}; run is {state.status}, phase {state.phase}, segment "
-            f"{state.segment} attempt {state.attempt} generation {state.generation}"
-        )
-        return Decision.refuse("stale_attempt", detail)
+    if result.kind == "compensate":
+        return _compensation_result(result, state, ctx)
+    if state.terminal or not _is_current(result, state):
+        return Decision.refuse("stale_attempt", _stale_detail(result, state))
     spec = ctx.catalog.get(state.pipeline, state.pipeline_version)
     if spec is None:
         detail = f"pipeline {state.pipeline!r} version {state.pipeline_version} is not loaded"
@@ -316,23 +393,19 @@ def decide_result(result: SegmentResult, state: RunState | None, ctx: Context) -
     if problem:
         return Decision.refuse("malformed_result", problem)
     maker = FactMaker(state, state.run_id, ctx.now, result.result_id)
+    control.deadline_first(maker)
     for done in result.steps:
-        _step_completed(maker, state, done.step, done.output)
-    if result.outcome == "completed":
-        maker.add(
-            SegmentCompleted,
-            keys.segment_completed(state.segment),
-            segment=state.segment,
-            attempt=state.attempt,
-            generation=state.generation,
-            last_step=spec.last_step,
-        )
+        step_completed(maker, state, done.step, done.output)
+    if maker.current.stopping:
+        _settle_under_stop(maker, spec, result)
+    elif result.outcome == "completed":
+        _segment_completed(maker, spec)
         finish_success(maker, spec)
     elif result.outcome == "suspended":
-        _suspend(maker, spec, result, ctx)
+        suspend(maker, spec, result, ctx)
     else:
-        step = result.failed_step if result.failed_step is not None else state.next_step
-        _segment_failed(
+        step = result.failed_step if result.failed_step is not None else maker.current.next_step
+        segment_failed(
             maker,
             spec,
             step=step,
@@ -343,16 +416,102 @@ def decide_result(result: SegmentResult, state: RunState | None, ctx: Context) -
     return maker.decision()
 
 
-def _step_completed(maker: FactMaker, state: RunState, step: int, output: bytes) -> None:
+def _is_current(result: SegmentResult, state: RunState) -> bool:
+    named = (result.segment, result.attempt, result.generation)
+    if state.phase == "dispatched":
+        return named == (state.segment, state.attempt, state.generation)
+    unknown = state.unknown
+    if state.phase == "unknown" and unknown is not None and unknown.kind == "forward":
+        return named == (unknown.segment, unknown.attempt, unknown.generation)  # a late result
+    return False
+
+
+def _stale_detail(result: SegmentResult, state: RunState) -> str:
+    return (
+        f"result for segment {result.segment} attempt {result.attempt} generation "
+        f"{result.generation}; run is {state.status}, phase {state.phase}, segment "
+        f"{state.segment} attempt {state.attempt} generation {state.generation}"
+    )
+
+
+def _segment_completed(maker: FactMaker, spec: PipelineSpec, last_step: int | None = None) -> None:
+    state = maker.current
     maker.add(
-        StepCompleted,
-        keys.step_completed(step),
+        SegmentCompleted,
+        keys.segment_completed(state.segment),
         segment=state.segment,
         attempt=state.attempt,
         generation=state.generation,
-        step=step,
-        output=output,
+        last_step=spec.last_step if last_step is None else last_step,
     )
+
+
+def _settle_under_stop(maker: FactMaker, spec: PipelineSpec, result: SegmentResult) -> None:
+    """The running attempt settles: its completed steps count, nothing new starts."""
+    state = maker.current
+    if result.outcome == "failed":
+        step = result.failed_step if result.failed_step is not None else state.next_step
+        maker.add(
+            SegmentFailed,
+            keys.attempt_failed(state.segment, state.generation),
+            segment=state.segment,
+            attempt=state.attempt,
+            generation=state.generation,
+            step=step,
+            error=result.error or "",
+            error_type=result.error_type or "Error",
+            retryable=False,
+        )
+    else:
+        _segment_completed(maker, spec, last_step=max(state.next_step - 1, 0))
+    control.settle_stop(maker, spec)
+
+
+def _compensation_result(result: SegmentResult, state: RunState, ctx: Context) -> Decision:
+    unknown = state.unknown
+    named = (result.segment, result.attempt, result.generation)
+    running = state.phase == "compensating" and named == (
+        state.compensating_step,
+        state.compensation_attempt,
+        state.compensation_generation,
+    )
+    late = (
+        state.phase == "unknown"
+        and unknown is not None
+        and unknown.kind == "compensate"
+        and named == (unknown.segment, unknown.attempt, unknown.generation)
+    )
+    if state.terminal or not (running or late):
+        return Decision.refuse("stale_attempt", _stale_detail(result, state))
+    spec = ctx.catalog.get(state.pipeline, state.pipeline_version)
+    if spec is None:
+        return Decision.refuse("unknown_pipeline", f"pipeline {state.pipeline!r} is not loaded")
+    maker = FactMaker(state, state.run_id, ctx.now, result.result_id)
+    if late:  # the compensator's own result settles its Unknown attempt
+        maker.add(
+            AttemptResolved,
+            keys.attempt_resolved("compensate", result.segment, result.generation),
+            kind="compensate",
+            segment=result.segment,
+            attempt=result.attempt,
+            generation=result.generation,
+            action="worker_result",
+            idempotency_key=f"worker/{result.result_id}",
+            fingerprint="worker",
+            response=_response(state, action="worker_result"),
+        )
+    if result.outcome == "completed":
+        control.compensation_succeeded(maker, spec, result.segment)
+    else:
+        control.compensation_failed(
+            maker,
+            spec,
+            step=result.segment,
+            error=result.error or "",
+            error_type=result.error_type or "Error",
+            retryable=result.retryable,
+        )
+    return maker.decision()
 
 
 def _result_problem(result: SegmentResult, state: RunState, spec: PipelineSpec) -> str:
@@ -393,238 +552,6 @@ def _suspension_problem(result: SegmentResult, spec: PipelineSpec, reached: int,
     return ""
 
 
-def _segment_failed(
-    maker: FactMaker,
-    spec: PipelineSpec,
-    *,
-    step: int,
-    error: str,
-    error_type: str,
-    retryable: bool,
-) -> None:
-    state = maker.current
-    maker.add(
-        SegmentFailed,
-        keys.attempt_failed(state.segment, state.generation),
-        segment=state.segment,
-        attempt=state.attempt,
-        generation=state.generation,
-        step=step,
-        error=error,
-        error_type=error_type,
-        retryable=retryable,
-    )
-    attempts_made = state.step_attempts
-    policy = spec.steps[step].retry
-    if retryable and policy.allows_another(attempts_made):
-        maker.add(
-            RetryScheduled,
-            keys.retry_scheduled(state.segment, state.generation),
-            segment=state.segment,
-            attempt=state.attempt + 1,
-            due_ms=maker.now + policy.backoff_ms(attempts_made),
-        )
-        return
-    fail_run(maker, step=step, attempts=attempts_made, error=error, error_type=error_type)
-
-
-def fail_run(maker: FactMaker, *, step: int, attempts: int, error: str, error_type: str) -> None:
-    """RunFailed, a dead letter on runs.dlq and the outcome on runs.results."""
-    state = maker.current
-    maker.add(
-        RunFailed, keys.TERMINAL, error=error, error_type=error_type, step=step, attempts=attempts
-    )
-    maker.emit(
-        TopicName.DLQ,
-        DeadLetter(
-            run_id=state.run_id,
-            pipeline=state.pipeline,
-            pipeline_version=state.pipeline_version,
-            input=state.input,
-            step=step,
-            attempts=attempts,
-            error=error,
-            error_type=error_type,
-            failed_ms=maker.now,
-        ),
-    )
-    maker.emit(
-        TopicName.OUTCOMES,
-        RunOutcome(
-            run_id=state.run_id,
-            pipeline=state.pipeline,
-            status="failed",
-            error=error,
-            submitted_ms=state.submitted_ms,
-            finished_ms=maker.now,
-        ),
-    )
-
-
-def finish_success(maker: FactMaker, spec: PipelineSpec) -> None:
-    """Succeed now, or prepare the terminal publication first when the pipeline has one."""
-    state = maker.current
-    targets = _publication_targets(spec)
-    if targets:
-        key = f"{state.run_id}/terminal"
-        for topic in targets:
-            maker.add(
-                TerminalPublicationPrepared,
-                keys.publication_prepared(topic),
-                topic=topic,
-                idempotency_key=key,
-            )
-        return
-    _succeed(maker)
-
-
-def _succeed(maker: FactMaker) -> None:
-    state = maker.current
-    maker.add(RunSucceeded, keys.TERMINAL, result=state.last_output)
-    maker.emit(
-        TopicName.OUTCOMES,
-        RunOutcome(
-            run_id=state.run_id,
-            pipeline=state.pipeline,
-            status="succeeded",
-            result=state.last_output,
-            submitted_ms=state.submitted_ms,
-            finished_ms=maker.now,
-        ),
-    )
-
-
-def _publication_targets(spec: PipelineSpec) -> list[str]:
-    targets = []
-    if spec.output_topic:
-        targets.append(spec.output_topic)
-    if spec.checkpoint is not None:
-        targets.append(TopicName.CHECKPOINTS.value)
-    return targets
-
-
-# --- boundaries ---------------------------------------------------------------------------
-
-
-def _suspend(maker: FactMaker, spec: PipelineSpec, result: SegmentResult, ctx: Context) -> None:
-    state = maker.current
-    step = state.next_step
-    awaits = spec.steps[step].awaits
-    assert awaits is not None
-    boundary = state.segment
-    items = 1 if awaits.kind == "checkpoint" else len(result.requests)
-    maker.add(
-        SegmentSuspended,
-        keys.boundary_suspended(boundary),
-        segment=state.segment,
-        attempt=state.attempt,
-        generation=state.generation,
-        step=step,
-        boundary=boundary,
-        kind=awaits.kind,
-        target=awaits.target,
-        itemized=awaits.itemized,
-        items=items,
-        on_timeout=awaits.on_timeout,
-    )
-    requests = result.requests if awaits.kind == "await" else (b"",)
-    for index, request in enumerate(requests):
-        _dispatch_interaction(maker, awaits, ctx, boundary=boundary, index=index, request=request)
-    maker.add(
-        BoundaryDispatchCompleted,
-        keys.boundary_dispatched(boundary),
-        boundary=boundary,
-        interactions=items,
-    )
-    apply_plan(maker, spec, plan_continuation(maker.current))
-
-
-def _dispatch_interaction(
-    maker: FactMaker, awaits: AwaitSpec, ctx: Context, *, boundary: int, index: int, request: bytes
-) -> None:
-    state = maker.current
-    interaction = keys.interaction_id(boundary, index)
-    token = tokens.sign(
-        ctx.secret, tokens.TokenClaims(state.run_id, boundary, interaction, state.generation)
-    )
-    deadline = maker.now + awaits.timeout_ms
-    canonical = canonical_json(request) if request else b""
-    maker.add(
-        BoundaryInteractionDispatched,
-        keys.interaction_dispatched(interaction),
-        boundary=boundary,
-        interaction=interaction,
-        item_index=index,
-        target=awaits.target,
-        request=canonical,
-        deadline_ms=deadline,
-        token_digest=tokens.digest(token),
-        epoch=state.generation,
-    )
-    if awaits.kind == "await":
-        maker.emit(
-            TopicName.REQUESTS,
-            BoundaryRequest(
-                run_id=state.run_id,
-                boundary=boundary,
-                interaction=interaction,
-                item_index=index,
-                target=awaits.target,
-                request=canonical,
-                deadline_ms=deadline,
-                resume_token=token,
-            ),
-        )
-
-
-def apply_plan(maker: FactMaker, spec: PipelineSpec, plan: Plan) -> None:
-    """Turn a continuation plan into facts: release, fail, or keep waiting."""
-    if isinstance(plan, ReleaseScalar | ReleaseItemized):
-        _release(maker, spec, plan.input)
-    elif isinstance(plan, FailParent):
-        state = maker.current
-        step = state.boundary_step if state.boundary_step is not None else state.next_step
-        fail_run(maker, step=step, attempts=1, error=plan.error, error_type=plan.error_type)
-
-
-def _release(maker: FactMaker, spec: PipelineSpec, released: bytes) -> None:
-    """The await step completes with the boundary's output; the next segment begins."""
-    state = maker.current
-    await_step = state.boundary_step
-    assert await_step is not None
-    _step_completed(maker, state, await_step, released)
-    next_step = await_step + 1
-    if next_step > spec.last_step:
-        finish_success(maker, spec)
-        return
-    segment = state.segment + 1
-    maker.add(
-        ContinuationSegmentCreated,
-        keys.boundary_continued(state.boundary),
-        boundary=state.boundary,
-        segment=segment,
-        first_step=next_step,
-        input=released,
-    )
-    start_attempt(
-        maker, spec, segment=segment, attempt=1, generation=1, first_step=next_step, input=released
-    )
-
-
-def timeout_interaction(maker: FactMaker, spec: PipelineSpec, interaction_id: str) -> None:
-    """InteractionTimedOut for an open interaction, then whatever the boundary does next."""
-    interaction = maker.current.interactions[interaction_id]
-    maker.add(
-        InteractionTimedOut,
-        keys.interaction_timed_out(interaction_id),
-        boundary=interaction.boundary,
-        interaction=interaction_id,
-        item_index=interaction.item_index,
-        deadline_ms=interaction.deadline_ms,
-    )
-    apply_plan(maker, spec, plan_continuation(maker.current))
-
-
 # --- timers -------------------------------------------------------------------------------
 
 
@@ -637,14 +564,23 @@ def decide_timer(timer: TimerFired, state: RunState | None, ctx: Context) -> Dec
     if spec is None:
         return Decision()  # kept due: it fires again once the pipeline version is loaded
     maker = FactMaker(state, state.run_id, ctx.now, timer.cause_id)
+    if entry.kind == "publication":
+        if state.phase == "publishing":
+            publish(maker, spec)
+        return maker.decision()
+    control.deadline_first(maker)
     if entry.kind == "attempt_timeout":
         _attempt_timed_out(maker, spec, entry)
-    elif entry.kind == "retry":
-        _retry_due(maker, spec, entry)
-    elif entry.kind == "interaction_timeout":
-        _interaction_due(maker, spec, keys.interaction_id(entry.scope, entry.ordinal))
-    elif entry.kind == "publication" and state.phase == "publishing":
-        _publish(maker, spec)
+    elif entry.kind == "compensation_timeout":
+        _compensation_timed_out(maker, entry)
+    elif entry.kind == "compensation_retry":
+        _compensation_retry_due(maker, spec, entry)
+    elif not maker.current.stopping:
+        if entry.kind == "retry":
+            _retry_due(maker, spec, entry)
+        elif entry.kind == "interaction_timeout":
+            _interaction_due(maker, spec, keys.interaction_id(entry.scope, entry.ordinal))
+    control.settle_stop(maker, spec)
     return maker.decision()
 
 
@@ -663,9 +599,24 @@ def _attempt_timed_out(maker: FactMaker, spec: PipelineSpec, entry: DueEntry) ->
         return
     if state.attempt_expires_ms is None or maker.now < state.attempt_expires_ms:
         return
+    if spec.segment_effectful(state.next_step):
+        control.mark_unknown(
+            maker,
+            kind="forward",
+            segment=state.segment,
+            attempt=state.attempt,
+            generation=state.generation,
+            step=state.next_step,
+        )
+        return
     error = f"attempt {state.attempt} produced no result before its deadline (worker lost?)"
-    _segment_failed(
-        maker, spec, step=state.next_step, error=error, error_type=ATTEMPT_TIMEOUT, retryable=True
+    segment_failed(
+        maker,
+        spec,
+        step=state.next_step,
+        error=error,
+        error_type=ATTEMPT_TIMEOUT,
+        retryable=True,
     )
 
 
@@ -686,87 +637,37 @@ def _retry_due(maker: FactMaker, spec: PipelineSpec, entry: DueEntry) -> None:
     )
 
 
-def _publish(maker: FactMaker, spec: PipelineSpec) -> None:
-    """Publish the result to every prepared target, then record completion and succeed.
-
-    A target already Completed is skipped; one only Prepared is published again
-    with the same deterministic key.
-    """
+def _compensation_timed_out(maker: FactMaker, entry: DueEntry) -> None:
+    """A lost compensator attempt becomes Unknown and stops the unwind for an operator."""
     state = maker.current
-    key = state.publication_key or f"{state.run_id}/terminal"
-    headers = (
-        ("idempotency-key", key.encode()),
-        ("run-id", state.run_id.encode()),
-        ("content-type", b"application/json"),
+    if state.phase != "compensating" or state.compensation_generation != entry.ordinal:
+        return
+    if state.compensation_expires_ms is None or maker.now < state.compensation_expires_ms:
+        return
+    step = state.compensating_step
+    assert step is not None
+    control.mark_unknown(
+        maker,
+        kind="compensate",
+        segment=step,
+        attempt=state.compensation_attempt,
+        generation=state.compensation_generation,
+        step=step,
     )
-    for topic, status in sorted(state.publications.items()):
-        if status == "completed":
-            continue
-        if topic == TopicName.CHECKPOINTS.value and spec.checkpoint is not None:
-            maker.effects.append(_checkpoint_publication(state, spec, key, headers))
-        else:
-            maker.effects.append(Publish(topic, state.run_id, state.last_output, headers))
-        maker.add(
-            TerminalPublicationCompleted,
-            keys.publication_completed(topic),
-            topic=topic,
-            idempotency_key=key,
-        )
-    _succeed(maker)
 
 
-def _checkpoint_publication(
-    state: RunState, spec: PipelineSpec, key: str, headers: tuple[tuple[str, bytes], ...]
-) -> Publish:
-    from processor.facts.codec import encode
-
-    assert spec.checkpoint is not None
-    target = spec.checkpoint.target
-    handoff_key = f"{state.run_id}/checkpoint/{spec.checkpoint.name}"
-    target_run = (
-        target.removeprefix("run:") if target.startswith("run:") else derive_run_id(handoff_key)
-    )
-    handoff = CheckpointHandoff(
-        source_run_id=state.run_id,
-        checkpoint=spec.checkpoint.name,
-        target=target,
-        idempotency_key=handoff_key,
-        payload=state.last_output,
-    )
-    return Publish(TopicName.CHECKPOINTS, target_run, encode(handoff), headers)
-
-
-def start_attempt(
-    maker: FactMaker,
-    spec: PipelineSpec,
-    *,
-    segment: int,
-    attempt: int,
-    generation: int,
-    first_step: int,
-    input: bytes,
-) -> None:
-    expires_ms = maker.now + spec.segment_timeout_ms(first_step)
-    maker.add(
-        SegmentAttemptStarted,
-        keys.attempt_started(segment, generation),
-        segment=segment,
-        attempt=attempt,
-        generation=generation,
-        first_step=first_step,
-        expires_ms=expires_ms,
-    )
-    maker.emit(
-        TopicName.WORK,
-        WorkItem(
-            run_id=maker.run_id,
-            pipeline=spec.name,
-            pipeline_version=spec.version,
-            segment=segment,
-            attempt=attempt,
-            generation=generation,
-            first_step=first_step,
-            input=input,
-            expires_ms=expires_ms,
-        ),
+def _compensation_retry_due(maker: FactMaker, spec: PipelineSpec, entry: DueEntry) -> None:
+    state = maker.current
+    if state.phase != "compensation_retry_wait" or state.compensation_generation != entry.ordinal:
+        return
+    if state.compensation_retry_due_ms is None or maker.now < state.compensation_retry_due_ms:
+        return
+    step = state.compensating_step
+    assert step is not None
+    control.start_compensation(
+        maker,
+        spec,
+        step=step,
+        attempt=state.compensation_attempt + 1,
+        generation=state.compensation_generation + 1,
     )

@@ -9,7 +9,15 @@ from processor.model.state import RunState
 
 __all__ = ["DueEntry", "TimerKind", "due_entries"]
 
-TimerKind = Literal["attempt_timeout", "retry", "interaction_timeout", "publication"]
+TimerKind = Literal[
+    "attempt_timeout",
+    "retry",
+    "interaction_timeout",
+    "publication",
+    "run_deadline",
+    "compensation_timeout",
+    "compensation_retry",
+]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -31,7 +39,22 @@ def due_entries(state: RunState | None) -> frozenset[DueEntry]:
     """Every timer the run currently waits on (none once terminal)."""
     if state is None or state.terminal:
         return frozenset()
+    deadline: frozenset[DueEntry] = frozenset()
+    if state.deadline_ms is not None and state.stop_reason is None:
+        deadline = frozenset({DueEntry(state.deadline_ms, state.run_id, "run_deadline")})
+    return deadline | _phase_entries(state)
+
+
+def _phase_entries(state: RunState) -> frozenset[DueEntry]:
     run_id = state.run_id
+    if state.phase == "compensating" and state.compensation_expires_ms is not None:
+        step, generation = state.compensating_step or 0, state.compensation_generation
+        expiry = state.compensation_expires_ms
+        return frozenset({DueEntry(expiry, run_id, "compensation_timeout", step, generation)})
+    if state.phase == "compensation_retry_wait" and state.compensation_retry_due_ms is not None:
+        step, generation = state.compensating_step or 0, state.compensation_generation
+        due = state.compensation_retry_due_ms
+        return frozenset({DueEntry(due, run_id, "compensation_retry", step, generation)})
     if state.phase == "dispatched" and state.attempt_expires_ms is not None:
         expiry = state.attempt_expires_ms
         return frozenset(

@@ -9,7 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["AwaitSpec", "CheckpointSpec", "PipelineSpec", "RetryPolicy", "StepSpec"]
+__all__ = [
+    "AwaitSpec",
+    "CheckpointSpec",
+    "CompensationSpec",
+    "PipelineSpec",
+    "RetryPolicy",
+    "StepSpec",
+]
 
 OnTimeout = Literal["fail", "continue"]
 AwaitKind = Literal["await", "checkpoint"]
@@ -67,11 +74,23 @@ class CheckpointSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class CompensationSpec:
+    """A step's compensator: undoes the step's effect during an unwind."""
+
+    retry: RetryPolicy = RetryPolicy()
+    timeout_ms: int = 30_000
+
+
+@dataclass(frozen=True, slots=True)
 class StepSpec:
+    """A step. ``effectful`` steps whose attempt is lost become Unknown, never retried blindly."""
+
     name: str
     retry: RetryPolicy = RetryPolicy()
     timeout_ms: int = 30_000
     awaits: AwaitSpec | None = None
+    effectful: bool = False
+    compensation: CompensationSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,10 +100,20 @@ class PipelineSpec:
     steps: tuple[StepSpec, ...]
     output_topic: str | None = None
     checkpoint: CheckpointSpec | None = None
+    deadline_ms: int | None = None  # relative run deadline applied at submit
 
     @property
     def last_step(self) -> int:
         return len(self.steps) - 1
+
+    @property
+    def compensates(self) -> bool:
+        """Whether any step declares a compensator (else failures need no unwind)."""
+        return any(step.compensation is not None for step in self.steps)
+
+    def segment_effectful(self, first_step: int) -> bool:
+        """Whether an attempt starting at ``first_step`` may run an effectful step."""
+        return any(s.effectful for s in self.steps[first_step : self.segment_end(first_step) + 1])
 
     def segment_end(self, first_step: int) -> int:
         """The last step a segment starting at ``first_step`` runs: its await step or the end."""

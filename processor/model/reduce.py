@@ -10,14 +10,23 @@ from __future__ import annotations
 from functools import singledispatch
 
 from processor.facts.models import (
+    AttemptOutcomeUnknown,
+    AttemptResolved,
     BoundaryCompletionAdmitted,
     BoundaryDispatchCompleted,
     BoundaryInteractionDispatched,
+    CompensationAttemptFailed,
+    CompensationAttemptStarted,
+    CompensationStarted,
+    CompensationStepCompleted,
+    CompensationStepSkipped,
     ContinuationSegmentCreated,
     FactHeader,
     InteractionTimedOut,
     RetryScheduled,
     RunFailed,
+    RunStopped,
+    RunStopRequested,
     RunSubmitted,
     RunSucceeded,
     SegmentAttemptStarted,
@@ -28,7 +37,14 @@ from processor.facts.models import (
     TerminalPublicationCompleted,
     TerminalPublicationPrepared,
 )
-from processor.model.state import FAILED, SUCCEEDED, Interaction, RunState
+from processor.model.state import (
+    FAILED,
+    SUCCEEDED,
+    Interaction,
+    RecordedResolution,
+    RunState,
+    UnknownAttempt,
+)
 
 __all__ = ["fold", "reduce"]
 
@@ -67,6 +83,7 @@ def _start(fact: FactHeader) -> RunState | None:
         fingerprint=fact.fingerprint,
         submit_command_id=fact.cause_id,
         last_output=fact.input,
+        deadline_ms=fact.deadline_ms,
     )
 
 
@@ -96,18 +113,20 @@ def _(fact: StepCompleted, state: RunState) -> dict[str, object]:
         "step_attempts": 1,  # the attempt that completed this step now tries the next
         "last_output": fact.output,
         "completed_steps": (*state.completed_steps, fact.step),
+        "step_outputs": {**state.step_outputs, fact.step: fact.output},
     }
 
 
 @_changes.register
 def _(fact: SegmentCompleted, state: RunState) -> dict[str, object]:
-    return {"phase": "idle", "attempt_expires_ms": None}
+    return {"phase": "idle", "attempt_expires_ms": None, "unknown": None}
 
 
 @_changes.register
 def _(fact: SegmentFailed, state: RunState) -> dict[str, object]:
     return {
         "phase": "idle",
+        "unknown": None,
         "attempt_expires_ms": None,
         "error": fact.error,
         "error_type": fact.error_type,
@@ -124,6 +143,7 @@ def _(fact: RetryScheduled, state: RunState) -> dict[str, object]:
 def _(fact: SegmentSuspended, state: RunState) -> dict[str, object]:
     return {
         "phase": "suspended",
+        "unknown": None,
         "attempt_expires_ms": None,
         "next_step": fact.step,
         "boundary": fact.boundary,
@@ -219,6 +239,8 @@ def _(fact: TerminalPublicationCompleted, state: RunState) -> dict[str, object]:
 def _(fact: RunSucceeded, state: RunState) -> dict[str, object]:
     return {
         "status": SUCCEEDED,
+        "execution": "Completed",
+        "recovery": "NotRequired",
         "phase": "idle",
         "result": fact.result,
         "error": None,
@@ -231,9 +253,118 @@ def _(fact: RunSucceeded, state: RunState) -> dict[str, object]:
 def _(fact: RunFailed, state: RunState) -> dict[str, object]:
     return {
         "status": FAILED,
+        "execution": "Failed",
+        "recovery": fact.recovery,
+        "failed_attempts": fact.attempts,
         "phase": "idle",
         "retry_due_ms": None,
         "error": fact.error,
         "error_type": fact.error_type,
         "failed_step": fact.step,
+    }
+
+
+@_changes.register
+def _(fact: RunStopRequested, state: RunState) -> dict[str, object]:
+    # Queued forward work and open interactions are fenced: their timers disappear
+    # from the due index (see due.py); a running attempt keeps settling.
+    fenced = state.phase in ("retry_wait", "suspended")
+    return {
+        "stop_reason": fact.reason,
+        "stop_detail": fact.detail,
+        "phase": "idle" if fenced else state.phase,
+        "retry_due_ms": None,
+    }
+
+
+@_changes.register
+def _(fact: AttemptOutcomeUnknown, state: RunState) -> dict[str, object]:
+    unknown = UnknownAttempt(
+        kind=fact.kind,
+        segment=fact.segment,
+        attempt=fact.attempt,
+        generation=fact.generation,
+        step=fact.step,
+    )
+    return {
+        "phase": "unknown",
+        "unknown": unknown,
+        "attempt_expires_ms": None,
+        "compensation_expires_ms": None,
+    }
+
+
+@_changes.register
+def _(fact: AttemptResolved, state: RunState) -> dict[str, object]:
+    recorded = RecordedResolution(fingerprint=fact.fingerprint, response=fact.response)
+    return {
+        "phase": "idle",
+        "unknown": None,
+        "resolutions": {**state.resolutions, fact.idempotency_key: recorded},
+    }
+
+
+@_changes.register
+def _(fact: CompensationStarted, state: RunState) -> dict[str, object]:
+    return {"phase": "compensating", "unwind": fact.steps, "compensation_started": True}
+
+
+@_changes.register
+def _(fact: CompensationAttemptStarted, state: RunState) -> dict[str, object]:
+    return {
+        "phase": "compensating",
+        "compensating_step": fact.step,
+        "compensation_attempt": fact.attempt,
+        "compensation_generation": fact.generation,
+        "compensation_expires_ms": fact.expires_ms,
+        "compensation_retry_due_ms": None,
+    }
+
+
+def _unwound(state: RunState) -> dict[str, object]:
+    return {
+        "unwind": state.unwind[1:],
+        "compensating_step": None,
+        "compensation_attempt": 0,
+        "compensation_generation": 0,
+        "compensation_expires_ms": None,
+        "phase": "compensating",
+    }
+
+
+@_changes.register
+def _(fact: CompensationStepCompleted, state: RunState) -> dict[str, object]:
+    return {**_unwound(state), "compensated": state.compensated + 1}
+
+
+@_changes.register
+def _(fact: CompensationStepSkipped, state: RunState) -> dict[str, object]:
+    return {**_unwound(state), "skipped": state.skipped + 1}
+
+
+@_changes.register
+def _(fact: CompensationAttemptFailed, state: RunState) -> dict[str, object]:
+    if fact.retry_due_ms is not None:
+        return {
+            "phase": "compensation_retry_wait",
+            "compensation_retry_due_ms": fact.retry_due_ms,
+            "compensation_expires_ms": None,
+        }
+    return {
+        "compensation_failed": True,
+        "unwind": (),
+        "compensation_expires_ms": None,
+        "phase": "idle",
+    }
+
+
+@_changes.register
+def _(fact: RunStopped, state: RunState) -> dict[str, object]:
+    return {
+        "status": "cancelled" if fact.execution == "Cancelled" else "timed_out",
+        "execution": fact.execution,
+        "recovery": fact.recovery,
+        "phase": "idle",
+        "attempt_expires_ms": None,
+        "retry_due_ms": None,
     }

@@ -13,19 +13,31 @@ __all__ = [
     "TERMINAL",
     "Interaction",
     "Phase",
+    "RecordedResolution",
     "RunState",
     "RunStatus",
+    "UnknownAttempt",
 ]
 
-RunStatus = Literal["running", "succeeded", "failed"]
+RunStatus = Literal["running", "succeeded", "failed", "cancelled", "timed_out"]
 RUNNING: RunStatus = "running"
 SUCCEEDED: RunStatus = "succeeded"
 FAILED: RunStatus = "failed"
-TERMINAL: frozenset[str] = frozenset({SUCCEEDED, FAILED})
+TERMINAL: frozenset[str] = frozenset({SUCCEEDED, FAILED, "cancelled", "timed_out"})
 
 # What the run waits for: a worker result, a retry timer, outside input at a
-# boundary, the terminal publication, or nothing (terminal).
-Phase = Literal["dispatched", "retry_wait", "suspended", "publishing", "idle"]
+# boundary, the terminal publication, an operator (unknown outcome), a
+# compensator (or its retry timer), or nothing.
+Phase = Literal[
+    "dispatched",
+    "retry_wait",
+    "suspended",
+    "publishing",
+    "unknown",
+    "compensating",
+    "compensation_retry_wait",
+    "idle",
+]
 InteractionStatus = Literal["open", "admitted", "timed_out"]
 
 _CONFIG = ConfigDict(frozen=True, extra="forbid", ser_json_bytes="base64", val_json_bytes="base64")
@@ -47,6 +59,27 @@ class Interaction(BaseModel):
     digest: bytes | None = None
     output: bytes | None = None  # dropped once the boundary released
     error: str | None = None
+
+
+class UnknownAttempt(BaseModel):
+    """The attempt an operator must resolve: no automatic retry."""
+
+    model_config = _CONFIG
+
+    kind: str
+    segment: int
+    attempt: int
+    generation: int
+    step: int
+
+
+class RecordedResolution(BaseModel):
+    """An operator command already applied: a repeat returns the same response."""
+
+    model_config = _CONFIG
+
+    fingerprint: str
+    response: str
 
 
 class RunState(BaseModel):
@@ -91,10 +124,34 @@ class RunState(BaseModel):
     error: str | None = None
     error_type: str | None = None
     failed_step: int | None = None
+    failed_attempts: int = 0
+    deadline_ms: int | None = None
+    stop_reason: str | None = None  # cancelled | timed_out | failed: the first one decides
+    stop_detail: str | None = None
+    unknown: UnknownAttempt | None = None
+    step_outputs: dict[int, bytes] = {}
+    resolutions: dict[str, RecordedResolution] = {}
+    unwind: tuple[int, ...] = ()  # steps still to compensate, next first
+    compensation_started: bool = False
+    compensating_step: int | None = None
+    compensation_attempt: int = 0
+    compensation_generation: int = 0
+    compensation_expires_ms: int | None = None
+    compensation_retry_due_ms: int | None = None
+    compensated: int = 0
+    skipped: int = 0
+    compensation_failed: bool = False
+    execution: str | None = None  # Completed | Failed | Cancelled | TimedOut, once terminal
+    recovery: str | None = None  # NotRequired | Compensated | PartiallyCompensated | ...
 
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
+
+    @property
+    def stopping(self) -> bool:
+        """Stop intent committed (cancel, deadline or failure) and not yet terminal."""
+        return self.stop_reason is not None and not self.terminal
 
     def boundary_interactions(self) -> list[Interaction]:
         """The current boundary's interactions in item-index order."""

@@ -29,6 +29,9 @@ _KINDS: dict[int, TimerKind] = {
     2: "retry",
     3: "interaction_timeout",
     4: "publication",
+    5: "run_deadline",
+    6: "compensation_timeout",
+    7: "compensation_retry",
 }
 _KIND_CODES: dict[str, int] = {kind: code for code, kind in _KINDS.items()}
 

@@ -97,6 +97,7 @@ class PartitionStore:
         if not run_ids:
             return []
         found = self._cf["runs"].get([keys.run_key(run_id) for run_id in run_ids])
+        assert found is not None  # a multi-get answers a list, None per missing key
         validate = RunState.model_validate_json
         return [None if raw is None else validate(raw) for raw in found]
 

@@ -37,7 +37,13 @@ class EmbeddedSession:
     (``on_assign`` runs in the first ``poll``). An instance that subscribes later
     fences this one: its next ``commit`` raises ``FencedError`` and commits
     nothing, and its next ``poll`` calls ``on_revoke`` and raises ``FencedError``.
-    A fenced session stays fenced: close it and open a new session.
+    A fenced session stays fenced: close it and open a new session (calling
+    ``subscribe`` again would take the group back and fence the other instance).
+
+    Polling starts at the group's committed offsets (offset 0 where none were
+    committed). ``commit`` publishes the buffered records, assigning their offsets,
+    and the consumed offsets in one SQLite transaction; ``abort`` drops the buffer
+    (nothing reached the database) and rewinds polling to the committed offsets.
 
     ``close`` discards an open transaction and, like a Kafka consumer leaving
     its group, calls ``on_revoke`` for the partitions still assigned.

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 import uuid
+from typing import Any
 
 from processor.facts import payload
 from processor.facts.models import SegmentResult, StepOutput, WorkItem
-from processor.worker.pipeline import Application, NonRetryableError
+from processor.worker.pipeline import Application, NonRetryableError, Step
 
 __all__ = ["execute"]
 
@@ -35,6 +36,8 @@ def execute(item: WorkItem, app: Application, worker_id: str) -> SegmentResult:
             error_type="UnknownPipeline",
             retryable=True,
         )
+    if item.kind == "compensate":
+        return _compensate(item, pipeline.steps[item.first_step], common)
     outputs: list[StepOutput] = []
     value = payload.loads(item.input)
     spec = pipeline.spec()
@@ -61,6 +64,38 @@ def execute(item: WorkItem, app: Application, worker_id: str) -> SegmentResult:
             )
         outputs.append(StepOutput(step=index, output=encoded))
     return SegmentResult(**common, steps=tuple(outputs), outcome="completed")
+
+
+def _compensate(item: WorkItem, step: Step, common: dict[str, Any]) -> SegmentResult:
+    """Run one step's compensator with the step's output."""
+    if step.compensator is None:
+        return SegmentResult(
+            **common,
+            kind="compensate",
+            steps=(),
+            outcome="failed",
+            failed_step=item.first_step,
+            error=f"step {step.spec.name!r} has no compensator here",
+            error_type="MissingCompensator",
+            retryable=False,
+        )
+    try:
+        step.compensator(payload.loads(item.input))
+    except Exception as exc:  # a compensator's failure is data, reported to the processor
+        logger.info(
+            "compensator of step %s of run %s failed: %r", item.first_step, item.run_id, exc
+        )
+        return SegmentResult(
+            **common,
+            kind="compensate",
+            steps=(),
+            outcome="failed",
+            failed_step=item.first_step,
+            error=str(exc) or repr(exc),
+            error_type=type(exc).__name__,
+            retryable=not isinstance(exc, NonRetryableError),
+        )
+    return SegmentResult(**common, kind="compensate", steps=(), outcome="completed")
 
 
 def _requests(value: object, kind: str, itemized: bool) -> tuple[bytes, ...]:

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from processor.errors import ConfigurationError, ProcessorError
 from processor.model.pipeline_spec import (
     AwaitSpec,
     CheckpointSpec,
+    CompensationSpec,
     OnTimeout,
     PipelineSpec,
     RetryPolicy,
@@ -55,6 +56,7 @@ class NonRetryableError(ProcessorError):
 class Step:
     spec: StepSpec
     function: StepFunction
+    compensator: StepFunction | None = None
 
 
 class Pipeline:
@@ -67,6 +69,7 @@ class Pipeline:
         version: int = 1,
         output_topic: str | None = None,
         checkpoint: CheckpointSpec | None = None,
+        deadline_s: float | None = None,
     ) -> None:
         if not name or version < 1:
             raise ConfigurationError("a pipeline needs a name and a version >= 1")
@@ -76,6 +79,7 @@ class Pipeline:
         self.version = version
         self.output_topic = output_topic
         self.checkpoint = checkpoint
+        self.deadline_ms = None if deadline_s is None else int(deadline_s * 1000)
         self.steps: list[Step] = []
 
     def step(
@@ -84,14 +88,20 @@ class Pipeline:
         *,
         retry: RetryPolicy | None = None,
         timeout_s: float = 30.0,
+        effectful: bool = False,
     ) -> Callable[[StepFunction], StepFunction]:
-        """Decorator appending a step; steps run in the order they are declared."""
+        """Decorator appending a step; steps run in the order they are declared.
+
+        An ``effectful`` step whose attempt is lost (no result before its timeout)
+        is not retried automatically: the run waits for an operator to resolve it.
+        """
 
         def register(function: StepFunction) -> StepFunction:
             spec = StepSpec(
                 name=name or function.__name__,
                 retry=retry or RetryPolicy(),
                 timeout_ms=int(timeout_s * 1000),
+                effectful=effectful,
             )
             self.steps.append(Step(spec, function))
             return function
@@ -126,11 +136,36 @@ class Pipeline:
         spec = StepSpec(f"await_{checkpoint}", RetryPolicy(), 30_000, awaits)
         self.steps.append(Step(spec, _unchanged))
 
+    def compensate(
+        self, step: str, *, retry: RetryPolicy | None = None, timeout_s: float = 30.0
+    ) -> Callable[[StepFunction], StepFunction]:
+        """Decorator registering the compensator of the step named ``step``.
+
+        It receives that step's output and undoes its effect when the run fails,
+        is cancelled or times out after the step completed.
+        """
+
+        def register(function: StepFunction) -> StepFunction:
+            for index, existing in enumerate(self.steps):
+                if existing.spec.name == step:
+                    policy = CompensationSpec(retry or RetryPolicy(), int(timeout_s * 1000))
+                    spec = replace(existing.spec, compensation=policy)
+                    self.steps[index] = Step(spec, existing.function, function)
+                    return function
+            raise ConfigurationError(f"pipeline {self.name!r} has no step named {step!r}")
+
+        return register
+
     def spec(self) -> PipelineSpec:
         if not self.steps:
             raise ConfigurationError(f"pipeline {self.name!r} has no steps")
+        for step in self.steps:
+            if step.spec.awaits is not None and step.spec.effectful:
+                raise ConfigurationError(f"await step {step.spec.name!r} cannot be effectful")
         steps = tuple(s.spec for s in self.steps)
-        return PipelineSpec(self.name, self.version, steps, self.output_topic, self.checkpoint)
+        return PipelineSpec(
+            self.name, self.version, steps, self.output_topic, self.checkpoint, self.deadline_ms
+        )
 
 
 class Application:

@@ -251,7 +251,7 @@ def test_at_the_deadline_a_completion_processed_first_loses_to_the_timeout() -> 
     world.now = request.deadline_ms
     decision = world.admit(request, {"late": True})
     assert decision.refusal == "late_completion"
-    assert types(decision.facts) == ["InteractionTimedOut", "RunFailed"]
+    assert types(decision.facts) == ["InteractionTimedOut", "SegmentFailed", "RunFailed"]
     world.fire_due()  # the timer, processed second, finds nothing left to do
     assert types(world.facts).count("InteractionTimedOut") == 1
 
@@ -261,7 +261,7 @@ def test_at_the_deadline_a_timer_processed_first_wins_too() -> None:
     request = world.requests[0]
     world.now = request.deadline_ms
     world.fire_due()
-    assert types(world.facts)[-2:] == ["InteractionTimedOut", "RunFailed"]
+    assert types(world.facts)[-3:] == ["InteractionTimedOut", "SegmentFailed", "RunFailed"]
     assert world.admit(request, {"late": True}).refusal in ("late_completion", "run_terminal")
     assert "BoundaryCompletionAdmitted" not in types(world.facts)
 

@@ -1,0 +1,166 @@
+"""Boundaries: suspension, interaction dispatch, continuation and timeouts.
+
+A segment that reaches an await step suspends: one interaction per request,
+each with a signed resume token whose digest is kept. Admissions and timeouts
+then go through the continuation planner, whose plan becomes facts here.
+"""
+
+from __future__ import annotations
+
+from processor.admission import tokens
+from processor.facts import keys
+from processor.facts.models import (
+    BoundaryDispatchCompleted,
+    BoundaryInteractionDispatched,
+    BoundaryRequest,
+    ContinuationSegmentCreated,
+    InteractionTimedOut,
+    SegmentFailed,
+    SegmentResult,
+    SegmentSuspended,
+)
+from processor.facts.payload import canonical_json
+from processor.facts.topics import TopicName
+from processor.model import control
+from processor.model.decision import Context, FactMaker
+from processor.model.pipeline_spec import AwaitSpec, PipelineSpec
+from processor.model.transitions import finish_success, start_attempt, step_completed
+from processor.runtime.continuation import (
+    FailParent,
+    Plan,
+    ReleaseItemized,
+    ReleaseScalar,
+    plan_continuation,
+)
+
+__all__ = ["apply_plan", "suspend", "timeout_interaction"]
+
+
+def suspend(maker: FactMaker, spec: PipelineSpec, result: SegmentResult, ctx: Context) -> None:
+    state = maker.current
+    step = state.next_step
+    awaits = spec.steps[step].awaits
+    assert awaits is not None
+    boundary = state.segment
+    items = 1 if awaits.kind == "checkpoint" else len(result.requests)
+    maker.add(
+        SegmentSuspended,
+        keys.boundary_suspended(boundary),
+        segment=state.segment,
+        attempt=state.attempt,
+        generation=state.generation,
+        step=step,
+        boundary=boundary,
+        kind=awaits.kind,
+        target=awaits.target,
+        itemized=awaits.itemized,
+        items=items,
+        on_timeout=awaits.on_timeout,
+    )
+    requests = result.requests if awaits.kind == "await" else (b"",)
+    for index, request in enumerate(requests):
+        _dispatch_interaction(maker, awaits, ctx, boundary=boundary, index=index, request=request)
+    maker.add(
+        BoundaryDispatchCompleted,
+        keys.boundary_dispatched(boundary),
+        boundary=boundary,
+        interactions=items,
+    )
+    apply_plan(maker, spec, plan_continuation(maker.current))
+
+
+def _dispatch_interaction(
+    maker: FactMaker, awaits: AwaitSpec, ctx: Context, *, boundary: int, index: int, request: bytes
+) -> None:
+    state = maker.current
+    interaction = keys.interaction_id(boundary, index)
+    token = tokens.sign(
+        ctx.secret, tokens.TokenClaims(state.run_id, boundary, interaction, state.generation)
+    )
+    deadline = maker.now + awaits.timeout_ms
+    canonical = canonical_json(request) if request else b""
+    maker.add(
+        BoundaryInteractionDispatched,
+        keys.interaction_dispatched(interaction),
+        boundary=boundary,
+        interaction=interaction,
+        item_index=index,
+        target=awaits.target,
+        request=canonical,
+        deadline_ms=deadline,
+        token_digest=tokens.digest(token),
+        epoch=state.generation,
+    )
+    if awaits.kind == "await":
+        maker.emit(
+            TopicName.REQUESTS,
+            BoundaryRequest(
+                run_id=state.run_id,
+                boundary=boundary,
+                interaction=interaction,
+                item_index=index,
+                target=awaits.target,
+                request=canonical,
+                deadline_ms=deadline,
+                resume_token=token,
+            ),
+        )
+
+
+def apply_plan(maker: FactMaker, spec: PipelineSpec, plan: Plan) -> None:
+    """Turn a continuation plan into facts: release, fail, or keep waiting."""
+    if isinstance(plan, ReleaseScalar | ReleaseItemized):
+        _release(maker, spec, plan.input)
+    elif isinstance(plan, FailParent):
+        state = maker.current
+        step = state.boundary_step if state.boundary_step is not None else state.next_step
+        maker.add(
+            SegmentFailed,
+            keys.attempt_failed(state.segment, state.generation),
+            segment=state.segment,
+            attempt=state.attempt,
+            generation=state.generation,
+            step=step,
+            error=plan.error,
+            error_type=plan.error_type,
+            retryable=False,
+        )
+        control.fail_execution(maker, spec, error=plan.error)
+
+
+def _release(maker: FactMaker, spec: PipelineSpec, released: bytes) -> None:
+    """The await step completes with the boundary's output; the next segment begins."""
+    state = maker.current
+    await_step = state.boundary_step
+    assert await_step is not None
+    step_completed(maker, state, await_step, released)
+    next_step = await_step + 1
+    if next_step > spec.last_step:
+        finish_success(maker, spec)
+        return
+    segment = state.segment + 1
+    maker.add(
+        ContinuationSegmentCreated,
+        keys.boundary_continued(state.boundary),
+        boundary=state.boundary,
+        segment=segment,
+        first_step=next_step,
+        input=released,
+    )
+    start_attempt(
+        maker, spec, segment=segment, attempt=1, generation=1, first_step=next_step, input=released
+    )
+
+
+def timeout_interaction(maker: FactMaker, spec: PipelineSpec, interaction_id: str) -> None:
+    """InteractionTimedOut for an open interaction, then whatever the boundary does next."""
+    interaction = maker.current.interactions[interaction_id]
+    maker.add(
+        InteractionTimedOut,
+        keys.interaction_timed_out(interaction_id),
+        boundary=interaction.boundary,
+        interaction=interaction_id,
+        item_index=interaction.item_index,
+        deadline_ms=interaction.deadline_ms,
+    )
+    apply_plan(maker, spec, plan_continuation(maker.current))

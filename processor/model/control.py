@@ -1,0 +1,300 @@
+"""Run control: stop intent, the run deadline, the unwind (compensation), terminal records.
+
+Semantics (seed 002): the first committed stop reason decides; stop intent fences
+queued forward work and open interactions; an attempt already running settles
+first; then completed steps are compensated one at a time in reverse completion
+order, and the terminal record keeps two outcomes, execution and recovery.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from processor.facts import keys
+from processor.facts.models import (
+    AttemptOutcomeUnknown,
+    CompensationAttemptFailed,
+    CompensationAttemptStarted,
+    CompensationStarted,
+    CompensationStepCompleted,
+    CompensationStepSkipped,
+    DeadLetter,
+    RunFailed,
+    RunOutcome,
+    RunStopped,
+    RunStopRequested,
+    WorkItem,
+)
+from processor.facts.topics import TopicName
+from processor.model.decision import FactMaker
+from processor.model.pipeline_spec import PipelineSpec
+from processor.model.state import RunState
+
+__all__ = [
+    "EXECUTION_OF_STOP",
+    "compensation_failed",
+    "compensation_succeeded",
+    "deadline_first",
+    "fail_execution",
+    "mark_unknown",
+    "request_stop",
+    "settle_stop",
+    "start_compensation",
+]
+
+logger = logging.getLogger(__name__)
+
+EXECUTION_OF_STOP = {"cancelled": "Cancelled", "timed_out": "TimedOut", "failed": "Failed"}
+
+
+def deadline_first(maker: FactMaker) -> None:
+    """At or after the run deadline, commit TimedOut stop intent before anything else.
+
+    The deadline is authoritative over dispatch order: whatever input is being
+    processed (result, completion, timer, operator command) is then handled under
+    stopping semantics in the same commit.
+    """
+    state = maker.current
+    if state.deadline_ms is None or state.stop_reason is not None or state.terminal:
+        return
+    if state.phase == "publishing" or maker.now < state.deadline_ms:
+        return  # a publishing run already completed its execution
+    detail = f"run deadline {state.deadline_ms} passed (now {maker.now})"
+    maker.add(RunStopRequested, keys.STOP, reason="timed_out", detail=detail)
+
+
+def request_stop(maker: FactMaker, spec: PipelineSpec, reason: str, detail: str) -> None:
+    maker.add(RunStopRequested, keys.STOP, reason=reason, detail=detail)
+    settle_stop(maker, spec)
+
+
+def settle_stop(maker: FactMaker, spec: PipelineSpec) -> None:
+    """Once nothing runs any more, snapshot the unwind (or terminalize an empty one)."""
+    state = maker.current
+    if not state.stopping or state.compensation_started:
+        return
+    if state.phase in ("dispatched", "unknown"):
+        return  # the running attempt settles first (or an operator resolves it)
+    _begin_unwind(maker, spec)
+
+
+def fail_execution(maker: FactMaker, spec: PipelineSpec, *, error: str) -> None:
+    """The run failed: unwind its completed steps if the pipeline compensates, then RunFailed."""
+    state = maker.current
+    if state.stopping:
+        settle_stop(maker, spec)
+        return
+    if spec.compensates and state.completed_steps:
+        maker.add(RunStopRequested, keys.STOP, reason="failed", detail=error)
+        _begin_unwind(maker, spec)
+        return
+    _terminate(maker, "NotRequired")
+
+
+def mark_unknown(
+    maker: FactMaker, *, kind: str, segment: int, attempt: int, generation: int, step: int
+) -> None:
+    """An effectful attempt lost contact: its outcome is unknown and it is never retried blindly."""
+    maker.add(
+        AttemptOutcomeUnknown,
+        keys.attempt_unknown(kind, segment, generation),
+        kind=kind,
+        segment=segment,
+        attempt=attempt,
+        generation=generation,
+        step=step,
+    )
+    logger.warning(
+        "remote_outcome_unknown run=%s kind=%s segment=%d attempt=%d generation=%d step=%d "
+        "decision=automatic_retry_suppressed",
+        maker.run_id,
+        kind,
+        segment,
+        attempt,
+        generation,
+        step,
+    )
+
+
+# --- the unwind -----------------------------------------------------------------------------
+
+
+def _begin_unwind(maker: FactMaker, spec: PipelineSpec) -> None:
+    state = maker.current
+    steps = tuple(reversed(state.completed_steps))
+    if not spec.compensates or not steps:
+        _terminate(maker, "NotRequired")  # nothing to undo: an empty unwind
+        return
+    maker.add(CompensationStarted, keys.COMPENSATION, steps=steps)
+    _advance_unwind(maker, spec)
+
+
+def _advance_unwind(maker: FactMaker, spec: PipelineSpec) -> None:
+    """Skip steps without a compensator; dispatch the next one; terminalize at the end."""
+    while True:
+        state = maker.current
+        if state.compensation_failed:
+            _terminate(maker, "CompensationFailed")
+            return
+        if not state.unwind:
+            _terminate(maker, _recovery(state))
+            return
+        step = state.unwind[0]
+        if spec.steps[step].compensation is None:
+            maker.add(
+                CompensationStepSkipped,
+                keys.compensation_done(step),
+                step=step,
+                reason="no_compensator",
+            )
+            continue
+        start_compensation(maker, spec, step=step, attempt=1, generation=1)
+        return
+
+
+def start_compensation(
+    maker: FactMaker, spec: PipelineSpec, *, step: int, attempt: int, generation: int
+) -> None:
+    compensation = spec.steps[step].compensation
+    assert compensation is not None
+    state = maker.current
+    expires_ms = maker.now + compensation.timeout_ms
+    maker.add(
+        CompensationAttemptStarted,
+        keys.compensation_attempt(step, generation),
+        step=step,
+        attempt=attempt,
+        generation=generation,
+        expires_ms=expires_ms,
+    )
+    maker.emit(
+        TopicName.WORK,
+        WorkItem(
+            run_id=state.run_id,
+            pipeline=spec.name,
+            pipeline_version=spec.version,
+            segment=step,
+            attempt=attempt,
+            generation=generation,
+            first_step=step,
+            input=state.step_outputs.get(step, b"null"),
+            expires_ms=expires_ms,
+            kind="compensate",
+        ),
+    )
+
+
+def compensation_succeeded(maker: FactMaker, spec: PipelineSpec, step: int) -> None:
+    state = maker.current
+    maker.add(
+        CompensationStepCompleted,
+        keys.compensation_done(step),
+        step=step,
+        attempt=state.compensation_attempt,
+        generation=state.compensation_generation,
+    )
+    _advance_unwind(maker, spec)
+
+
+def compensation_failed(
+    maker: FactMaker, spec: PipelineSpec, *, step: int, error: str, error_type: str, retryable: bool
+) -> None:
+    """Retry the compensator by its own policy, or stop the unwind as CompensationFailed."""
+    state = maker.current
+    compensation = spec.steps[step].compensation
+    assert compensation is not None
+    attempt = state.compensation_attempt
+    due = None
+    if retryable and compensation.retry.allows_another(attempt):
+        due = maker.now + compensation.retry.backoff_ms(attempt)
+    maker.add(
+        CompensationAttemptFailed,
+        keys.compensation_failed(step, state.compensation_generation),
+        step=step,
+        attempt=attempt,
+        generation=state.compensation_generation,
+        error=error,
+        error_type=error_type,
+        retry_due_ms=due,
+    )
+    if due is None:
+        _advance_unwind(maker, spec)
+
+
+def _recovery(state: RunState) -> str:
+    if state.compensation_failed:
+        return "CompensationFailed"
+    if state.skipped:
+        return "PartiallyCompensated"
+    if state.compensated:
+        return "Compensated"
+    return "NotRequired"
+
+
+def _terminate(maker: FactMaker, recovery: str) -> None:
+    """The terminal record: RunStopped for a cancel or timeout, RunFailed (and DLQ) otherwise."""
+    state = maker.current
+    reason = state.stop_reason or "failed"
+    execution = EXECUTION_OF_STOP[reason]
+    if reason == "failed":
+        _run_failed(maker, state, recovery)
+        return
+    maker.add(
+        RunStopped,
+        keys.TERMINAL,
+        execution=execution,
+        recovery=recovery,
+        detail=state.stop_detail or "",
+    )
+    maker.emit(
+        TopicName.OUTCOMES,
+        RunOutcome(
+            run_id=state.run_id,
+            pipeline=state.pipeline,
+            status="cancelled" if reason == "cancelled" else "timed_out",
+            error=state.stop_detail,
+            submitted_ms=state.submitted_ms,
+            finished_ms=maker.now,
+        ),
+    )
+
+
+def _run_failed(maker: FactMaker, state: RunState, recovery: str) -> None:
+    step = state.failed_step if state.failed_step is not None else state.next_step
+    error = state.error or state.stop_detail or "failed"
+    error_type = state.error_type or "Error"
+    attempts = state.step_attempts
+    maker.add(
+        RunFailed,
+        keys.TERMINAL,
+        error=error,
+        error_type=error_type,
+        step=step,
+        attempts=attempts,
+        recovery=recovery,
+    )
+    maker.emit(
+        TopicName.DLQ,
+        DeadLetter(
+            run_id=state.run_id,
+            pipeline=state.pipeline,
+            pipeline_version=state.pipeline_version,
+            input=state.input,
+            step=step,
+            attempts=attempts,
+            error=error,
+            error_type=error_type,
+            failed_ms=maker.now,
+        ),
+    )
+    maker.emit(
+        TopicName.OUTCOMES,
+        RunOutcome(
+            run_id=state.run_id,
+            pipeline=state.pipeline,
+            status="failed",
+            error=error,
+            submitted_ms=state.submitted_ms,
+            finished_ms=maker.now,
+        ),
+    )

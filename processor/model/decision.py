@@ -1,0 +1,150 @@
+"""The vocabulary of decisions: context in, facts and messages out.
+
+``FactMaker`` stamps facts for one run (sequence numbers, time, cause) and folds
+them as it goes, so each transition sees the facts added before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from processor.facts.models import AvroModel, FactHeader
+from processor.facts.topics import TopicName
+from processor.model.due import DueEntry
+from processor.model.pipeline_spec import PipelineSpec
+from processor.model.reduce import reduce
+from processor.model.state import RunState
+
+__all__ = [
+    "Context",
+    "Decision",
+    "Emit",
+    "FactMaker",
+    "PipelineCatalog",
+    "Publish",
+    "TimerFired",
+]
+
+
+class PipelineCatalog(Protocol):
+    """The pipelines the processor knows, by name and version."""
+
+    def latest(self, name: str) -> PipelineSpec | None: ...
+
+    def get(self, name: str, version: int) -> PipelineSpec | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What every decision may depend on besides the run: pipelines, time, token secret."""
+
+    catalog: PipelineCatalog
+    now: int
+    secret: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class TimerFired:
+    """A due-work row whose time has come."""
+
+    entry: DueEntry
+
+    @property
+    def cause_id(self) -> str:
+        e = self.entry
+        return f"timer/{e.kind}/{e.run_id}/{e.scope}/{e.ordinal}"
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """A message to produce in the same transaction as the facts."""
+
+    topic: TopicName
+    key: str
+    value: AvroModel
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """An external effect performed and confirmed *before* the decision commits.
+
+    Terminal publication: a crash after it and before the commit publishes again
+    with the same idempotency key.
+    """
+
+    topic: str | TopicName
+    key: str
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What one input did: facts to append against ``expected_version``, messages to send."""
+
+    expected_version: int = 0
+    facts: tuple[FactHeader, ...] = ()
+    emits: tuple[Emit, ...] = ()
+    refusal: str | None = None
+    detail: str = ""
+    effects: tuple[Publish, ...] = ()
+
+    @staticmethod
+    def refuse(reason: str, detail: str, *emits: Emit) -> Decision:
+        return Decision(refusal=reason, detail=detail, emits=emits)
+
+
+@dataclass
+class FactMaker:
+    """Stamps facts with the run id, the next sequence numbers, time and cause.
+
+    It also folds them, so later decisions in the same input see earlier ones.
+    """
+
+    state: RunState | None
+    run_id: str
+    now: int
+    cause_id: str
+    facts: list[FactHeader] = field(default_factory=list)
+    emits: list[Emit] = field(default_factory=list)
+    effects: list[Publish] = field(default_factory=list)
+    _folded: RunState | None = None
+
+    def __post_init__(self) -> None:
+        self._folded = self.state
+
+    @property
+    def base_version(self) -> int:
+        return self.state.version if self.state is not None else 0
+
+    @property
+    def current(self) -> RunState:
+        """The run with every fact added so far folded in."""
+        assert self._folded is not None, "facts before RunSubmitted"
+        return self._folded
+
+    def add(self, fact_type: type[FactHeader], fact_key: str, **body: Any) -> None:
+        fact = fact_type(
+            run_id=self.run_id,
+            seq=self.base_version + len(self.facts) + 1,
+            fact_key=fact_key,
+            time_ms=self.now,
+            cause_id=self.cause_id,
+            **body,
+        )
+        self.facts.append(fact)
+        self._folded = reduce(self._folded, fact)
+
+    def emit(self, topic: TopicName, value: AvroModel) -> None:
+        self.emits.append(Emit(topic, self.run_id, value))
+
+    def decision(self, refusal: str | None = None, detail: str = "") -> Decision:
+        return Decision(
+            self.base_version,
+            tuple(self.facts),
+            tuple(self.emits),
+            refusal,
+            detail,
+            tuple(self.effects),
+        )

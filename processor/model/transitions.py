@@ -1,0 +1,243 @@
+"""Forward transitions shared by every decision: attempts, failures, success, publication.
+
+Each function appends facts (and messages) to a FactMaker; none reads a clock or
+does I/O.
+"""
+
+from __future__ import annotations
+
+from processor.facts import keys
+from processor.facts.codec import encode
+from processor.facts.models import (
+    CheckpointHandoff,
+    RetryScheduled,
+    RunOutcome,
+    RunSubmitted,
+    RunSucceeded,
+    SegmentAttemptStarted,
+    SegmentFailed,
+    StepCompleted,
+    TerminalPublicationCompleted,
+    TerminalPublicationPrepared,
+    WorkItem,
+)
+from processor.facts.payload import derive_run_id
+from processor.facts.topics import TopicName
+from processor.model import control
+from processor.model.decision import FactMaker, Publish
+from processor.model.pipeline_spec import PipelineSpec
+from processor.model.state import RunState
+
+__all__ = [
+    "finish_success",
+    "publish",
+    "segment_failed",
+    "start_attempt",
+    "start_run",
+    "step_completed",
+]
+
+
+def start_run(
+    maker: FactMaker,
+    spec: PipelineSpec,
+    *,
+    canonical_input: bytes,
+    idempotency_key: str | None,
+    fingerprint: str | None,
+    submitted_ms: int,
+    deadline_ms: int | None = None,
+) -> None:
+    """RunSubmitted, with the deadline of the submit or, failing that, of the pipeline."""
+    if deadline_ms is None and spec.deadline_ms is not None:
+        deadline_ms = maker.now + spec.deadline_ms
+    maker.add(
+        RunSubmitted,
+        keys.SUBMITTED,
+        pipeline=spec.name,
+        pipeline_version=spec.version,
+        input=canonical_input,
+        idempotency_key=idempotency_key,
+        fingerprint=fingerprint,
+        submitted_ms=submitted_ms,
+        deadline_ms=deadline_ms,
+    )
+
+
+def start_attempt(
+    maker: FactMaker,
+    spec: PipelineSpec,
+    *,
+    segment: int,
+    attempt: int,
+    generation: int,
+    first_step: int,
+    input: bytes,
+) -> None:
+    """SegmentAttemptStarted and the work item that carries it to a worker."""
+    expires_ms = maker.now + spec.segment_timeout_ms(first_step)
+    maker.add(
+        SegmentAttemptStarted,
+        keys.attempt_started(segment, generation),
+        segment=segment,
+        attempt=attempt,
+        generation=generation,
+        first_step=first_step,
+        expires_ms=expires_ms,
+    )
+    maker.emit(
+        TopicName.WORK,
+        WorkItem(
+            run_id=maker.run_id,
+            pipeline=spec.name,
+            pipeline_version=spec.version,
+            segment=segment,
+            attempt=attempt,
+            generation=generation,
+            first_step=first_step,
+            input=input,
+            expires_ms=expires_ms,
+        ),
+    )
+
+
+def step_completed(maker: FactMaker, state: RunState, step: int, output: bytes) -> None:
+    maker.add(
+        StepCompleted,
+        keys.step_completed(step),
+        segment=state.segment,
+        attempt=state.attempt,
+        generation=state.generation,
+        step=step,
+        output=output,
+    )
+
+
+def segment_failed(
+    maker: FactMaker,
+    spec: PipelineSpec,
+    *,
+    step: int,
+    error: str,
+    error_type: str,
+    retryable: bool,
+) -> None:
+    """SegmentFailed, then a retry after backoff, or the run's failure (and unwind)."""
+    state = maker.current
+    maker.add(
+        SegmentFailed,
+        keys.attempt_failed(state.segment, state.generation),
+        segment=state.segment,
+        attempt=state.attempt,
+        generation=state.generation,
+        step=step,
+        error=error,
+        error_type=error_type,
+        retryable=retryable,
+    )
+    if maker.current.stopping:
+        control.settle_stop(maker, spec)  # stop intent forbids retries
+        return
+    attempts_made = state.step_attempts
+    policy = spec.steps[step].retry
+    if retryable and policy.allows_another(attempts_made):
+        maker.add(
+            RetryScheduled,
+            keys.retry_scheduled(state.segment, state.generation),
+            segment=state.segment,
+            attempt=state.attempt + 1,
+            due_ms=maker.now + policy.backoff_ms(attempts_made),
+        )
+        return
+    control.fail_execution(maker, spec, error=error)
+
+
+def finish_success(maker: FactMaker, spec: PipelineSpec) -> None:
+    """Succeed now, or prepare the terminal publication first when the pipeline has one."""
+    state = maker.current
+    targets = _publication_targets(spec)
+    if targets:
+        key = f"{state.run_id}/terminal"
+        for topic in targets:
+            maker.add(
+                TerminalPublicationPrepared,
+                keys.publication_prepared(topic),
+                topic=topic,
+                idempotency_key=key,
+            )
+        return
+    _succeed(maker)
+
+
+def _succeed(maker: FactMaker) -> None:
+    state = maker.current
+    maker.add(RunSucceeded, keys.TERMINAL, result=state.last_output)
+    maker.emit(
+        TopicName.OUTCOMES,
+        RunOutcome(
+            run_id=state.run_id,
+            pipeline=state.pipeline,
+            status="succeeded",
+            result=state.last_output,
+            submitted_ms=state.submitted_ms,
+            finished_ms=maker.now,
+        ),
+    )
+
+
+def _publication_targets(spec: PipelineSpec) -> list[str]:
+    targets = []
+    if spec.output_topic:
+        targets.append(spec.output_topic)
+    if spec.checkpoint is not None:
+        targets.append(TopicName.CHECKPOINTS.value)
+    return targets
+
+
+def publish(maker: FactMaker, spec: PipelineSpec) -> None:
+    """Publish the result to every prepared target, then record completion and succeed.
+
+    A target already Completed is skipped; one only Prepared is published again
+    with the same deterministic key (the loop performs the Publish effects before
+    it commits these facts).
+    """
+    state = maker.current
+    key = state.publication_key or f"{state.run_id}/terminal"
+    headers = (
+        ("idempotency-key", key.encode()),
+        ("run-id", state.run_id.encode()),
+        ("content-type", b"application/json"),
+    )
+    for topic, status in sorted(state.publications.items()):
+        if status == "completed":
+            continue
+        if topic == TopicName.CHECKPOINTS.value and spec.checkpoint is not None:
+            maker.effects.append(_checkpoint_publication(state, spec, headers))
+        else:
+            maker.effects.append(Publish(topic, state.run_id, state.last_output, headers))
+        maker.add(
+            TerminalPublicationCompleted,
+            keys.publication_completed(topic),
+            topic=topic,
+            idempotency_key=key,
+        )
+    _succeed(maker)
+
+
+def _checkpoint_publication(
+    state: RunState, spec: PipelineSpec, headers: tuple[tuple[str, bytes], ...]
+) -> Publish:
+    assert spec.checkpoint is not None
+    target = spec.checkpoint.target
+    handoff_key = f"{state.run_id}/checkpoint/{spec.checkpoint.name}"
+    target_run = (
+        target.removeprefix("run:") if target.startswith("run:") else derive_run_id(handoff_key)
+    )
+    handoff = CheckpointHandoff(
+        source_run_id=state.run_id,
+        checkpoint=spec.checkpoint.name,
+        target=target,
+        idempotency_key=handoff_key,
+        payload=state.last_output,
+    )
+    return Publish(TopicName.CHECKPOINTS, target_run, encode(handoff), headers)
