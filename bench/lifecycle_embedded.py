@@ -2,53 +2,43 @@
 
 Run: ``PYTHONPATH=. python bench/lifecycle_embedded.py [--runs 5000] [--workers 2] [--json]``
 
-Engine: a ``processor.host.Host`` (processor loop + ``--workers`` in-process worker
-threads, like ``processor demo``) runs ``processor.examples.demo:app``. All runs are
-submitted at once through ``processor.client.Client`` (a full backlog, as in the
-demo), then every ``RunOutcome`` is collected from ``runs.results``. Reports runs/s
-(first submit to last outcome), p50/p99 submit-to-result latency
-(``finished_ms - submitted_ms``: includes queueing behind the backlog) and facts per run.
+Engine: what ``processor demo`` runs (see bench/_support.py): a ``processor.host.Host``
+(processor loop + ``--workers`` in-process worker threads) with
+``processor.examples.demo:app`` and the demo's payment simulator answering the
+await step. All runs are submitted at once through ``processor.client.Client`` (a
+full backlog, as in the demo), then every ``RunOutcome`` is collected from
+``runs.results``. Reports runs/s (first submit to last outcome), p50/p99
+submit-to-result latency (``finished_ms - submitted_ms``, which includes queueing
+behind the backlog) and facts per run.
 
-Baseline, same process, same machine, just before: the raw embedded-log round trip.
-N records of the size of a SubmitRun are produced through ``transport.producer()``
-(flushed in transactions of 1,000, as the client does) and read back through
-``transport.reader().read()``; records/s = N / (produce + read time). The engine's
-runs/s is printed as a ratio of that.
+Baseline, same process, just before: the raw embedded-log round trip. N records of
+the size of a SubmitRun are produced through ``transport.producer()`` (transactions
+of 1,000 records, as the client flushes) and read back through
+``transport.reader().read()``; round trips/s = N / (produce + read time). The
+engine's runs/s is printed as a ratio of that.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import os
 import shutil
 import sys
 import tempfile
 import time
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from _support import Outcomes, command_line, cpus, engine, facts_in_log, percentile, submit
+
 from processor.client import Client, new_submit
-from processor.examples.demo import app
-from processor.facts.codec import codec, encode
-from processor.facts.models import RunOutcome
-from processor.facts.topics import TopicName
-from processor.host import Deployment, Host
-from processor.settings import Settings
-from processor.transport.base import Outbound, Reader, TopicPartition, TopicSpec
+from processor.facts.codec import encode
+from processor.transport.base import Outbound, TopicPartition, TopicSpec
 from processor.transport.embedded import EmbeddedTransport
 
 PARTITIONS = 4
-
-
-def percentile(sorted_values: list[int], fraction: float) -> float:
-    """Nearest-rank percentile of an already sorted list (same rule as processor.demo)."""
-    if not sorted_values:
-        return 0.0
-    index = min(len(sorted_values) - 1, round(fraction * (len(sorted_values) - 1)))
-    return float(sorted_values[index])
 
 
 def raw_round_trip(root: Path, records: int) -> dict[str, float]:
@@ -57,12 +47,11 @@ def raw_round_trip(root: Path, records: int) -> dict[str, float]:
     admin = transport.admin()
     admin.create_topics([TopicSpec("bench.roundtrip", PARTITIONS)])
     admin.close()
-    sample = encode(new_submit("orders", {"order_id": "order-000000", "amount": 42}))
+    sample = encode(new_submit("orders", {"order_id": "order-0000000", "amount": 42}))
     producer = transport.producer()
     started = time.perf_counter()
     for index in range(records):
-        key = f"run-{index:08d}".encode()
-        producer.produce(Outbound("bench.roundtrip", key, sample))
+        producer.produce(Outbound("bench.roundtrip", f"run-{index:08d}".encode(), sample))
     producer.flush()
     produced = time.perf_counter() - started
     producer.close()
@@ -85,66 +74,26 @@ def raw_round_trip(root: Path, records: int) -> dict[str, float]:
     }
 
 
-def collect(
-    reader: Reader, positions: dict[TopicPartition, int], expected: int, timeout_s: float
-) -> list[RunOutcome]:
-    """Read RunOutcomes from runs.results until ``expected`` distinct runs have one."""
-    outcomes: dict[str, RunOutcome] = {}
-    deadline = time.monotonic() + timeout_s
-    while len(outcomes) < expected:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"only {len(outcomes)} of {expected} runs finished in {timeout_s}s")
-        progressed = False
-        for tp, start in positions.items():
-            for batch in reader.read(tp, start):
-                for record in batch:
-                    outcome = codec().decode_as(record.value, RunOutcome)
-                    outcomes[outcome.run_id] = outcome
-                    positions[tp] = record.offset + 1
-                    progressed = True
-        if not progressed:
-            time.sleep(0.01)  # polling the results topic
-    return list(outcomes.values())
-
-
-def engine(root: Path, runs: int, workers: int, timeout_s: float) -> dict[str, Any]:
-    """Submit ``runs`` orders to a Host with in-process workers; collect every outcome."""
-    settings = Settings(data_dir=root / "engine", group=f"bench-{uuid.uuid4().hex[:8]}")
-    deployment = Deployment.from_settings(settings)
-    host = Host(deployment, app, workers=workers)
-    topology = deployment.topology
-    host.start()
-    try:
-        client = Client(deployment.transport, topology, settings.state_dir)
-        reader = deployment.transport.reader()
-        results = topology.name(TopicName.OUTCOMES)
-        positions = {
-            tp: reader.end_offset(tp)
-            for tp in (TopicPartition(results, p) for p in range(topology.partitions))
-        }
+def run_engine(root: Path, runs: int, workers: int, timeout_s: float) -> dict[str, Any]:
+    """Submit ``runs`` orders to the demo engine at once; collect every outcome."""
+    with engine(root / "engine", workers) as running:
+        deployment = running.deployment
+        outcomes = Outcomes(deployment)
+        client = Client(deployment.transport, deployment.topology, running.settings.state_dir)
         started = time.perf_counter()
-        for index in range(runs):
-            order = {"order_id": f"order-{index:06d}", "amount": 10 + index % 90}
-            client.send(new_submit("orders", order))
-        client.flush()
+        submit(client, 0, runs)
         submitted_s = time.perf_counter() - started
-        outcomes = collect(reader, positions, runs, timeout_s)
+        collected = outcomes.collect(runs, timeout_s)
         seconds = time.perf_counter() - started
         client.close()
-        facts_topic = topology.name(TopicName.FACTS)
-        facts = sum(
-            reader.end_offset(TopicPartition(facts_topic, p)) for p in range(topology.partitions)
-        )
-        reader.close()
-    finally:
-        host.stop()
-    if host.errors:
-        raise host.errors[0]
-    latencies = sorted(o.finished_ms - o.submitted_ms for o in outcomes)
+        outcomes.close()
+        facts = facts_in_log(deployment)
+        batches = running.host.loop.committed_batches if running.host.loop else None
+    latencies = sorted(o.finished_ms - o.submitted_ms for o in collected)
     return {
         "runs": runs,
-        "succeeded": sum(o.status == "succeeded" for o in outcomes),
-        "failed": sum(o.status == "failed" for o in outcomes),
+        "succeeded": sum(o.status == "succeeded" for o in collected),
+        "failed": sum(o.status == "failed" for o in collected),
         "seconds": seconds,
         "submit_seconds": submitted_s,
         "runs_per_s": runs / seconds,
@@ -152,7 +101,7 @@ def engine(root: Path, runs: int, workers: int, timeout_s: float) -> dict[str, A
         "p99_ms": percentile(latencies, 0.99),
         "facts": facts,
         "facts_per_run": facts / runs,
-        "committed_batches": host.loop.committed_batches if host.loop else None,
+        "committed_batches": batches,
     }
 
 
@@ -165,8 +114,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--json", action="store_true", help="only the one-line JSON summary")
     args = parser.parse_args()
-    say = (lambda *_: None) if args.json else print
-    command = "PYTHONPATH=. python " + " ".join(sys.argv)
+    say = (lambda *_: None) if args.json else functools.partial(print, flush=True)
+    command = command_line(sys.argv)
     say(f"$ {command}")
     scratch = args.data_dir is None
     root = Path(tempfile.mkdtemp(prefix="bench-lifecycle-")) if scratch else args.data_dir
@@ -179,7 +128,7 @@ def main() -> None:
             f"{base['produce_s']:.2f}s, read back in {base['read_s']:.2f}s: "
             f"{base['round_trips_per_s']:,.0f} round trips/s"
         )
-        result = engine(root, args.runs, args.workers, args.timeout)
+        result = run_engine(root, args.runs, args.workers, args.timeout)
         say(
             f"engine: {result['runs']:,} runs ({result['succeeded']} ok, {result['failed']} "
             f"failed) in {result['seconds']:.2f}s = {result['runs_per_s']:,.0f} runs/s; "
@@ -190,11 +139,11 @@ def main() -> None:
         if scratch:
             shutil.rmtree(root, ignore_errors=True)
     ratio = result["runs_per_s"] / base["round_trips_per_s"]
-    say(f"engine runs/s / raw log round trips/s = {ratio:.4f} (1 run ~ {1 / ratio:.0f} round trips)")
+    say(f"engine runs/s / raw round trips/s = {ratio:.4f} (one run costs ~{1 / ratio:.0f})")
     summary = {
         "bench": "lifecycle_embedded",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "cpus": len(os.sched_getaffinity(0)),
+        "cpus": cpus(),
         "workers": args.workers,
         **{k: round(v, 3) if isinstance(v, float) else v for k, v in result.items()},
         "baseline_round_trips_per_s": round(base["round_trips_per_s"]),

@@ -17,6 +17,7 @@ completed runs, the growth between the two, and the ratio RSS(runs) / RSS(10k).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -28,64 +29,119 @@ import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from processor.client import Client, new_submit
-from processor.facts.topics import TopicName
-from processor.host import Deployment, Host
+from _support import MIB, Outcomes, command_line, cpus, engine, proc_status, submit
+
+from processor.client import Client
+from processor.host import Deployment, Host, ensure_topics
 from processor.settings import Settings
-from processor.transport.base import TopicPartition
-
-MIB = 1024 * 1024
-
-
-def proc_status(pid: int) -> dict[str, int]:
-    """VmRSS, VmHWM, RssAnon, RssFile of ``pid`` in bytes, from /proc/<pid>/status."""
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        name, _, value = line.partition(":")
-        if name in {"VmRSS", "VmHWM", "RssAnon", "RssFile"}:
-            out[name] = int(value.split()[0]) * 1024
-    return out
 
 
 def child(data_dir: Path, group: str, workers: int) -> None:
-    """Run the processor and in-process workers until stdin closes."""
-    settings = Settings(data_dir=data_dir, group=group)
-    host = Host(Deployment.from_settings(settings), _app(), workers=workers)
-    host.start()
-    print("ready", flush=True)
-    threading.Thread(target=lambda: (sys.stdin.read(), host.stop_event.set()), daemon=True).start()
-    host.wait()
-    host.stop()
-    if host.errors:
-        raise host.errors[0]
+    """Run the demo engine until stdin closes; answer each "breakdown" line on stdin."""
+    with engine(data_dir, workers, group) as running:
+        print("ready", flush=True)
+        host = running.host
+
+        def commands() -> None:
+            for line in sys.stdin:
+                if line.strip() == "breakdown":
+                    print(json.dumps(breakdown(host)), flush=True)
+            host.stop_event.set()
+
+        threading.Thread(target=commands, daemon=True).start()
+        host.wait()
 
 
-def _app():  # imported lazily so the parent does not load the example's worker code
-    from processor.examples.demo import app
+_ROCKS_PROPERTIES = {
+    "memtables": "rocksdb.cur-size-all-mem-tables",
+    "block_cache": "rocksdb.block-cache-usage",
+    "table_readers": "rocksdb.estimate-table-readers-mem",
+}
 
-    return app
+
+def breakdown(host: Host) -> dict[str, float]:
+    """Where the processor's memory is: RocksDB memtables, block caches and index/filter
+    blocks summed over every column family of every partition store (MiB), and the
+    Python heap's allocated blocks. Reads the loop's private stores: diagnostics only."""
+    totals = dict.fromkeys(_ROCKS_PROPERTIES, 0)
+    loop = host.loop
+    stagings = dict(getattr(loop, "_stagings", {})) if loop is not None else {}
+    for staging in stagings.values():
+        for family in getattr(staging.store, "_cf", {}).values():
+            for name, prop in _ROCKS_PROPERTIES.items():
+                try:
+                    totals[name] += family.property_int_value(prop) or 0
+                except Exception:  # a store closed under us: skip it
+                    continue
+    out = {f"rocks_{name}_mib": round(value / MIB, 1) for name, value in totals.items()}
+    out["python_blocks_k"] = round(sys.getallocatedblocks() / 1000)
+    return out
 
 
-class Outcomes:
-    """Counts RunOutcomes on runs.results from the positions at creation."""
+def sample(pid: int, done: int, elapsed: float) -> dict[str, float]:
+    """One RSS reading of the processor process after ``done`` completed runs."""
+    status = proc_status(pid)
+    return {
+        "runs": done,
+        "seconds": round(elapsed, 1),
+        "rss_mib": round(status["VmRSS"] / MIB, 1),
+        "hwm_mib": round(status["VmHWM"] / MIB, 1),
+        "anon_mib": round(status["RssAnon"] / MIB, 1),
+        "file_mib": round(status["RssFile"] / MIB, 1),
+    }
 
-    def __init__(self, deployment: Deployment) -> None:
-        self.reader = deployment.transport.reader()
-        topic = deployment.topology.name(TopicName.OUTCOMES)
-        parts = range(deployment.topology.partitions)
-        self.positions = {
-            tp: self.reader.end_offset(tp) for tp in (TopicPartition(topic, p) for p in parts)
-        }
-        self.count = 0
 
-    def poll(self) -> int:
-        for tp, start in self.positions.items():
-            end = self.reader.end_offset(tp)
-            if end > start:
-                self.count += end - start  # one outcome per run; no duplicates are produced
-                self.positions[tp] = end
-        return self.count
+def ask_breakdown(proc: subprocess.Popen[str]) -> dict[str, float]:
+    """Ask the processor process for its memory breakdown (one JSON line)."""
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("breakdown\n")
+    proc.stdin.flush()
+    return dict(json.loads(proc.stdout.readline()))
+
+
+def drive(
+    args: argparse.Namespace, proc: subprocess.Popen[str], deployment: Deployment, say: Any
+) -> tuple[list[dict[str, float]], float]:
+    """Submit ``args.runs`` runs in chunks, at most two chunks ahead; sample RSS per chunk."""
+    outcomes = Outcomes(deployment)
+    client = Client(deployment.transport, deployment.topology, deployment.settings.state_dir)
+    samples = []
+    submitted = 0
+    started = time.perf_counter()
+    deadline = time.monotonic() + args.timeout
+    next_sample = min(args.checkpoint, args.runs)
+    try:
+        while outcomes.count < args.runs:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{outcomes.count} of {args.runs} runs in {args.timeout}s")
+            if proc.poll() is not None:
+                raise RuntimeError(f"the processor process exited with {proc.returncode}")
+            if submitted < args.runs and submitted - outcomes.count < 2 * args.chunk:
+                count = min(args.chunk, args.runs - submitted)
+                submit(client, submitted, count)
+                submitted += count
+            time.sleep(0.05)
+            done = outcomes.count_new()
+            if done >= next_sample:
+                point = sample(proc.pid, done, time.perf_counter() - started)
+                point.update(ask_breakdown(proc))
+                samples.append(point)
+                say(
+                    f"{done:>7,} runs done in {point['seconds']:6.1f}s "
+                    f"({done / point['seconds']:,.0f} runs/s): RSS {point['rss_mib']:6.1f} MiB "
+                    f"(anon {point['anon_mib']}, file {point['file_mib']}), "
+                    f"peak {point['hwm_mib']:6.1f} MiB; rocks memtables "
+                    f"{point.get('rocks_memtables_mib')}, block cache "
+                    f"{point.get('rocks_block_cache_mib')}, index/filter "
+                    f"{point.get('rocks_table_readers_mib')} MiB"
+                )
+                next_sample = min(args.runs, (done // args.chunk + 1) * args.chunk)
+        return samples, time.perf_counter() - started
+    finally:
+        client.close()
+        outcomes.close()
 
 
 def main() -> None:
@@ -103,76 +159,32 @@ def main() -> None:
     if args.child:
         child(args.data_dir, args.group, args.workers)
         return
-    say = (lambda *_: None) if args.json else print
-    command = "PYTHONPATH=. python " + " ".join(sys.argv)
+    say = (lambda *_: None) if args.json else functools.partial(print, flush=True)
+    command = command_line(sys.argv)
     say(f"$ {command}")
     scratch = args.data_dir is None
     root = Path(tempfile.mkdtemp(prefix="bench-memory-")) if scratch else args.data_dir
     if not scratch and root.exists():
         shutil.rmtree(root)
     group = f"bench-{uuid.uuid4().hex[:8]}"
-    settings = Settings(data_dir=root, group=group)
-    deployment = Deployment.from_settings(settings)
-    from processor.host import ensure_topics
-
+    deployment = Deployment.from_settings(Settings(data_dir=root, group=group))
     ensure_topics(deployment)
+    child_args = ["--child", "--data-dir", str(root), "--group", group]
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--child", "--data-dir", str(root), "--group", group]
-        + ["--workers", str(args.workers)],
+        [sys.executable, __file__, *child_args, "--workers", str(args.workers)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
         env=os.environ,
     )
-    samples: list[dict[str, float]] = []
     try:
         assert proc.stdout is not None and proc.stdin is not None
         if proc.stdout.readline().strip() != "ready":
             raise RuntimeError("the processor process did not start")
         time.sleep(0.5)
-        startup = proc_status(proc.pid)
-        say(f"processor pid {proc.pid}: RSS at start {startup['VmRSS'] / MIB:.1f} MiB")
-        outcomes = Outcomes(deployment)
-        client = Client(deployment.transport, deployment.topology, settings.state_dir)
-        submitted = 0
-        started = time.perf_counter()
-        deadline = time.monotonic() + args.timeout
-        next_sample = min(args.checkpoint, args.runs)
-        while outcomes.count < args.runs:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{outcomes.count} of {args.runs} runs in {args.timeout}s")
-            if proc.poll() is not None:
-                raise RuntimeError(f"the processor process exited with {proc.returncode}")
-            if submitted < args.runs and submitted - outcomes.count < 2 * args.chunk:
-                for index in range(submitted, min(submitted + args.chunk, args.runs)):
-                    order = {"order_id": f"order-{index:07d}", "amount": 10 + index % 90}
-                    client.send(new_submit("orders", order))
-                client.flush()
-                submitted = min(submitted + args.chunk, args.runs)
-            time.sleep(0.05)
-            done = outcomes.poll()
-            if done >= next_sample:
-                status = proc_status(proc.pid)
-                elapsed = time.perf_counter() - started
-                samples.append(
-                    {
-                        "runs": done,
-                        "seconds": round(elapsed, 1),
-                        "rss_mib": round(status["VmRSS"] / MIB, 1),
-                        "hwm_mib": round(status["VmHWM"] / MIB, 1),
-                        "anon_mib": round(status["RssAnon"] / MIB, 1),
-                        "file_mib": round(status["RssFile"] / MIB, 1),
-                    }
-                )
-                say(
-                    f"{done:>7,} runs done in {elapsed:6.1f}s ({done / elapsed:,.0f} runs/s): "
-                    f"RSS {status['VmRSS'] / MIB:6.1f} MiB (anon {status['RssAnon'] / MIB:.1f}, "
-                    f"file {status['RssFile'] / MIB:.1f}), peak {status['VmHWM'] / MIB:6.1f} MiB"
-                )
-                next_sample = min(args.runs, (done // args.chunk + 1) * args.chunk)
-        seconds = time.perf_counter() - started
-        client.close()
-        outcomes.reader.close()
+        startup = sample(proc.pid, 0, 0.0)
+        say(f"processor pid {proc.pid}: RSS at start {startup['rss_mib']:.1f} MiB")
+        samples, seconds = drive(args, proc, deployment, say)
         proc.stdin.close()
         proc.wait(60)
     finally:
@@ -186,12 +198,12 @@ def main() -> None:
     summary = {
         "bench": "memory_embedded",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "cpus": len(os.sched_getaffinity(0)),
+        "cpus": cpus(),
         "workers": args.workers,
         "runs": args.runs,
         "seconds": round(seconds, 1),
         "runs_per_s": round(args.runs / seconds, 1),
-        "rss_start_mib": round(startup["VmRSS"] / MIB, 1),
+        "rss_start_mib": startup["rss_mib"],
         "rss_at_checkpoint_mib": at_check["rss_mib"],
         "checkpoint_runs": at_check["runs"],
         "rss_final_mib": final["rss_mib"],
@@ -204,7 +216,7 @@ def main() -> None:
         "command": command,
     }
     say(
-        f"RSS: start {summary['rss_start_mib']} MiB, {at_check['runs']:,} runs "
+        f"RSS: start {startup['rss_mib']} MiB, {at_check['runs']:,} runs "
         f"{at_check['rss_mib']} MiB, {final['runs']:,} runs {final['rss_mib']} MiB "
         f"(peak {final['hwm_mib']} MiB; target < 300 MiB)"
     )

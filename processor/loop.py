@@ -119,7 +119,9 @@ class ProcessorLoop:
         self._session: ProcessorSession | None = None
         self._effects_producer: Producer | None = None
         self._batch = _Batch()
-        self._next_timer_scan = 0
+        self._next_timer_scan = (
+            0.0  # monotonic seconds: the tick is wall time, due times use the clock
+        )
         self.committed_batches = 0
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -198,9 +200,9 @@ class ProcessorLoop:
         now = self._clock()
         for record in records:
             self._handle(record, now)
-        if now >= self._next_timer_scan:
+        if time.monotonic() >= self._next_timer_scan:
             self._fire_timers(now)
-            self._next_timer_scan = now + self._config.timer_interval_ms
+            self._next_timer_scan = time.monotonic() + self._config.timer_interval_ms / 1000
         self._commit()
         return len(records)
 

@@ -66,8 +66,14 @@ def replay(
     reader = transport.reader()
     scratch = target_dir is None
     root = Path(tempfile.mkdtemp(prefix="processor-replay-")) if target_dir is None else target_dir
+    # Read-only handles are consistent snapshots: each live store's offset and rows
+    # are taken at one instant, even while the processor keeps committing.
+    live = {p: _open_live(live_state_dir, p) for p in range(topology.partitions)} if verify else {}
     try:
-        ends = _ends(reader, facts_topic, topology.partitions, live_state_dir if verify else None)
+        ends = {
+            p: _end(reader, TopicPartition(facts_topic, p), live.get(p), verify)
+            for p in range(topology.partitions)
+        }
         advance = progress_total(sum(ends.values())) if progress_total else None
         started = time.perf_counter()
         for partition, end in ends.items():
@@ -77,7 +83,7 @@ def replay(
                 report.facts += catch_up(fresh, reader, tp, end=end, progress=advance)
                 report.runs += fresh.count("runs")
                 if verify:
-                    report.differences.extend(_compare(fresh, live_state_dir, partition))
+                    report.differences.extend(_compare(fresh, live.get(partition), partition))
             finally:
                 fresh.close()
         report.seconds = time.perf_counter() - started
@@ -85,23 +91,19 @@ def replay(
             report.verified = not report.differences
     finally:
         reader.close()
+        for store in live.values():
+            if store is not None:
+                store.close()
         if scratch:
             shutil.rmtree(root, ignore_errors=True)
     return report
 
 
-def _ends(reader: Reader, topic: str, partitions: int, live: Path | None) -> dict[int, int]:
-    """Where to stop per partition: the live store's offset when verifying, else the end."""
-    ends = {}
-    for partition in range(partitions):
-        if live is None:
-            ends[partition] = reader.end_offset(TopicPartition(topic, partition))
-            continue
-        store = _open_live(live, partition)
-        ends[partition] = 0 if store is None else store.facts_offset()
-        if store is not None:
-            store.close()
-    return ends
+def _end(reader: Reader, tp: TopicPartition, live: PartitionStore | None, verify: bool) -> int:
+    """Where to stop: the live store's applied offset when verifying, else the log's end."""
+    if not verify:
+        return reader.end_offset(tp)
+    return 0 if live is None else live.facts_offset()
 
 
 def _open_live(live: Path, partition: int) -> PartitionStore | None:
@@ -109,21 +111,17 @@ def _open_live(live: Path, partition: int) -> PartitionStore | None:
     return PartitionStore(path, read_only=True) if (path / "CURRENT").exists() else None
 
 
-def _compare(fresh: PartitionStore, live_dir: Path, partition: int) -> Iterator[str]:
-    live = _open_live(live_dir, partition)
+def _compare(fresh: PartitionStore, live: PartitionStore | None, partition: int) -> Iterator[str]:
     if live is None:
         if fresh.count("runs"):
             yield f"p{partition}: no live store, but facts exist"
         return
-    try:
-        for family in COLUMN_FAMILIES:
-            if family == "meta":
-                continue
-            yield from _compare_family(family, partition, fresh, live)
-        if fresh.facts_offset() != live.facts_offset():
-            yield f"p{partition}: facts offset {fresh.facts_offset()} != live {live.facts_offset()}"
-    finally:
-        live.close()
+    for family in COLUMN_FAMILIES:
+        if family == "meta":
+            continue
+        yield from _compare_family(family, partition, fresh, live)
+    if fresh.facts_offset() != live.facts_offset():
+        yield f"p{partition}: facts offset {fresh.facts_offset()} != live {live.facts_offset()}"
 
 
 def _compare_family(

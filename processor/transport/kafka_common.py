@@ -8,13 +8,14 @@ or ``FencedError``: every Kafka client module funnels library errors through
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from confluent_kafka import KafkaError, KafkaException, Message
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from processor.errors import FencedError, TransportError
@@ -24,6 +25,7 @@ __all__ = [
     "FENCED_CODES",
     "GROUP_FENCED_CODES",
     "LIBRDKAFKA_LOGGER",
+    "RECORD_SETTERS",
     "DeliveryCallback",
     "ErrorReporter",
     "is_fenced",
@@ -32,6 +34,7 @@ __all__ = [
     "outbound_headers",
     "partitions_of",
     "records_of",
+    "require_topics",
     "retrying",
     "to_record",
     "translate",
@@ -59,6 +62,8 @@ _OUTAGE_CODES = frozenset(
 )
 
 T = TypeVar("T")
+
+_METADATA_TIMEOUT_S = 10.0
 
 #: ``on_delivery`` of ``Producer.produce``: (error or None, message).
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
@@ -89,6 +94,17 @@ def translate(what: str, exc: BaseException) -> TransportError:
     return TransportError(f"{what}: {exc}")
 
 
+def require_topics(client: Consumer, names: Sequence[str], owner: str) -> None:
+    """Refuse unknown topics up front: subscribing to one, Kafka would only log it, forever."""
+    try:
+        metadata = client.list_topics(timeout=_METADATA_TIMEOUT_S)
+    except KafkaException as exc:
+        raise translate(f"{owner}: list topics", exc) from exc
+    missing = [name for name in names if name not in metadata.topics]
+    if missing:
+        raise TransportError(f"{owner}: unknown topics {', '.join(missing)}")
+
+
 def retrying(what: str, call: Callable[[], T], deadline_s: float) -> T:
     """Run ``call``, retrying it while librdkafka says the error is retriable."""
     deadline = time.monotonic() + deadline_s
@@ -112,19 +128,43 @@ def outbound_headers(headers: Headers) -> list[tuple[str, str | bytes | None]] |
     return list(headers) if headers else None
 
 
+#: The slot descriptors of ``Record``'s fields. ``Record`` is a frozen dataclass whose
+#: generated ``__init__`` (one ``object.__setattr__`` lookup and call per field) costs
+#: more than everything else done per consumed record; ``to_record`` and the reader's
+#: loop build the same instances by filling the slots through these descriptors.
+RECORD_SETTERS: dict[str, Any] = {
+    field.name: Record.__dict__[field.name].__set__ for field in dataclasses.fields(Record)
+}
+if set(RECORD_SETTERS) != {
+    "topic",
+    "partition",
+    "offset",
+    "key",
+    "value",
+    "headers",
+    "timestamp_ms",
+}:  # a new Record field must be filled here too
+    raise ImportError(f"cannot build Record with fields {sorted(RECORD_SETTERS)}")
+
+_SET_TOPIC, _SET_PARTITION, _SET_OFFSET, _SET_KEY, _SET_VALUE, _SET_HEADERS, _SET_TIMESTAMP = (
+    RECORD_SETTERS[name]
+    for name in ("topic", "partition", "offset", "key", "value", "headers", "timestamp_ms")
+)
+
+
 def to_record(msg: Message) -> Record:
-    """A ``Record`` from a consumed message without error."""
+    """A ``Record`` from a consumed message without error (equal to one built by ``Record()``)."""
     headers = msg.headers()
     timestamp = msg.timestamp()[1]
-    return Record(
-        msg.topic() or "",
-        msg.partition() or 0,
-        msg.offset() or 0,
-        msg.key(),
-        msg.value(),
-        tuple(headers) if headers else (),  # type: ignore[arg-type]
-        timestamp if timestamp > 0 else 0,
-    )
+    record: Record = object.__new__(Record)
+    _SET_TOPIC(record, msg.topic())
+    _SET_PARTITION(record, msg.partition())
+    _SET_OFFSET(record, msg.offset())
+    _SET_KEY(record, msg.key())
+    _SET_VALUE(record, msg.value())
+    _SET_HEADERS(record, tuple(headers) if headers else ())
+    _SET_TIMESTAMP(record, timestamp if timestamp > 0 else 0)
+    return record
 
 
 def wait_for_first(

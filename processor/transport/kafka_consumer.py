@@ -17,6 +17,7 @@ from processor.transport.kafka_common import (
     kafka_error,
     kafka_offsets,
     records_of,
+    require_topics,
     translate,
     wait_for_first,
 )
@@ -53,10 +54,15 @@ class KafkaGroupConsumer:
         except KafkaException as exc:
             raise translate(f"{self._name}: create consumer", exc) from exc
         try:
-            self._consumer.subscribe(list(dict.fromkeys(topics)))
+            names = list(dict.fromkeys(topics))
+            require_topics(self._consumer, names, self._name)
+            self._consumer.subscribe(names)
         except KafkaException as exc:
             self._consumer.close()
             raise translate(f"{self._name}: subscribe", exc) from exc
+        except TransportError:
+            self._consumer.close()
+            raise
         self._closed = False
 
     def __enter__(self) -> KafkaGroupConsumer:

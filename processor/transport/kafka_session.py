@@ -31,6 +31,7 @@ from processor.transport.kafka_common import (
     kafka_offsets,
     partitions_of,
     records_of,
+    require_topics,
     retrying,
     translate,
     wait_for_first,
@@ -46,7 +47,6 @@ logger = logging.getLogger(__name__)
 #: per attempt; retriable failures are retried until ``_TXN_DEADLINE_S``.
 _TXN_CALL_TIMEOUT_S = 30.0
 _TXN_DEADLINE_S = 60.0
-_METADATA_TIMEOUT_S = 10.0
 #: Delivery reports of a committed transaction are all queued when the commit returns;
 #: serving them takes milliseconds. This bounds a broken client, not normal work.
 _DELIVERY_REPORTS_TIMEOUT_S = 30.0
@@ -156,7 +156,7 @@ class KafkaSession:
         """Fence older producers of our transactional.id and join the group for ``topics``."""
         self._require_open()
         names = list(dict.fromkeys(topics))
-        self._check_topics(names)
+        require_topics(self._consumer, names, self._name)
         if not self._initialized:
             self._call("init transactions", self._producer.init_transactions, _TXN_CALL_TIMEOUT_S)
             self._initialized = True
@@ -210,7 +210,7 @@ class KafkaSession:
 
     def produce(self, record: Outbound) -> None:
         """Produce ``record`` into the open transaction."""
-        txn = self._require_transaction("produce")
+        txn = self._require_transaction("produce outside a transaction")
         index = len(txn.produced)
         txn.produced.append(None)
         txn.pending += 1
@@ -232,7 +232,7 @@ class KafkaSession:
         aborted the input is rewound already, otherwise it is still open (retry
         ``commit`` or ``abort``).
         """
-        txn = self._require_transaction("commit")
+        txn = self._require_transaction("commit without begin")
         if txn.revoked:
             self._abort_open("partitions were revoked during the transaction")
             raise FencedError(
@@ -351,16 +351,6 @@ class KafkaSession:
         """
         return bool(self._assigned) and self._current_member_id() != self._member_id
 
-    def _check_topics(self, names: list[str]) -> None:
-        """Refuse unknown topics up front (Kafka would only log them, forever)."""
-        try:
-            metadata = self._consumer.list_topics(timeout=_METADATA_TIMEOUT_S)
-        except KafkaException as exc:
-            raise translate(f"{self._name}: list topics", exc) from exc
-        missing = [name for name in names if name not in metadata.topics]
-        if missing:
-            raise TransportError(f"{self._name}: unknown topics {', '.join(missing)}")
-
     def _call(self, what: str, call: Any, timeout_s: float) -> None:
         try:
             self._retrying(what, lambda: call(timeout_s))
@@ -444,10 +434,10 @@ class KafkaSession:
         if self._closed:
             raise TransportError(f"{self._name} is closed")
 
-    def _require_transaction(self, what: str) -> _Transaction:
+    def _require_transaction(self, misuse: str) -> _Transaction:
         self._require_open()
         if self._txn is None:
-            raise TransportError(f"{self._name}: {what} outside a transaction")
+            raise TransportError(f"{self._name}: {misuse}")
         return self._txn
 
     def _close_producer(self) -> None:

@@ -22,9 +22,9 @@ from processor.model.pipeline_spec import RetryPolicy
 from processor.worker.pipeline import Application, NonRetryableError, Pipeline
 
 __all__ = [
+    "ALWAYS_FAILS_ERROR",
     "CALLS",
     "FAST_RETRY",
-    "ALWAYS_FAILS_ERROR",
     "app",
     "expected_steps3_result",
 ]

@@ -18,6 +18,7 @@ from processor.facts.models import AvroModel, FactHeader, Rejected, WorkItem
 from processor.facts.topics import TopicName
 from processor.host import Deployment, ensure_topics
 from processor.loop import LoopConfig, ProcessorLoop
+from processor.model.state import RunState
 from processor.settings import Settings
 from processor.transport.base import Outbound, Reader, Record, TopicPartition
 from processor.transport.partitioner import partition_for
@@ -115,8 +116,13 @@ class RejectedWatch:
         self._tail = TopicTail(reader, topology.name(TopicName.REJECTED), topology.partitions)
         self.seen: list[Rejected] = []
 
-    def find(self, source: Record) -> Rejected | None:
+    def refresh(self) -> list[Rejected]:
+        """Read the rejections committed since the last call into ``seen``."""
         self.seen.extend(decode_records(self._tail.new(), Rejected))
+        return self.seen
+
+    def find(self, source: Record) -> Rejected | None:
+        self.refresh()
         for rejected in self.seen:
             if (
                 rejected.source_topic,
@@ -286,16 +292,28 @@ class LoopHarness:
     holds, and ``work`` / ``complete`` play the worker's part.
     """
 
-    def __init__(self, data_dir: Path, app: Application, clock: FakeClock | None = None):
-        settings = Settings(data_dir=data_dir)
+    def __init__(
+        self,
+        data_dir: Path,
+        app: Application,
+        clock: FakeClock | None = None,
+        *,
+        settings: Settings | None = None,
+        secret: bytes = b"",
+    ):
+        settings = settings or Settings(data_dir=data_dir)
         self.app = app
         self.deployment = Deployment.from_settings(settings)
-        ensure_topics(self.deployment)
+        ensure_topics(self.deployment, app)
         self.clock = clock or FakeClock()
         transport, topology = self.deployment.transport, self.deployment.topology
         # Scan timers whenever the fake clock moved, so due times are exact to the millisecond.
         config = LoopConfig(
-            state_dir=settings.state_dir, poll_timeout_s=0.005, timer_interval_ms=1
+            state_dir=settings.state_dir,
+            group=settings.group,
+            poll_timeout_s=0.005,
+            timer_interval_ms=1,
+            resume_secret=secret,
         )
         self.loop = ProcessorLoop(transport, app, topology, config, clock=self.clock)
         self.loop.start()
@@ -305,6 +323,21 @@ class LoopHarness:
         self.rejected = RejectedWatch(self.reader, self.deployment)
         self.work_items: list[WorkItem] = []
 
+    @classmethod
+    def for_settings(
+        cls, settings: Settings, app: Application, *, secret: bytes = b""
+    ) -> LoopHarness:
+        """A harness on whatever transport ``settings`` name (embedded or Kafka)."""
+        return cls(settings.data_dir, app, settings=settings, secret=secret)
+
+    def loop_state(self, run_id: str) -> RunState | None:
+        """The run's committed projection in the loop's own store."""
+        return self.loop.run_state(run_id)
+
+    def suspended(self, run_id: str) -> bool:
+        state = self.loop_state(run_id)
+        return state is not None and state.phase == "suspended"
+
     def name(self, topic: TopicName) -> str:
         return self.deployment.topology.name(topic)
 
@@ -313,11 +346,18 @@ class LoopHarness:
         self.produce(TopicName.COMMANDS, command.run_id, encode(command))
         return command.run_id
 
-    def produce(self, topic: TopicName, key: str, value: bytes) -> Record:
-        """Produce one record and return it as committed (with its offset)."""
+    def produce(self, topic: TopicName, key: str, value: bytes, *, flush: bool = True) -> Record:
+        """Produce one record and return it as committed (with its offset).
+
+        With ``flush=False`` the record is only buffered (call ``producer.flush()``
+        later) and the returned record carries offset -1.
+        """
         name = self.name(topic)
         partition = partition_for(key.encode(), self.deployment.topology.partitions)
         tp = TopicPartition(name, partition)
+        if not flush:
+            self.producer.produce(Outbound(name, key.encode(), value, partition=partition))
+            return Record(name, partition, -1, key.encode(), value)
         start = self.reader.end_offset(tp)
         self.producer.produce(Outbound(name, key.encode(), value, partition=partition))
         self.producer.flush()
@@ -325,10 +365,12 @@ class LoopHarness:
         assert record is not None
         return record
 
-    def produce_model(self, topic: TopicName, key: str, value: AvroModel) -> Record:
-        return self.produce(topic, key, encode(value))
+    def produce_model(
+        self, topic: TopicName, key: str, value: AvroModel, *, flush: bool = True
+    ) -> Record:
+        return self.produce(topic, key, encode(value), flush=flush)
 
-    def drive(self, condition: Callable[[], T], what: str, max_rounds: int = 500) -> T:
+    def drive(self, condition: Callable[[], T], what: str, max_rounds: int = 20_000) -> T:
         """Call ``run_once`` until ``condition`` holds (bounded by rounds and a deadline)."""
         deadline = time.monotonic() + 30.0
         for _ in range(max_rounds):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from typing import Any
 
 from processor.admission import tokens
-from processor.facts.codec import encode
 from processor.facts.models import (
     BoundaryCompletion,
     BoundaryCompletionAdmitted,
@@ -24,7 +24,9 @@ from tests.apps.support import LoopHarness, TopicTail, decode_records
 AWAIT_MS = int(AWAIT_TIMEOUT_S * 1000)
 
 
-def completion(request: BoundaryRequest, value: Any, *, key: str | None = None) -> BoundaryCompletion:
+def completion(
+    request: BoundaryRequest, value: Any, *, key: str | None = None
+) -> BoundaryCompletion:
     return BoundaryCompletion(
         token=request.resume_token,
         idempotency_key=key or f"k-{request.interaction}",
@@ -38,18 +40,31 @@ def status(h: LoopHarness, run_id: str) -> str:
     return "" if state is None else state.status
 
 
-def run_until_suspended(h: LoopHarness, pipeline: str, value: Any) -> tuple[str, list[BoundaryRequest]]:
+def play(h: LoopHarness, condition: Callable[[], bool], what: str) -> None:
+    """Drive the loop, playing the worker for every dispatched item, until ``condition``."""
+
+    def step() -> bool:
+        for item in h.new_work():
+            h.complete(item)
+        return condition()
+
+    h.drive(step, what)
+
+
+def run_until_suspended(
+    h: LoopHarness, pipeline: str, value: Any
+) -> tuple[str, list[BoundaryRequest]]:
     """Submit, play the worker until the run waits at a boundary; return its requests."""
     requests = TopicTail(h.reader, h.name(TopicName.REQUESTS), h.deployment.topology.partitions)
     run_id = h.submit(pipeline, value)
-    h.drive(lambda: [h.complete(i) for i in h.new_work()] or h.suspended(run_id), "suspension")
+    play(h, lambda: h.suspended(run_id), "suspension")
     found = [r for r in decode_records(requests.new(), BoundaryRequest) if r.run_id == run_id]
     return run_id, sorted(found, key=lambda r: r.item_index)
 
 
 def finish(h: LoopHarness, run_id: str) -> None:
     """Play the worker until the run is terminal."""
-    h.drive(lambda: [h.complete(i) for i in h.new_work()] and False or status(h, run_id) in ("succeeded", "failed"), "terminal")
+    play(h, lambda: status(h, run_id) in ("succeeded", "failed"), "terminal")
 
 
 def test_scalar_await_suspends_admits_and_continues_with_the_payload(harness: LoopHarness) -> None:
@@ -58,7 +73,9 @@ def test_scalar_await_suspends_admits_and_continues_with_the_payload(harness: Lo
     assert len(requests) == 1
     (request,) = requests
     assert json.loads(request.request) == {"question": 7}
-    assert request.deadline_ms == h.clock() + AWAIT_MS or request.deadline_ms <= h.clock() + AWAIT_MS
+    assert (
+        request.deadline_ms == h.clock() + AWAIT_MS or request.deadline_ms <= h.clock() + AWAIT_MS
+    )
     assert tokens.parse(request.resume_token) is not None
     assert h.fact_types(run_id)[-4:] == [
         "StepCompleted",
@@ -88,7 +105,9 @@ def test_itemized_await_of_1000_items_releases_once_in_index_order(harness: Loop
     random.Random(7).shuffle(shuffled)
     for index, request in enumerate(shuffled):
         item = json.loads(request.request)["i"]
-        h.produce_model(TopicName.COMPLETIONS, run_id, completion(request, item * item), flush=False)
+        h.produce_model(
+            TopicName.COMPLETIONS, run_id, completion(request, item * item), flush=False
+        )
         if index % 250 == 249:
             h.producer.flush()
             h.loop.run_once()
@@ -100,14 +119,19 @@ def test_itemized_await_of_1000_items_releases_once_in_index_order(harness: Loop
     assert len(released) == 1
     assert json.loads(released[0].input) == [i * i for i in range(1000)]
     state = h.loop_state(run_id)
-    assert state is not None and json.loads(state.result or b"") == {"outputs": [i * i for i in range(1000)]}
+    assert state is not None and json.loads(state.result or b"") == {
+        "outputs": [i * i for i in range(1000)]
+    }
 
 
 def test_itemized_await_of_no_items_continues_at_once(harness: LoopHarness) -> None:
     h = harness
-    run_id, requests = run_until_suspended(h, "itemized", {"items": 0})
-    assert requests == []
+    requests = TopicTail(h.reader, h.name(TopicName.REQUESTS), h.deployment.topology.partitions)
+    run_id = h.submit("itemized", {"items": 0})
     finish(h, run_id)
+    assert requests.new() == []
+    types = h.fact_types(run_id)
+    assert types.index("BoundaryDispatchCompleted") + 2 == types.index("ContinuationSegmentCreated")
     state = h.loop_state(run_id)
     assert state is not None and json.loads(state.result or b"") == {"outputs": []}
 
@@ -142,7 +166,9 @@ def test_completion_before_the_deadline_wins(harness: LoopHarness) -> None:
     run_id, (request,) = run_until_suspended(h, "scalar", {"n": 3})
     h.clock.advance_to(request.deadline_ms - 1)
     h.produce_model(TopicName.COMPLETIONS, run_id, completion(request, "in time"))
-    h.drive(lambda: any(isinstance(f, BoundaryCompletionAdmitted) for f in h.facts(run_id)), "admitted")
+    h.drive(
+        lambda: any(isinstance(f, BoundaryCompletionAdmitted) for f in h.facts(run_id)), "admitted"
+    )
     h.clock.advance_to(request.deadline_ms + 1)
     finish(h, run_id)
     assert not any(isinstance(f, InteractionTimedOut) for f in h.facts(run_id))
@@ -179,10 +205,7 @@ def test_completion_at_the_deadline_loses_when_the_timer_fired_first(harness: Lo
 def test_checkpoint_handoff_starts_the_target_pipeline(harness: LoopHarness) -> None:
     h = harness
     source_run = h.submit("source", {"order": "o-9"})
-    h.drive(
-        lambda: [h.complete(i) for i in h.new_work()] and False or status(h, source_run) == "succeeded",
-        "source succeeded",
-    )
+    play(h, lambda: status(h, source_run) == "succeeded", "source succeeded")
     source_facts = h.facts(source_run)
     assert [type(f).__name__ for f in source_facts][-3:] == [
         "TerminalPublicationPrepared",
@@ -192,10 +215,7 @@ def test_checkpoint_handoff_starts_the_target_pipeline(harness: LoopHarness) -> 
     from processor.facts.payload import derive_run_id
 
     sink_run = derive_run_id(f"{source_run}/checkpoint/order-ready")
-    h.drive(
-        lambda: [h.complete(i) for i in h.new_work()] and False or status(h, sink_run) == "succeeded",
-        "sink succeeded",
-    )
+    play(h, lambda: status(h, sink_run) == "succeeded", "sink succeeded")
     sink_facts = h.facts(sink_run)
     admitted = [f for f in sink_facts if isinstance(f, BoundaryCompletionAdmitted)]
     assert len(admitted) == 1 and admitted[0].source == "checkpoint"

@@ -8,6 +8,7 @@ share.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -303,7 +304,8 @@ def test_abort_leaves_no_trace_and_input_is_polled_again(
 ) -> None:
     source, sink = make_topic(partitions=2), make_topic(partitions=2)
     fill(transport, source, 10)
-    session, _ = subscribed(transport, closing, unique_group(), "a", [source])
+    group = unique_group()
+    session, _ = subscribed(transport, closing, group, "a", [source])
     first = poll_until(session, 10)
 
     session.begin()
@@ -317,10 +319,19 @@ def test_abort_leaves_no_trace_and_input_is_polled_again(
     second = poll_until(session, 10)
     assert sorted(ids(second)) == sorted(ids(first))
     session.begin()
-    session.produce(Outbound(sink, b"k", b"once"))
-    session.commit(next_offsets(second))
+    session.produce(Outbound(sink, b"k", b"aborted again"))
+    session.abort()
+    session.close()
+
+    # The group's offsets did not move: a new instance starts from the beginning.
+    fresh, _ = subscribed(transport, closing, group, "b", [source])
+    third = poll_until(fresh, 10)
+    assert sorted(ids(third)) == sorted(ids(first))
+    fresh.begin()
+    fresh.produce(Outbound(sink, b"k", b"once"))
+    fresh.commit(next_offsets(third))
     assert [r.value for r in read_topic(transport, sink, 2)] == [b"once"]
-    assert_quiet(session)
+    assert_quiet(fresh)
 
 
 def test_restart_resumes_exactly_at_the_committed_position(
@@ -369,8 +380,17 @@ def test_a_second_instance_fences_the_first(
 
     successor.begin()
     successor.produce(Outbound(sink, b"k", b"from the successor"))
-    successor.commit(next_offsets(taken_over))
+    first_partition = [r for r in taken_over if r.partition == 0]
+    successor.commit(next_offsets(first_partition))
     assert [r.value for r in read_topic(transport, sink, 2)] == [b"from the successor"]
+
+    # The zombie's offsets were not committed either: the successor's are the group's.
+    zombie.close()
+    successor.close()
+    third, _ = subscribed(transport, closing, group, "instance-c", [source])
+    rest = [r for r in taken_over if r.partition != 0]
+    assert sorted(ids(poll_until(third, len(rest)))) == sorted(ids(rest))
+    assert_quiet(third)
 
 
 # -- worker consumers ---------------------------------------------------------------------
@@ -381,16 +401,17 @@ def test_competing_consumers_get_disjoint_records_covering_everything(
 ) -> None:
     topic = make_topic(partitions=4)
     total = 400
-    fill(transport, topic, total)
     group = unique_group()
     received: dict[int, list[Record]] = {0: [], 1: []}
     errors: list[BaseException] = []
+    ready = threading.Barrier(len(received) + 1)
     done = threading.Event()
 
     def work(member: int) -> None:
         try:
             consumer = transport.consumer(group, [topic])
             try:
+                ready.wait()
                 while not done.is_set():
                     records = consumer.poll(7, 0.1)
                     received[member].extend(records)
@@ -399,10 +420,14 @@ def test_competing_consumers_get_disjoint_records_covering_everything(
                 consumer.close()
         except BaseException as exc:  # reported by the test thread
             errors.append(exc)
+            ready.abort()
 
     threads = [threading.Thread(target=work, args=(m,)) for m in received]
     for thread in threads:
         thread.start()
+    with contextlib.suppress(threading.BrokenBarrierError):  # errors are asserted below
+        ready.wait(timeout=POLL_DEADLINE_S)
+        fill(transport, topic, total)
     deadline = time.monotonic() + POLL_DEADLINE_S
     while sum(map(len, received.values())) < total and time.monotonic() < deadline and not errors:
         time.sleep(0.01)
@@ -414,8 +439,6 @@ def test_competing_consumers_get_disjoint_records_covering_everything(
     first, second = (set(ids(received[m])) for m in received)
     assert not first & second
     assert len(first | second) == total == len(received[0]) + len(received[1])
-    if transport.name == "embedded":  # Kafka may hand all partitions to one member first
-        assert first and second
 
 
 # -- embedded only ------------------------------------------------------------------------
@@ -517,6 +540,22 @@ def test_poll_shares_max_records_fairly_across_partitions(
     records = consumer.poll(9, 1.0)
     counts = sorted(sum(1 for r in records if r.partition == p) for p in range(4))
     assert counts == [2, 2, 2, 3]
+
+
+def test_competing_consumers_take_turns(
+    transport: Transport, make_topic: TopicFactory, closing: Closing
+) -> None:
+    embedded_only(transport)
+    topic = make_topic(partitions=4)
+    fill(transport, topic, 100)
+    group = unique_group()
+    members = [closing(transport.consumer(group, [topic])) for _ in range(2)]
+    received: list[list[Record]] = [[], []]
+    while sum(map(len, received)) < 100:
+        for member, consumer in enumerate(members):
+            received[member].extend(consumer.poll(7, 0.0))
+    assert [len(records) for records in received] == [51, 49]
+    assert not set(ids(received[0])) & set(ids(received[1]))
 
 
 def test_poll_waits_for_records_committed_meanwhile(

@@ -68,9 +68,7 @@ def running(tmp_path: Path) -> Iterator[Running]:
     client = Client(deployment.transport, deployment.topology, deployment.settings.state_dir)
     producer = deployment.transport.producer()
     try:
-        yield Running(
-            deployment, host, producer, reader, client, RejectedWatch(reader, deployment)
-        )
+        yield Running(deployment, host, producer, reader, client, RejectedWatch(reader, deployment))
     finally:
         host.stop()
         producer.close()
@@ -203,7 +201,7 @@ def test_garbage_on_every_input_is_rejected_and_the_processor_keeps_going(
         assert rejected.source_offset == source.offset, source.key
         assert rejected.rejected_ms > 0
     # Exactly one rejection per bad record: the valid runs were not refused.
-    assert len(running.rejected.seen) == len(cases)
+    assert len(running.rejected.refresh()) == len(cases)
 
     # The refused conflict and stale results left the keyed run exactly as it was.
     now = running.client.status(original.run_id)

@@ -74,6 +74,7 @@ def test_kill_9_during_load_loses_and_duplicates_nothing(
         return committed_facts() >= target
 
     def all_ended() -> bool:
+        processor_process.check_alive()
         for record in facts_tail.new():
             fact = decode_fact(record.value)
             if isinstance(fact, RunSucceeded | RunFailed):
@@ -95,9 +96,7 @@ def test_kill_9_during_load_loses_and_duplicates_nothing(
                 # Kill after a random amount of committed progress since the last kill
                 # (less than the chunk just submitted needs, so runs are in flight).
                 target = committed_facts() + rng.randint(1, 1_200)
-                wait_until(
-                    lambda t=target: progressed(t), 90, f"{target} facts", max_pause_s=0.01
-                )
+                wait_until(lambda t=target: progressed(t), 90, f"{target} facts", max_pause_s=0.01)
                 when = f"at {target} facts"
             all_ended()
             kills.append((when, len(inputs) - len(ended)))
@@ -113,7 +112,10 @@ def test_kill_9_during_load_loses_and_duplicates_nothing(
     finally:
         client.close()
 
-    facts = [decode_fact(r.value) for r in read_topic(reader, topology.name(TopicName.FACTS), topology.partitions)]
+    facts = [
+        decode_fact(r.value)
+        for r in read_topic(reader, topology.name(TopicName.FACTS), topology.partitions)
+    ]
     outcomes = [
         codec().decode_as(r.value, RunOutcome)
         for r in read_topic(reader, topology.name(TopicName.OUTCOMES), topology.partitions)

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from processor.errors import FencedError, TransportError
 from processor.settings import Settings
@@ -107,6 +109,28 @@ def poll_until(client: ProcessorSession | GroupConsumer, count: int) -> list[Rec
     return records
 
 
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert time.monotonic() < deadline, f"waited in vain for {what}"
+        time.sleep(0.01)
+
+
+def high_watermark(tp: TopicPartition) -> int:
+    """The end of ``tp`` including uncommitted records (read_uncommitted)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap(),
+            "group.id": unique("probe"),
+            "isolation.level": "read_uncommitted",
+        }
+    )
+    try:
+        return int(consumer.get_watermark_offsets(KafkaTopicPartition(*tp), timeout=10)[1])
+    finally:
+        consumer.close()
+
+
 def next_offsets(records: Sequence[Record]) -> dict[TopicPartition, int]:
     positions: dict[TopicPartition, int] = {}
     for record in records:
@@ -147,6 +171,10 @@ def test_same_transactional_id_fences_the_zombie_and_hides_its_transaction(
     zombie.begin()
     for i in range(5):
         zombie.produce(Outbound(sink, b"k%d" % i, b"zombie"))
+    wait_for(
+        lambda: sum(high_watermark(TopicPartition(sink, p)) for p in (0, 1)) == 5,
+        "the zombie's records on the broker",
+    )
 
     # Same group and instance id, so the same transactional.id: init_transactions in
     # subscribe bumps the producer epoch and aborts the zombie's open transaction.
@@ -178,6 +206,7 @@ def test_a_member_evicted_for_not_polling_cannot_commit(
     inputs = poll_until(zombie, 1)
     zombie.begin()
     zombie.produce(Outbound(sink, b"k", b"zombie"))
+    wait_for(lambda: high_watermark(TopicPartition(sink, 0)) == 1, "the zombie's record")
     # Another instance (another transactional.id) gets the partition only once the
     # zombie is evicted after max.poll.interval.ms without a poll.
     successor = subscribed(transport, closing, group, "b", [source])
@@ -199,17 +228,19 @@ def test_abort_leaves_nothing_visible_and_later_commits_read_cleanly(
     session.begin()
     for i in range(50):
         session.produce(Outbound(sink, b"k", b"aborted-%d" % i))
+    # Abort only once the records are on the broker: librdkafka purges records still
+    # queued locally, which would leave nothing to abort.
+    wait_for(lambda: high_watermark(tp) == 50, "the transaction's records on the broker")
     session.abort()
     assert read_all(transport, tp) == []
-    reader = closing(transport.reader())
-    assert reader.end_offset(tp) == 51  # 50 aborted records and the abort marker
 
     session.begin()
     session.produce(Outbound(sink, b"k", b"kept"))
     [(position, offset)] = session.commit({})
-    assert (position, offset) == (tp, 51)
-    [record] = read_all(transport, tp)
+    assert (position, offset) == (tp, 51)  # after 50 aborted records and the abort marker
+    [record] = read_all(transport, tp)  # visible as soon as commit returns
     assert (record.offset, record.value) == (51, b"kept")
+    reader = closing(transport.reader())
     assert reader.end_offset(tp) == 53  # the commit marker takes offset 52
 
 
@@ -222,10 +253,12 @@ def test_read_stops_at_the_end_when_the_last_offsets_are_markers(
     session = subscribed(transport, closing, unique("g"), "aborter", [source])
     session.begin()
     session.produce(Outbound(sink, b"k", b"aborted"))
+    wait_for(lambda: high_watermark(tp) == 5, "the aborted record on the broker")
     session.abort()
-    # offsets: 0-2 records, 3 commit marker, 4 aborted record, 5 abort marker
+    # offsets: 0-2 records, 3 commit marker, 4 aborted record, 5 abort marker; the
+    # coordinator writes the abort marker after abort_transaction returns.
     reader = closing(transport.reader())
-    assert reader.end_offset(tp) == 6
+    wait_for(lambda: reader.end_offset(tp) == 6, "the abort marker")
     started = time.monotonic()
     for start, end, expected in [
         (0, None, [0, 1, 2]),
@@ -266,9 +299,7 @@ def test_a_new_read_supersedes_an_unfinished_one(
     transport: KafkaTransport, make_topic: Callable[..., str], closing: Closing
 ) -> None:
     topic = make_topic(2)
-    produce_all(
-        transport, [Outbound(topic, b"k", b"%d" % i, partition=i % 2) for i in range(200)]
-    )
+    produce_all(transport, [Outbound(topic, b"k", b"%d" % i, partition=i % 2) for i in range(200)])
     reader = closing(transport.reader())
     first = reader.read(TopicPartition(topic, 0), 0, batch_size=10)
     assert len(next(first)) <= 10
@@ -276,6 +307,24 @@ def test_a_new_read_supersedes_an_unfinished_one(
     assert [r.value for r in second] == [b"%d" % i for i in range(1, 200, 2)]
     with pytest.raises(TransportError, match="superseded"):
         next(first)
+
+
+def test_records_read_equal_records_built_by_their_constructor(
+    transport: KafkaTransport, make_topic: Callable[..., str], closing: Closing
+) -> None:
+    topic = make_topic(1)
+    tp = TopicPartition(topic, 0)
+    headers = (("type", b"RunSubmitted"), ("empty", b""))
+    produce_all(transport, [Outbound(topic, b"k", b"v", headers, partition=0)])
+    [record] = read_all(transport, tp)
+    session = subscribed(transport, closing, unique("g"), "a", [topic])
+    [polled] = poll_until(session, 1)
+    expected = Record(topic, 0, 0, b"k", b"v", headers, record.timestamp_ms)
+    assert record == polled == expected
+    assert hash(record) == hash(polled) == hash(expected)
+    assert record.timestamp_ms > 0
+    with pytest.raises(AttributeError):
+        record.value = b"changed"  # type: ignore[misc]
 
 
 # -- placement ----------------------------------------------------------------------------
@@ -346,11 +395,7 @@ def test_group_consumer_resumes_after_its_committed_offsets(
     finally:
         restarted.close()
     committed = next_offsets(done)
-    expected = {
-        (r.partition, r.offset)
-        for r in first
-        if r.offset >= committed.get(r.position, 0)
-    }
+    expected = {(r.partition, r.offset) for r in first if r.offset >= committed.get(r.position, 0)}
     assert {(r.partition, r.offset) for r in again} == expected
 
 

@@ -1,0 +1,173 @@
+"""Shared by the embedded-log benchmarks: the demo engine, outcome collection, /proc reads.
+
+The engine is what ``processor demo`` runs (``processor.demo.run_demo``): a
+``processor.host.Host`` (processor loop + in-process worker threads) with the
+bundled ``processor.examples.demo:app``, plus the demo's external-system
+simulator (``processor.external.Responder``) answering the pipeline's await
+steps, when the example has them. Unlike the demo it sends no duplicate or
+forged completions.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from processor.client import Client, new_submit
+from processor.facts.codec import codec
+from processor.facts.models import RunOutcome
+from processor.facts.topics import TopicName
+from processor.host import Deployment, Host
+from processor.settings import Settings
+from processor.transport.base import Reader, TopicPartition
+
+APP = "processor.examples.demo"
+MIB = 1024 * 1024
+
+
+def cpus() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def command_line(argv: list[str]) -> str:
+    """The command that produced a figure, as it can be pasted from the repo root."""
+    return "PYTHONPATH=. python " + " ".join(argv)
+
+
+def percentile(sorted_values: list[int], fraction: float) -> float:
+    """Nearest-rank percentile of a sorted list (the rule processor.demo uses)."""
+    if not sorted_values:
+        return 0.0
+    index = min(len(sorted_values) - 1, round(fraction * (len(sorted_values) - 1)))
+    return float(sorted_values[index])
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """VmRSS, VmHWM, RssAnon and RssFile of ``pid`` in bytes, from /proc/<pid>/status."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in {"VmRSS", "VmHWM", "RssAnon", "RssFile"}:
+            out[name] = int(value.split()[0]) * 1024
+    return out
+
+
+def demo_app() -> tuple[Any, dict[str, Any]]:
+    """The example application and the handlers ``processor demo`` answers its awaits with."""
+    module = importlib.import_module(APP)
+    handlers = {}
+    if hasattr(module, "payments_simulator"):
+        handlers["payments"] = module.payments_simulator
+    return module.app, handlers
+
+
+def order(index: int) -> dict[str, Any]:
+    """The demo's order number ``index``."""
+    return {"order_id": f"order-{index:07d}", "amount": 10 + index % 90}
+
+
+@dataclass
+class Engine:
+    deployment: Deployment
+    host: Host
+
+    @property
+    def settings(self) -> Settings:
+        return self.deployment.settings
+
+
+@contextmanager
+def engine(data_dir: Path, workers: int, group: str | None = None) -> Iterator[Engine]:
+    """A running demo engine on a fresh embedded log under ``data_dir``."""
+    settings = Settings(data_dir=data_dir, group=group or f"bench-{uuid.uuid4().hex[:8]}")
+    deployment = Deployment.from_settings(settings)
+    app, handlers = demo_app()
+    host = Host(deployment, app, workers=workers)
+    responding = None
+    try:
+        host.start()
+        if handlers:
+            from processor.external import Responder
+
+            responder = Responder(deployment.transport, deployment.topology, handlers)
+            responding = threading.Thread(
+                target=responder.run, args=(host.stop_event,), daemon=True
+            )
+            responding.start()
+        yield Engine(deployment, host)
+    finally:
+        host.stop()
+        if responding is not None:
+            responding.join(10)
+    if host.errors:
+        raise host.errors[0]
+
+
+class Outcomes:
+    """Reads RunOutcomes from runs.results, from the end it had when created."""
+
+    def __init__(self, deployment: Deployment) -> None:
+        self.reader: Reader = deployment.transport.reader()
+        topic = deployment.topology.name(TopicName.OUTCOMES)
+        parts = range(deployment.topology.partitions)
+        self.positions = {
+            tp: self.reader.end_offset(tp) for tp in (TopicPartition(topic, p) for p in parts)
+        }
+        self.count = 0
+
+    def count_new(self) -> int:
+        """Advance over new outcomes without decoding them (one per run); the total."""
+        for tp, start in self.positions.items():
+            end = self.reader.end_offset(tp)
+            if end > start:
+                self.count += end - start
+                self.positions[tp] = end
+        return self.count
+
+    def collect(self, expected: int, timeout_s: float) -> list[RunOutcome]:
+        """Decode outcomes until ``expected`` distinct runs have one."""
+        outcomes: dict[str, RunOutcome] = {}
+        deadline = time.monotonic() + timeout_s
+        while len(outcomes) < expected:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(outcomes)} of {expected} runs finished in {timeout_s}s")
+            progressed = False
+            for tp, start in self.positions.items():
+                for batch in self.reader.read(tp, start):
+                    for record in batch:
+                        outcome = codec().decode_as(record.value, RunOutcome)
+                        outcomes[outcome.run_id] = outcome
+                        self.positions[tp] = record.offset + 1
+                        progressed = True
+            if not progressed:
+                time.sleep(0.01)  # polling the results topic
+        self.count = len(outcomes)
+        return list(outcomes.values())
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+def submit(client: Client, first: int, count: int) -> None:
+    """Submit orders ``first .. first + count - 1`` and flush."""
+    for index in range(first, first + count):
+        client.send(new_submit("orders", order(index)))
+    client.flush()
+
+
+def facts_in_log(deployment: Deployment) -> int:
+    reader = deployment.transport.reader()
+    try:
+        topic = deployment.topology.name(TopicName.FACTS)
+        parts = range(deployment.topology.partitions)
+        return sum(reader.end_offset(TopicPartition(topic, p)) for p in parts)
+    finally:
+        reader.close()

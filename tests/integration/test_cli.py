@@ -1,0 +1,185 @@
+"""The command line, used from "another terminal" while ``processor run`` is running.
+
+One ``processor run`` subprocess (embedded log, a temporary data dir) serves the
+whole module; every CLI call is a fresh ``python -m processor`` process.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from processor.facts.topics import TopicName
+from processor.host import Deployment
+from processor.settings import Settings
+from processor.transport.base import TopicPartition
+from tests.apps.pipelines import expected_steps3_result
+from tests.apps.support import ProcessorProcess, cli, wait_until
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The data dir of a ``processor run`` that stays up for the whole module."""
+    root = tmp_path_factory.mktemp("cli")
+    process = ProcessorProcess(root / "data", root / "processor.log", workers=2)
+    try:
+        process.start()
+        process.wait_running()
+        yield root / "data"
+        process.check_alive()
+        assert process.stop() == 0, process.log_text()
+    finally:
+        process.close()
+
+
+def _json(result: Any) -> Any:
+    assert result.stdout.strip(), f"no output; stderr: {result.stderr}"
+    return json.loads(result.stdout)
+
+
+def _submit(data_dir: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    result = cli(data_dir, "submit", *args, "--json")
+    return result.returncode, _json(result)
+
+
+def _succeeded_status(data_dir: Path, run_id: str) -> dict[str, Any]:
+    def status() -> dict[str, Any] | None:
+        result = cli(data_dir, "status", run_id, "--json")
+        if result.returncode == 3:  # not in the projection yet
+            return None
+        assert result.returncode == 0, result.stderr
+        shown: dict[str, Any] = _json(result)
+        return shown if shown["status"] == "succeeded" else None
+
+    return wait_until(status, 60, f"run {run_id} to succeed", max_pause_s=0.2)
+
+
+def test_submit_prints_the_run_id_and_created(data_dir: Path) -> None:
+    code, shown = _submit(data_dir, "steps3", "--input", '{"n": 4}')
+    assert code == 0
+    assert set(shown) == {"run_id", "created"}
+    assert shown["created"] is True
+    assert str(uuid.UUID(shown["run_id"])) == shown["run_id"]
+
+
+def test_idempotency_key_returns_the_same_run_and_refuses_a_conflict(data_dir: Path) -> None:
+    key = f"order-{uuid.uuid4()}"
+    code, first = _submit(data_dir, "steps3", "--input", '{"n": 8}', "--idempotency-key", key)
+    assert (code, first["created"]) == (0, True)
+
+    # The same fields again (JSON spelled differently): the original run, not created.
+    code, again = _submit(data_dir, "steps3", "--input", '{ "n" : 8 }', "--idempotency-key", key)
+    assert code == 0
+    assert again == {"run_id": first["run_id"], "created": False}
+
+    # The same key with a different input is refused.
+    code, conflict = _submit(data_dir, "steps3", "--input", '{"n": 9}', "--idempotency-key", key)
+    assert code != 0
+    assert conflict["refusal"] == "idempotency_conflict"
+    assert conflict["run_id"] == first["run_id"]
+    assert conflict["created"] is False
+
+    # The refused submit did not change the run: it finishes with the first input.
+    status = _succeeded_status(data_dir, first["run_id"])
+    assert status["result"] == expected_steps3_result(8)
+
+
+def test_status_and_history_of_a_finished_run(data_dir: Path) -> None:
+    code, submitted = _submit(data_dir, "steps3", "--input", '{"n": 13}')
+    assert code == 0
+    run_id = submitted["run_id"]
+
+    status = _succeeded_status(data_dir, run_id)
+    assert status["run_id"] == run_id
+    assert (status["pipeline"], status["pipeline_version"]) == ("steps3", 1)
+    assert status["result"] == expected_steps3_result(13)
+    assert status["error"] is None
+
+    result = cli(data_dir, "history", run_id, "--json")
+    assert result.returncode == 0, result.stderr
+    facts = _json(result)
+    assert [f["seq"] for f in facts] == list(range(1, len(facts) + 1))
+    assert facts[0]["type"] == "RunSubmitted"
+    assert facts[0]["input"] == {"n": 13}
+    assert facts[-1]["type"] == "RunSucceeded"
+    assert facts[-1]["result"] == expected_steps3_result(13)
+    assert {f["run_id"] for f in facts} == {run_id}
+    steps = [f["step"] for f in facts if f["type"] == "StepCompleted"]
+    assert steps == [0, 1, 2]
+    assert status["version"] == len(facts)
+
+    text = cli(data_dir, "history", run_id)
+    assert text.returncode == 0
+    assert "RunSubmitted" in text.stdout.splitlines()[0]
+
+
+def test_unknown_run_exits_3(data_dir: Path) -> None:
+    unknown = str(uuid.uuid4())
+    status = cli(data_dir, "status", unknown, "--json")
+    assert status.returncode == 3
+    assert unknown in _json(status)["error"]
+    history = cli(data_dir, "history", unknown)
+    assert history.returncode == 3
+    assert unknown in history.stderr
+
+
+def test_submit_to_an_unknown_pipeline_is_refused(data_dir: Path) -> None:
+    code, shown = _submit(data_dir, "no_such_pipeline", "--input", "{}")
+    assert code == 1
+    assert shown["refusal"] == "unknown_pipeline"
+
+
+def test_replay_verify_agrees_with_the_live_projections(data_dir: Path) -> None:
+    code, submitted = _submit(data_dir, "steps3", "--input", '{"n": 1}')
+    assert code == 0
+    _succeeded_status(data_dir, submitted["run_id"])
+
+    result = cli(data_dir, "replay", "--verify", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = _json(result)
+    assert report["verified"] is True, report["differences"]
+    assert report["differences"] == []
+
+    # Every committed fact was replayed, and every run the module submitted is there.
+    deployment = Deployment.from_settings(Settings(data_dir=data_dir))
+    reader = deployment.transport.reader()
+    facts = deployment.topology.name(TopicName.FACTS)
+    try:
+        in_log = sum(
+            reader.end_offset(TopicPartition(facts, p))
+            for p in range(deployment.topology.partitions)
+        )
+    finally:
+        reader.close()
+    assert report["facts"] == in_log
+    assert report["runs"] >= 1
+
+
+def test_invalid_input_exits_2(data_dir: Path) -> None:
+    result = cli(data_dir, "submit", "steps3", "--input", "{not json", "--json")
+    assert result.returncode == 2
+    assert "--input" in _json(result)["error"]
+    plain = cli(data_dir, "submit", "steps3", "--input", "[1,")
+    assert plain.returncode == 2
+    assert "--input" in plain.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("submit", "steps3", "--input", "{}"),
+        ("status", "some-run"),
+        ("replay", "--verify"),
+    ],
+)
+def test_nonsense_broker_is_a_clear_error(tmp_path: Path, args: tuple[str, ...]) -> None:
+    result = cli(tmp_path, "--broker", "nonsense", *args)
+    assert result.returncode != 0
+    assert "broker" in result.stderr
+    assert "kafka://" in result.stderr  # says what a broker URL looks like
+    assert "Traceback" not in result.stderr
