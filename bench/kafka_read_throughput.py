@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient
 
 from processor.settings import Settings
 from processor.transport.base import TopicPartition, TopicSpec
@@ -131,16 +132,20 @@ def main() -> None:
     admin = transport.admin()
     admin.create_topics([TopicSpec(topic, 1)])
     admin.close()
-    started = time.perf_counter()
-    fill(args.bootstrap, topic, args.records)
-    print(f"filled {topic} with {args.records:,} records in {time.perf_counter() - started:.1f}s")
-    tp = TopicPartition(topic, 0)
-
-    reader_rates: list[Rate] = []
-    bare_rates: list[Rate] = []
-    for _ in range(args.passes):
-        bare_rates.append(measure(lambda: read_bare(args.bootstrap, tp, args.records)))
-        reader_rates.append(measure(lambda: read_with_reader(transport, tp, args.records)))
+    try:
+        started = time.perf_counter()
+        fill(args.bootstrap, topic, args.records)
+        elapsed = time.perf_counter() - started
+        print(f"filled {topic} with {args.records:,} records in {elapsed:.1f}s")
+        tp = TopicPartition(topic, 0)
+        reader_rates: list[Rate] = []
+        bare_rates: list[Rate] = []
+        for _ in range(args.passes):
+            bare_rates.append(measure(lambda: read_bare(args.bootstrap, tp, args.records)))
+            reader_rates.append(measure(lambda: read_with_reader(transport, tp, args.records)))
+    finally:
+        cleaner = AdminClient({"bootstrap.servers": args.bootstrap})
+        cleaner.delete_topics([topic])[topic].result()  # keep the client alive until done
     reader, bare = max(reader_rates), max(bare_rates)
     print(f"Reader.read  {reader}")
     print(f"bare consume {bare}")

@@ -8,7 +8,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +19,14 @@ from processor.facts.models import (
     BoundaryCompletion,
     BoundaryCompletionAdmitted,
     BoundaryRequest,
+    Rejected,
     RunOutcome,
 )
 from processor.facts.topics import TopicName
 from processor.host import Deployment, Host
 from processor.replay import replay
 from processor.settings import Settings
-from processor.transport.base import Reader, TopicPartition
+from processor.transport.base import Reader, Record, TopicPartition
 from processor.worker.pipeline import Application
 
 __all__ = ["DemoReport", "run_demo"]
@@ -45,6 +46,7 @@ class DemoReport:
     transport: str
     admitted: int = 0
     rejected: int = 0
+    rejected_reasons: dict[str, int] = field(default_factory=dict)
     duplicates_sent: int = 0
     forged_sent: int = 0
 
@@ -60,6 +62,7 @@ class DemoReport:
             "p99_ms": round(self.p99_ms, 1),
             "admitted": self.admitted,
             "rejected": self.rejected,
+            "rejected_reasons": self.rejected_reasons,
             "duplicates_sent": self.duplicates_sent,
             "forged_sent": self.forged_sent,
             "replay_facts": self.replay_facts,
@@ -102,7 +105,7 @@ def run_demo(
         started = time.perf_counter()
         outcomes = _submit_and_collect(deployment, runs, timeout_s)
         seconds = time.perf_counter() - started
-        admitted, rejected = _admission_counts(deployment, chaos.forged)
+        admitted, rejected_reasons = _admission_counts(deployment, chaos.forged)
     finally:
         host.stop()
         responding.join(10)
@@ -123,7 +126,8 @@ def run_demo(
         replay_verified=report.verified,
         transport=deployment.transport.name,
         admitted=admitted,
-        rejected=rejected,
+        rejected=sum(rejected_reasons.values()),
+        rejected_reasons=rejected_reasons,
         duplicates_sent=chaos.duplicates,
         forged_sent=chaos.forged,
     )
@@ -153,30 +157,40 @@ class _Chaos:
         self.forged += 1
 
 
-def _admission_counts(deployment: Deployment, expected_rejected: int) -> tuple[int, int]:
-    """Admitted completions in runs.facts, and records in admission.rejected (waiting for the
-    forged completions to be refused: they may trail the last run's outcome)."""
+def _admission_counts(deployment: Deployment, expected_rejected: int) -> tuple[int, dict[str, int]]:
+    """Admitted completions in runs.facts, and refusals in admission.rejected by reason.
+
+    Waits (bounded) for the forged completions to be refused: they may trail the
+    last run's outcome.
+    """
     topology = deployment.topology
     reader = deployment.transport.reader()
     try:
-        admitted = 0
-        for partition in range(topology.partitions):
-            tp = TopicPartition(topology.name(TopicName.FACTS), partition)
-            for records in reader.read(tp, 0):
-                admitted += sum(
-                    isinstance(codec().decode(r.value), BoundaryCompletionAdmitted) for r in records
-                )
-        rejected_tps = [
-            TopicPartition(topology.name(TopicName.REJECTED), p) for p in range(topology.partitions)
-        ]
+        admitted = sum(
+            isinstance(codec().decode(record.value), BoundaryCompletionAdmitted)
+            for record in _records(reader, topology.name(TopicName.FACTS), topology.partitions)
+        )
         deadline = time.monotonic() + 10
         while True:
-            rejected = sum(reader.end_offset(tp) for tp in rejected_tps)
-            if rejected >= expected_rejected or time.monotonic() > deadline:
-                return admitted, rejected
+            reasons: dict[str, int] = {}
+            rejected = _records(reader, topology.name(TopicName.REJECTED), topology.partitions)
+            for record in rejected:
+                reason = codec().decode_as(record.value, Rejected).reason
+                reasons[reason] = reasons.get(reason, 0) + 1
+            if sum(reasons.values()) >= expected_rejected or time.monotonic() > deadline:
+                return admitted, reasons
             time.sleep(0.02)  # polling the rejected topic
     finally:
         reader.close()
+
+
+def _records(reader: Reader, topic: str, partitions: int) -> list[Record]:
+    return [
+        record
+        for partition in range(partitions)
+        for batch in reader.read(TopicPartition(topic, partition), 0)
+        for record in batch
+    ]
 
 
 def _submit_and_collect(deployment: Deployment, runs: int, timeout_s: float) -> list[RunOutcome]:

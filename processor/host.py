@@ -6,8 +6,9 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from processor.facts.topics import TopicName
 from processor.loop import Clock, LoopConfig, ProcessorLoop, wall_clock_ms
 from processor.secrets import resume_secret
 from processor.settings import Settings
@@ -32,8 +33,22 @@ class Deployment:
 
     @staticmethod
     def from_settings(settings: Settings) -> Deployment:
+        """The deployment ``settings`` name; an existing journal's partition count wins.
+
+        Every client must place run ids on the partitions the topics really have,
+        so once runs.facts exists its partition count overrides the setting (which
+        only sizes topics that are still to be created).
+        """
+        transport = open_transport(settings)
         topology = Topology(prefix=settings.topic_prefix, partitions=settings.partitions)
-        return Deployment(settings, open_transport(settings), topology)
+        admin = transport.admin()
+        try:
+            journal = admin.describe_topics().get(topology.name(TopicName.FACTS))
+        finally:
+            admin.close()
+        if journal is not None and journal.partitions != topology.partitions:
+            topology = replace(topology, partitions=journal.partitions)
+        return Deployment(settings, transport, topology)
 
 
 def ensure_topics(deployment: Deployment, app: Application | None = None) -> list[str]:

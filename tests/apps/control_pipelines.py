@@ -1,0 +1,214 @@
+"""Pipelines for the run-control tests; load them with ``--app tests.apps.control_pipelines:app``.
+
+Every behaviour is chosen by the run input, so a test (or a process killed and
+restarted) needs no shared state; what a compensator undid is visible in the
+journal as ``CompensationStepCompleted`` facts (and what it skipped as
+``CompensationStepSkipped``).
+
+- ``booking``: ``reserve`` and ``charge`` have compensators, ``notify`` and
+  ``confirm`` do not. Input flags: ``transient`` (``reserve`` raises a retryable
+  error, every attempt), ``reject`` (``confirm`` raises NonRetryableError, so the
+  run fails after three steps completed), ``refund_fails`` (the compensator of
+  ``charge`` raises a retryable error, every attempt). Forward steps retry by
+  ``FORWARD_RETRY``; compensators by their own, different, ``COMPENSATION_RETRY``.
+- ``payment``: ``authorize`` is ``effectful=True`` (a lost attempt becomes
+  Unknown) and has a compensator; ``ship`` follows.
+- ``timed``: a pipeline ``deadline_s`` (``TIMED_DEADLINE_S``); ``hold`` (with a
+  compensator; ``transient`` makes it raise a retryable error), then an await on
+  target ``clerk`` that only a test answers, then ``finish``.
+- ``approval``: ``hold`` (with a compensator), a scalar await on target
+  ``approvals``, then ``finish``.
+- ``survey``: an itemized await on target ``approvals`` (one question per item),
+  then ``tally``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from processor.model.pipeline_spec import RetryPolicy
+from processor.worker.pipeline import Application, NonRetryableError, Pipeline
+
+__all__ = [
+    "APPROVALS",
+    "AWAIT_TIMEOUT_S",
+    "CLERK",
+    "COMPENSATION_RETRY",
+    "COMPENSATION_TIMEOUT_S",
+    "FORWARD_RETRY",
+    "PAYMENT_TIMEOUT_S",
+    "TIMED_DEADLINE_S",
+    "app",
+    "expected_approval_result",
+    "expected_booking_result",
+    "expected_survey_result",
+]
+
+# The forward policy and the compensators' policy differ in every field, so a test
+# can tell which one the engine applied.
+FORWARD_RETRY = RetryPolicy(max_attempts=5, initial_backoff_ms=100, multiplier=2.0, max_backoff_ms=800)
+COMPENSATION_RETRY = RetryPolicy(
+    max_attempts=3, initial_backoff_ms=250, multiplier=3.0, max_backoff_ms=5_000
+)
+COMPENSATION_TIMEOUT_S = 20.0
+PAYMENT_TIMEOUT_S = 5.0
+TIMED_DEADLINE_S = 3.0
+AWAIT_TIMEOUT_S = 600.0  # longer than any test: only stop intent closes these interactions
+APPROVALS = "approvals"
+CLERK = "clerk"
+
+
+class TransientError(RuntimeError):
+    """A retryable failure."""
+
+
+# --- booking: compensators on some steps, none on others ---------------------------------
+
+booking = Pipeline("booking")
+
+
+@booking.step(retry=FORWARD_RETRY)
+def reserve(order: dict[str, Any]) -> dict[str, Any]:
+    if order.get("transient"):
+        raise TransientError("inventory service timed out")
+    return {**order, "reserved": True}
+
+
+@booking.step(retry=FORWARD_RETRY)
+def charge(order: dict[str, Any]) -> dict[str, Any]:
+    return {**order, "charged": order.get("amount", 10)}
+
+
+@booking.step(retry=FORWARD_RETRY)
+def notify(order: dict[str, Any]) -> dict[str, Any]:
+    return {**order, "notified": True}
+
+
+@booking.step(retry=FORWARD_RETRY)
+def confirm(order: dict[str, Any]) -> dict[str, Any]:
+    if order.get("reject"):
+        raise NonRetryableError("the supplier rejected the booking")
+    return {**order, "confirmed": True}
+
+
+@booking.compensate("reserve", retry=COMPENSATION_RETRY, timeout_s=COMPENSATION_TIMEOUT_S)
+def release(order: dict[str, Any]) -> dict[str, Any]:
+    return {"released": order.get("id")}
+
+
+@booking.compensate("charge", retry=COMPENSATION_RETRY, timeout_s=COMPENSATION_TIMEOUT_S)
+def refund(order: dict[str, Any]) -> dict[str, Any]:
+    if order.get("refund_fails"):
+        raise TransientError("the payment provider refused the refund")
+    return {"refunded": order["charged"]}
+
+
+def expected_booking_result(order: dict[str, Any]) -> dict[str, Any]:
+    """What a successful ``booking`` run returns for ``order``."""
+    return {
+        **order,
+        "reserved": True,
+        "charged": order.get("amount", 10),
+        "notified": True,
+        "confirmed": True,
+    }
+
+
+# --- payment: an effectful step ----------------------------------------------------------
+
+payment = Pipeline("payment")
+
+
+@payment.step(effectful=True, timeout_s=PAYMENT_TIMEOUT_S, retry=FORWARD_RETRY)
+def authorize(order: dict[str, Any]) -> dict[str, Any]:
+    return {**order, "authorized": order.get("amount", 10)}
+
+
+@payment.compensate("authorize", retry=COMPENSATION_RETRY, timeout_s=COMPENSATION_TIMEOUT_S)
+def void(order: dict[str, Any]) -> dict[str, Any]:
+    return {"voided": order.get("authorized")}
+
+
+@payment.step(retry=FORWARD_RETRY)
+def ship(order: dict[str, Any]) -> dict[str, Any]:
+    return {"shipped": order}
+
+
+# --- timed: a pipeline deadline, and an await only a test answers ------------------------
+
+timed = Pipeline("timed", deadline_s=TIMED_DEADLINE_S)
+
+
+@timed.step(retry=FORWARD_RETRY)
+def hold(value: dict[str, Any]) -> dict[str, Any]:
+    if value.get("transient"):
+        raise TransientError("the hold service timed out")
+    return {**value, "held": True}
+
+
+@timed.await_step(target=CLERK, timeout_s=AWAIT_TIMEOUT_S)
+def ask_clerk(value: dict[str, Any]) -> dict[str, Any]:
+    return {"please_approve": value.get("id")}
+
+
+@timed.step()
+def finish_timed(answer: Any) -> dict[str, Any]:
+    return {"clerk_said": answer}
+
+
+@timed.compensate("hold", retry=COMPENSATION_RETRY, timeout_s=COMPENSATION_TIMEOUT_S)
+def unhold(value: dict[str, Any]) -> dict[str, Any]:
+    return {"unheld": value.get("id")}
+
+
+# --- approval: a scalar await ------------------------------------------------------------
+
+approval = Pipeline("approval")
+
+
+@approval.step(retry=FORWARD_RETRY)
+def place_hold(value: dict[str, Any]) -> dict[str, Any]:
+    return {**value, "held": True}
+
+
+@approval.await_step(target=APPROVALS, timeout_s=AWAIT_TIMEOUT_S)
+def ask_approval(value: dict[str, Any]) -> dict[str, Any]:
+    return {"approve": value["n"]}
+
+
+@approval.step()
+def finish_approval(answer: Any) -> dict[str, Any]:
+    return {"approved": answer}
+
+
+@approval.compensate("place_hold", retry=COMPENSATION_RETRY, timeout_s=COMPENSATION_TIMEOUT_S)
+def release_hold(value: dict[str, Any]) -> dict[str, Any]:
+    return {"released": value.get("n")}
+
+
+def expected_approval_result(answer: Any) -> dict[str, Any]:
+    """What an ``approval`` run returns when its interaction was completed with ``answer``."""
+    return {"approved": answer}
+
+
+# --- survey: an itemized await -----------------------------------------------------------
+
+survey = Pipeline("survey")
+
+
+@survey.await_step(target=APPROVALS, timeout_s=AWAIT_TIMEOUT_S, itemized=True)
+def ask_each(value: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"approve": value["n"] * 100 + i} for i in range(value["items"])]
+
+
+@survey.step()
+def tally(answers: list[Any]) -> dict[str, Any]:
+    return {"answers": answers}
+
+
+def expected_survey_result(answers: list[Any]) -> dict[str, Any]:
+    """What a ``survey`` run returns for its item answers (in item order)."""
+    return {"answers": answers}
+
+
+app = Application([booking, payment, timed, approval, survey])
