@@ -42,6 +42,12 @@ cli.add_typer(topics_cli, name="topics")
 EXIT_ERROR, EXIT_NOT_FOUND, EXIT_DIFFERENT = 1, 3, 4
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+BrokerOption = Annotated[
+    str | None, typer.Option("--broker", help="kafka://host:port[,...]; default: embedded log")
+]
+DataDirOption = Annotated[
+    Path | None, typer.Option("--data-dir", help="Embedded log and state directory [.processor]")
+]
 AppOption = Annotated[str, typer.Option("--app", help="Pipelines to load, as module:attribute.")]
 
 
@@ -66,6 +72,16 @@ class _Options:
 
     def deployment(self) -> Deployment:
         return Deployment.from_settings(self.settings())
+
+
+def _options(ctx: typer.Context, broker: str | None, data_dir: Path | None) -> _Options:
+    """The root options, overridden by the same options given after the command."""
+    root: _Options = ctx.obj
+    return _Options(
+        broker if broker is not None else root.broker,
+        data_dir if data_dir is not None else root.data_dir,
+        root.topic_prefix,
+    )
 
 
 @cli.callback()
@@ -118,9 +134,11 @@ def run(
     ctx: typer.Context,
     app: AppOption,
     workers: Annotated[int, typer.Option(help="In-process worker threads")] = 2,
+    broker: BrokerOption = None,
+    data_dir: DataDirOption = None,
 ) -> None:
     """Run the processor (and in-process workers) until interrupted."""
-    options: _Options = ctx.obj
+    options = _options(ctx, broker, data_dir)
     pipelines = _load_app(app)
     host = Host(options.deployment(), pipelines, workers=workers)
     _stop_on_signals(host.stop_event)
@@ -140,11 +158,13 @@ def worker(
     ctx: typer.Context,
     app: AppOption,
     threads: Annotated[int, typer.Option(help="Worker threads in this process")] = 1,
+    broker: BrokerOption = None,
+    data_dir: DataDirOption = None,
 ) -> None:
     """Run workers only: consume segments.work, run steps, produce results."""
     from processor.worker.service import Worker
 
-    options: _Options = ctx.obj
+    options = _options(ctx, broker, data_dir)
     pipelines = _load_app(app)
     deployment = options.deployment()
     stop = threading.Event()
@@ -179,9 +199,11 @@ def submit(
     ] = None,
     wait: Annotated[float, typer.Option(help="Seconds to wait for the processor")] = 30.0,
     json_output: JsonFlag = False,
+    broker: BrokerOption = None,
+    data_dir: DataDirOption = None,
 ) -> None:
     """Submit a run; print its id and whether this call created it."""
-    options: _Options = ctx.obj
+    options = _options(ctx, broker, data_dir)
     try:
         value = loads(input_json.encode())
     except InvalidPayloadError as exc:
@@ -218,9 +240,11 @@ def status(
     ctx: typer.Context,
     run_id: Annotated[str, typer.Argument(help="Run id")],
     json_output: JsonFlag = False,
+    broker: BrokerOption = None,
+    data_dir: DataDirOption = None,
 ) -> None:
     """Show a run's status, result and error."""
-    options: _Options = ctx.obj
+    options = _options(ctx, broker, data_dir)
     deployment = options.deployment()
     state = Client(deployment.transport, deployment.topology, deployment.settings.state_dir).status(
         run_id
@@ -239,9 +263,11 @@ def history(
     ctx: typer.Context,
     run_id: Annotated[str, typer.Argument(help="Run id")],
     json_output: JsonFlag = False,
+    broker: BrokerOption = None,
+    data_dir: DataDirOption = None,
 ) -> None:
     """Show a run's facts in order."""
-    options: _Options = ctx.obj
+    options = _options(ctx, broker, data_dir)
     deployment = options.deployment()
     facts = Client(
         deployment.transport, deployment.topology, deployment.settings.state_dir
@@ -259,13 +285,15 @@ def replay(
     verify: Annotated[bool, typer.Option(help="Compare with the live projections")] = False,
     target: Annotated[Path | None, typer.Option(help="Keep the rebuilt stores here")] = None,
     json_output: JsonFlag = False,
+    broker: BrokerOption = None,
+    data_dir: DataDirOption = None,
 ) -> None:
     """Rebuild projections from runs.facts into a fresh store (with --verify: compare)."""
     from tqdm import tqdm
 
     from processor.replay import replay as run_replay
 
-    options: _Options = ctx.obj
+    options = _options(ctx, broker, data_dir)
     deployment = options.deployment()
     bars: list[tqdm[Any]] = []
 
@@ -300,13 +328,15 @@ def demo(
     runs: Annotated[int, typer.Option(help="Runs to submit")] = 1000,
     workers: Annotated[int, typer.Option(help="In-process workers")] = 2,
     json_output: JsonFlag = False,
+    broker: BrokerOption = None,
+    data_dir: DataDirOption = None,
 ) -> None:
     """Run the bundled order pipeline end to end, then replay and verify."""
     from processor.demo import run_demo
     from processor.examples.demo import app as demo_app
     from processor.examples.demo import payments_simulator
 
-    options: _Options = ctx.obj
+    options = _options(ctx, broker, data_dir)
     try:
         report = run_demo(
             options.settings(), demo_app, runs, workers, handlers={"payments": payments_simulator}
@@ -340,9 +370,11 @@ def cancel(
     reason: Annotated[str, typer.Option(help="Why, kept in the stop intent")] = "",
     wait: Annotated[float, typer.Option(help="Seconds to wait for the processor")] = 30.0,
     json_output: JsonFlag = False,
+    broker: BrokerOption = None,
+    data_dir: DataDirOption = None,
 ) -> None:
     """Cancel a run: stop intent, then the running attempt settles and steps are compensated."""
-    options: _Options = ctx.obj
+    options = _options(ctx, broker, data_dir)
     deployment = options.deployment()
     client = Client(deployment.transport, deployment.topology, deployment.settings.state_dir)
     try:
@@ -376,6 +408,8 @@ def resolve(
     ] = False,
     wait: Annotated[float, typer.Option(help="Seconds to wait for the processor")] = 30.0,
     json_output: JsonFlag = False,
+    broker: BrokerOption = None,
+    data_dir: DataDirOption = None,
 ) -> None:
     """Resolve an Unknown attempt with exactly one of --succeed, --fail, --retry."""
     if sum(x is not None and x is not False for x in (succeed, fail, retry)) != 1:
@@ -387,7 +421,7 @@ def resolve(
         except InvalidPayloadError as exc:
             _fail(f"--succeed: {exc}", json_output, code=2)
     action = "succeed" if succeed is not None else "fail" if fail is not None else "retry"
-    options: _Options = ctx.obj
+    options = _options(ctx, broker, data_dir)
     deployment = options.deployment()
     client = Client(deployment.transport, deployment.topology, deployment.settings.state_dir)
     try:
@@ -423,6 +457,8 @@ def complete(
     fail: Annotated[str | None, typer.Option(help="Report a failure with this error")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Sender's key")] = None,
     json_output: JsonFlag = False,
+    broker: BrokerOption = None,
+    data_dir: DataDirOption = None,
 ) -> None:
     """Complete (or --fail) an await interaction, as an external system does."""
     from processor.admission import tokens
@@ -433,7 +469,7 @@ def complete(
     claims = tokens.parse(token)
     if claims is None:
         _fail("not a resume token", json_output, code=2)
-    options: _Options = ctx.obj
+    options = _options(ctx, broker, data_dir)
     deployment = options.deployment()
     client = CompletionClient(deployment.transport, deployment.topology)
     try:
@@ -462,11 +498,13 @@ def rejected(
     limit: Annotated[int, typer.Option(help="Show at most this many, newest last")] = 100,
     reason: Annotated[str | None, typer.Option(help="Only this reason")] = None,
     json_output: JsonFlag = False,
+    broker: BrokerOption = None,
+    data_dir: DataDirOption = None,
 ) -> None:
     """List refused input kept in admission.rejected: reason, source, time, run id."""
     from processor.inspect import rejected_records
 
-    options: _Options = ctx.obj
+    options = _options(ctx, broker, data_dir)
     rows = [r for r in rejected_records(options.deployment()) if reason in (None, r["reason"])]
     rows = rows[-limit:] if limit > 0 else rows
     text = "\n".join(
@@ -477,9 +515,14 @@ def rejected(
 
 
 @topics_cli.command("apply")
-def topics_apply(ctx: typer.Context, json_output: JsonFlag = False) -> None:
+def topics_apply(
+    ctx: typer.Context,
+    json_output: JsonFlag = False,
+    broker: BrokerOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
     """Create missing topics and report drift from topics/topics.toml."""
-    options: _Options = ctx.obj
+    options = _options(ctx, broker, data_dir)
     deployment = options.deployment()
     created = ensure_topics(deployment)
     admin = deployment.transport.admin()

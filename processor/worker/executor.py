@@ -40,7 +40,8 @@ def execute(item: WorkItem, app: Application, worker_id: str) -> SegmentResult:
         return _compensate(item, pipeline.steps[item.first_step], common)
     outputs: list[StepOutput] = []
     value = payload.loads(item.input)
-    spec = pipeline.spec()
+    spec = app.get(item.pipeline, item.pipeline_version)
+    assert spec is not None  # the pipeline exists, so does its spec
     for index in range(item.first_step, spec.segment_end(item.first_step) + 1):
         step = pipeline.steps[index]
         try:
