@@ -35,6 +35,18 @@ class Settings(BaseSettings):
         default=None,
         description="HMAC key of resume tokens; required on Kafka, generated for the embedded log",
     )
+    kafka_session_timeout_ms: int = Field(
+        default=10_000,
+        ge=1,
+        description="A processor or worker that stops heartbeating (crash, kill -9, SIGSTOP) "
+        "loses its partitions after this",
+    )
+    kafka_max_poll_interval_ms: int = Field(
+        default=300_000,
+        ge=1,
+        description="A member that stops polling (a hung loop) is evicted after this; "
+        "raised to kafka_session_timeout_ms if lower",
+    )
     kafka_security_protocol: str | None = None
     kafka_sasl_mechanism: str | None = None
     kafka_sasl_username: str | None = None

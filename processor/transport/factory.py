@@ -17,4 +17,8 @@ def open_transport(settings: Settings) -> Transport:
         )
     from processor.transport.kafka import KafkaTransport
 
-    return KafkaTransport(settings)
+    return KafkaTransport(
+        settings,
+        session_timeout_ms=settings.kafka_session_timeout_ms,
+        max_poll_interval_ms=settings.kafka_max_poll_interval_ms,
+    )
