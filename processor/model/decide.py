@@ -4,31 +4,23 @@ Pure: no I/O, no clock reads. Refusals are values (``Decision.refusal``), never
 exceptions, and a refused input changes nothing (except where a deadline that
 already passed commits its consequence in the same decision).
 
-Entry points, one per kind of input: ``decide_submit``, ``decide_cancel`` and
-``decide_resolve`` (runs.commands), ``decide_result`` (segments.results),
+Entry points, one per kind of input: ``decide_submit`` (runs.commands; operator
+commands are in ``operator``), ``decide_result`` (segments.results),
 ``decide_timer`` (the due-work index). Admission of boundary completions is in
 ``processor.admission.admit``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Callable
-
 from processor.facts import keys, payload
 from processor.facts.models import (
     AttemptResolved,
-    CancelRun,
-    CommandReply,
-    ResolveAttempt,
     SegmentCompleted,
     SegmentFailed,
     SegmentResult,
     SubmitRun,
 )
 from processor.facts.payload import InvalidPayloadError, canonical_json, derive_run_id
-from processor.facts.topics import TopicName
 from processor.model import control
 from processor.model.boundaries import apply_plan, suspend, timeout_interaction
 from processor.model.decision import (
@@ -38,9 +30,13 @@ from processor.model.decision import (
     FactMaker,
     PipelineCatalog,
     Publish,
+    Reply,
     TimerFired,
+    refuse,
+    replier,
 )
 from processor.model.due import DueEntry
+from processor.model.operator import decide_cancel, decide_resolve, response
 from processor.model.pipeline_spec import PipelineSpec
 from processor.model.state import RunState
 from processor.model.transitions import (
@@ -72,31 +68,6 @@ __all__ = [
 ]
 
 ATTEMPT_TIMEOUT = "attempt_timeout"
-Reply = Callable[..., Emit]
-
-
-def _replier(command_id: str, run_id: str) -> Reply:
-    def reply(
-        created: bool,
-        refusal: str | None = None,
-        detail: str | None = None,
-        response: str | None = None,
-    ) -> Emit:
-        value = CommandReply(
-            command_id=command_id,
-            run_id=run_id,
-            created=created,
-            refusal=refusal,
-            detail=detail,
-            response=response,
-        )
-        return Emit(TopicName.REPLIES, run_id, value)
-
-    return reply
-
-
-def _refuse(reply: Reply, reason: str, detail: str) -> Decision:
-    return Decision.refuse(reason, detail, reply(False, reason, detail))
 
 
 # --- submit -------------------------------------------------------------------------------
@@ -104,19 +75,19 @@ def _refuse(reply: Reply, reason: str, detail: str) -> Decision:
 
 def decide_submit(command: SubmitRun, existing: RunState | None, ctx: Context) -> Decision:
     """Accept a new run, return the original one for an identical keyed retry, or refuse."""
-    reply = _replier(command.command_id, command.run_id)
+    reply = replier(command.command_id, command.run_id)
     spec = ctx.catalog.latest(command.pipeline)
     if spec is None:
-        return _refuse(reply, "unknown_pipeline", f"no pipeline named {command.pipeline!r}")
+        return refuse(reply, "unknown_pipeline", f"no pipeline named {command.pipeline!r}")
     try:
         canonical_input = canonical_json(command.input)
     except InvalidPayloadError as exc:
-        return _refuse(reply, "invalid_input", str(exc))
+        return refuse(reply, "invalid_input", str(exc))
     fingerprint = None
     if command.idempotency_key is not None:
         if command.run_id != derive_run_id(command.idempotency_key):
             detail = "run_id must be derived from the idempotency key (processor.facts.payload)"
-            return _refuse(reply, "invalid_command", detail)
+            return refuse(reply, "invalid_command", detail)
         fingerprint = _submit_fingerprint(command, canonical_input)
     if existing is not None:
         return _resubmitted(command, existing, fingerprint, reply)
@@ -153,225 +124,8 @@ def _resubmitted(
         return Decision(emits=(reply(False),))  # the same command delivered again
     if command.idempotency_key is not None:
         detail = f"idempotency key {command.idempotency_key!r} was used with different fields"
-        return _refuse(reply, "idempotency_conflict", detail)
-    return _refuse(reply, "run_exists", f"run {command.run_id} already exists")
-
-
-# --- cancel -------------------------------------------------------------------------------
-
-
-def decide_cancel(command: CancelRun, state: RunState | None, ctx: Context) -> Decision:
-    """Commit Cancelled stop intent once; a repeat, or a later stop reason, changes nothing."""
-    reply = _replier(command.command_id, command.run_id)
-    if state is None:
-        return _refuse(reply, "unknown_run", f"no run {command.run_id}")
-    if state.terminal or state.phase == "publishing":
-        return _refuse(reply, "run_terminal", f"run {state.run_id} is already {state.status}")
-    spec = ctx.catalog.get(state.pipeline, state.pipeline_version)
-    if spec is None:
-        return _refuse(reply, "unknown_pipeline", f"pipeline {state.pipeline!r} is not loaded")
-    maker = FactMaker(state, state.run_id, ctx.now, command.command_id)
-    control.deadline_first(maker)
-    current = maker.current
-    if current.stop_reason is not None:
-        control.settle_stop(maker, spec)
-        detail = f"run is already stopping: {current.stop_reason}"
-        maker.emits.append(reply(False, None, detail, _response(state, stop=current.stop_reason)))
-        return maker.decision()
-    control.request_stop(maker, spec, "cancelled", command.reason or "cancelled by operator")
-    maker.emits.append(reply(True, None, None, _response(state, stop="cancelled")))
-    return maker.decision()
-
-
-def _response(state: RunState, **fields: object) -> str:
-    return json.dumps({"run_id": state.run_id, **fields}, sort_keys=True)
-
-
-# --- operator resolution ------------------------------------------------------------------
-
-
-def decide_resolve(command: ResolveAttempt, state: RunState | None, ctx: Context) -> Decision:
-    """Settle an Unknown attempt: supplied success, declared failure or explicit retry.
-
-    Refusals in a fixed order: the request itself, the recorded key, the exact
-    attempt and generation, then the deadline policy.
-    """
-    reply = _replier(command.command_id, command.run_id)
-    problem, output = _request_problem(command)
-    if problem:
-        return _refuse(reply, "invalid_request", problem)
-    if state is None:
-        return _refuse(reply, "unknown_run", f"no run {command.run_id}")
-    fingerprint = _resolution_fingerprint(command, output)
-    recorded = state.resolutions.get(command.idempotency_key)
-    if recorded is not None:
-        if recorded.fingerprint == fingerprint:
-            return Decision(emits=(reply(False, None, "already applied", recorded.response),))
-        detail = f"key {command.idempotency_key!r} was used for another command"
-        return _refuse(reply, "idempotency_conflict", detail)
-    unknown = state.unknown
-    named = (command.kind, command.segment, command.attempt, command.generation)
-    if (
-        unknown is None
-        or state.terminal
-        or (unknown.kind, unknown.segment, unknown.attempt, unknown.generation) != named
-    ):
-        return _refuse(reply, "stale_attempt", "no unresolved attempt with that generation")
-    spec = ctx.catalog.get(state.pipeline, state.pipeline_version)
-    if spec is None:
-        return _refuse(reply, "unknown_pipeline", f"pipeline {state.pipeline!r} is not loaded")
-    if command.action == "retry" and command.kind == "forward":
-        if state.stop_reason == "cancelled":
-            return _refuse(reply, "retry_forbidden", "the run was cancelled")
-        deadline_passed = state.deadline_ms is not None and ctx.now >= state.deadline_ms
-        if state.stop_reason == "timed_out" or deadline_passed:
-            return _refuse(reply, "deadline_elapsed", "the run deadline has passed")
-        if state.stop_reason is not None:
-            return _refuse(reply, "retry_forbidden", f"the run is stopping: {state.stop_reason}")
-    maker = FactMaker(state, state.run_id, ctx.now, command.command_id)
-    if command.kind == "forward":
-        control.deadline_first(maker)
-    response = _response(
-        state,
-        action=command.action,
-        kind=command.kind,
-        segment=command.segment,
-        generation=command.generation,
-    )
-    maker.add(
-        AttemptResolved,
-        keys.attempt_resolved(command.kind, command.segment, command.generation),
-        kind=command.kind,
-        segment=command.segment,
-        attempt=command.attempt,
-        generation=command.generation,
-        action=command.action,
-        idempotency_key=command.idempotency_key,
-        fingerprint=fingerprint,
-        output=output,
-        error=command.error,
-        response=response,
-    )
-    if command.kind == "forward":
-        _resolve_forward(maker, spec, command, output)
-    else:
-        _resolve_compensation(maker, spec, command)
-    maker.emits.append(reply(True, None, None, response))
-    return maker.decision()
-
-
-def _request_problem(command: ResolveAttempt) -> tuple[str, bytes | None]:
-    if command.kind not in ("forward", "compensate"):
-        return f"kind must be forward or compensate, got {command.kind!r}", None
-    if command.action not in ("succeed", "fail", "retry"):
-        return f"action must be succeed, fail or retry, got {command.action!r}", None
-    if not command.idempotency_key:
-        return "an idempotency key is required", None
-    if (command.output is not None) != (command.action == "succeed"):
-        return "exactly one command: succeed carries an output, fail an error, retry nothing", None
-    if (command.error is not None) != (command.action == "fail"):
-        return "exactly one command: succeed carries an output, fail an error, retry nothing", None
-    if command.output is None:
-        return "", None
-    try:
-        return "", canonical_json(command.output)
-    except InvalidPayloadError as exc:
-        return f"output: {exc}", None
-
-
-def _resolution_fingerprint(command: ResolveAttempt, output: bytes | None) -> str:
-    digest = hashlib.sha256()
-    fields = (
-        command.kind,
-        str(command.segment),
-        str(command.attempt),
-        str(command.generation),
-        command.action,
-        (output or b"").decode(),
-        command.error or "",
-    )
-    for part in fields:
-        raw = part.encode()
-        digest.update(len(raw).to_bytes(8, "big"))
-        digest.update(raw)
-    return "v1:" + digest.hexdigest()
-
-
-def _resolve_forward(
-    maker: FactMaker, spec: PipelineSpec, command: ResolveAttempt, output: bytes | None
-) -> None:
-    state = maker.current
-    unknown_step = state.next_step
-    if command.action == "succeed":
-        assert output is not None
-        step_completed(maker, state, unknown_step, output)
-        if maker.current.stopping:
-            control.settle_stop(maker, spec)
-        else:
-            _continue_after(maker, spec, unknown_step, output)
-    elif command.action == "fail":
-        segment_failed(
-            maker,
-            spec,
-            step=unknown_step,
-            error=command.error or "declared failure",
-            error_type="DeclaredFailure",
-            retryable=False,
-        )
-    else:  # explicit retry: generation G+1; G can never commit again
-        start_attempt(
-            maker,
-            spec,
-            segment=state.segment,
-            attempt=state.attempt,
-            generation=state.generation + 1,
-            first_step=unknown_step,
-            input=state.last_output,
-        )
-
-
-def _continue_after(maker: FactMaker, spec: PipelineSpec, step: int, output: bytes) -> None:
-    state = maker.current
-    if step == spec.last_step:
-        maker.add(
-            SegmentCompleted,
-            keys.segment_completed(state.segment),
-            segment=state.segment,
-            attempt=state.attempt,
-            generation=state.generation,
-            last_step=step,
-        )
-        finish_success(maker, spec)
-        return
-    start_attempt(
-        maker,
-        spec,
-        segment=state.segment,
-        attempt=state.attempt + 1,
-        generation=state.generation + 1,
-        first_step=step + 1,
-        input=output,
-    )
-
-
-def _resolve_compensation(maker: FactMaker, spec: PipelineSpec, command: ResolveAttempt) -> None:
-    step = command.segment
-    if command.action == "succeed":
-        control.compensation_succeeded(maker, spec, step)
-    elif command.action == "fail":
-        error = command.error or "declared failure"
-        control.compensation_failed(
-            maker, spec, step=step, error=error, error_type="DeclaredFailure", retryable=False
-        )
-    else:  # recovery has its own attempts; the forward deadline does not apply
-        state = maker.current
-        control.start_compensation(
-            maker,
-            spec,
-            step=step,
-            attempt=state.compensation_attempt,
-            generation=command.generation + 1,
-        )
+        return refuse(reply, "idempotency_conflict", detail)
+    return refuse(reply, "run_exists", f"run {command.run_id} already exists")
 
 
 # --- worker results -----------------------------------------------------------------------
@@ -498,7 +252,7 @@ def _compensation_result(result: SegmentResult, state: RunState, ctx: Context) -
             action="worker_result",
             idempotency_key=f"worker/{result.result_id}",
             fingerprint="worker",
-            response=_response(state, action="worker_result"),
+            response=response(state, action="worker_result"),
         )
     if result.outcome == "completed":
         control.compensation_succeeded(maker, spec, result.segment)

@@ -6,10 +6,11 @@ them as it goes, so each transition sees the facts added before it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from processor.facts.models import AvroModel, FactHeader
+from processor.facts.models import AvroModel, CommandReply, FactHeader
 from processor.facts.topics import TopicName
 from processor.model.due import DueEntry
 from processor.model.pipeline_spec import PipelineSpec
@@ -23,7 +24,10 @@ __all__ = [
     "FactMaker",
     "PipelineCatalog",
     "Publish",
+    "Reply",
     "TimerFired",
+    "refuse",
+    "replier",
 ]
 
 
@@ -148,3 +152,30 @@ class FactMaker:
             detail,
             tuple(self.effects),
         )
+
+
+Reply = Callable[..., Emit]
+
+
+def replier(command_id: str, run_id: str) -> Reply:
+    def reply(
+        created: bool,
+        refusal: str | None = None,
+        detail: str | None = None,
+        response: str | None = None,
+    ) -> Emit:
+        value = CommandReply(
+            command_id=command_id,
+            run_id=run_id,
+            created=created,
+            refusal=refusal,
+            detail=detail,
+            response=response,
+        )
+        return Emit(TopicName.REPLIES, run_id, value)
+
+    return reply
+
+
+def refuse(reply: Reply, reason: str, detail: str) -> Decision:
+    return Decision.refuse(reason, detail, reply(False, reason, detail))
