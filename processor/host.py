@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from processor.errors import TransportError
 from processor.facts.topics import TopicName
 from processor.loop import Clock, LoopConfig, ProcessorLoop, wall_clock_ms
 from processor.secrets import resume_secret
@@ -108,9 +109,17 @@ class Host:
 
     def _run_loop(self) -> None:
         assert self.loop is not None
+        pause = 0.1
         try:
             while not self.stop_event.is_set():
-                self.loop.run_once()
+                try:
+                    self.loop.run_once()
+                    pause = 0.1
+                except TransportError as exc:  # the log is unavailable: wait and resume
+                    logger.warning("processor: %s; retrying in %.1fs", exc, pause)
+                    self.loop.reset_session()
+                    self.stop_event.wait(pause)
+                    pause = min(pause * 2, 5.0)
         finally:
             self.loop.close()
 

@@ -391,12 +391,20 @@ class ProcessorLoop:
         except TransportError:
             self._drop_session()
 
+    def reset_session(self) -> None:
+        """Forget the current session after a transport failure; the next round rejoins."""
+        self._batch = _Batch()
+        self._drop_session()
+
     def _drop_session(self) -> None:
         for partition in list(self._stagings):
             self._on_revoke([TopicPartition(self._facts_topic, partition)])
-        if self._session is not None:
-            self._session.close()
-            self._session = None
+        session, self._session = self._session, None
+        if session is not None:
+            try:
+                session.close()
+            except TransportError as exc:  # closing a broken session cannot make it worse
+                logger.warning("closing the old session failed: %s", exc)
 
 
 def _decode_command(value: bytes | None) -> SubmitRun | CancelRun | ResolveAttempt:
