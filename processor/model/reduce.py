@@ -7,7 +7,9 @@ Unknown fact types only advance the version: an old reader survives a newer writ
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import singledispatch
+from typing import Any, cast
 
 from processor.facts.models import (
     AttemptOutcomeUnknown,
@@ -51,20 +53,44 @@ __all__ = ["fold", "reduce"]
 
 def reduce(state: RunState | None, fact: FactHeader) -> RunState | None:
     """The next projection of the run after ``fact``."""
-    if state is None:
-        return _start(fact)
-    if fact.seq <= state.version:
-        return state
-    changes = _changes(fact, state)
-    changes["version"] = fact.seq
-    changes["updated_ms"] = fact.time_ms
-    return state.model_copy(update=changes)
+    return fold((fact,), state)
 
 
-def fold(facts: list[FactHeader], state: RunState | None = None) -> RunState | None:
+def fold(facts: Iterable[FactHeader], state: RunState | None = None) -> RunState | None:
+    """Fold a run's facts in order, building the next projection once.
+
+    The same as reducing one fact at a time: each fact's changes are computed
+    against a view that already includes the earlier facts' changes.
+    """
+    updates: dict[str, Any] = {}
+    view = _Pending(state, updates)
     for fact in facts:
-        state = reduce(state, fact)
-    return state
+        if view.state is None:
+            view.state = _start(fact)
+            continue
+        if fact.seq <= view.version:
+            continue  # already folded: duplicates change nothing
+        updates.update(_changes(fact, cast(RunState, view)))
+        updates["version"] = fact.seq
+        updates["updated_ms"] = fact.time_ms
+    if view.state is None or not updates:
+        return view.state
+    return view.state.model_copy(update=updates)
+
+
+class _Pending:
+    """A run with updates not yet applied, read like the RunState it will become."""
+
+    __slots__ = ("state", "updates")
+
+    def __init__(self, state: RunState | None, updates: dict[str, Any]) -> None:
+        self.state = state
+        self.updates = updates
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self.updates:
+            return self.updates[name]
+        return getattr(self.state, name)
 
 
 def _start(fact: FactHeader) -> RunState | None:
