@@ -216,8 +216,9 @@ def _settle_under_stop(maker: FactMaker, spec: PipelineSpec, result: SegmentResu
             error_type=result.error_type or "Error",
             retryable=False,
         )
-    else:
-        _segment_completed(maker, spec, last_step=max(state.next_step - 1, 0))
+    else:  # the attempt settled after its last completed step (-1: none at all)
+        last = result.steps[-1].step if result.steps else state.next_step - 1
+        _segment_completed(maker, spec, last_step=last)
     control.settle_stop(maker, spec)
 
 

@@ -117,12 +117,19 @@ class Pipeline:
         itemized: bool = False,
         on_timeout: OnTimeout = "fail",
         retry: RetryPolicy | None = None,
+        step_timeout_s: float = 30.0,
     ) -> Callable[[StepFunction], StepFunction]:
-        """Decorator appending an await step: the function returns the request(s)."""
+        """Decorator appending an await step: the function returns the request(s).
+
+        ``timeout_s`` bounds the wait for completions; ``step_timeout_s`` bounds the
+        attempt that computes the requests (a lost attempt is retried after it).
+        """
         awaits = AwaitSpec(target, int(timeout_s * 1000), itemized, on_timeout, "await")
+        step_timeout_ms = int(step_timeout_s * 1000)
 
         def register(function: StepFunction) -> StepFunction:
-            spec = StepSpec(name or function.__name__, retry or RetryPolicy(), 30_000, awaits)
+            step_name = name or function.__name__
+            spec = StepSpec(step_name, retry or RetryPolicy(), step_timeout_ms, awaits)
             self.steps.append(Step(spec, function))
             return function
 

@@ -37,7 +37,7 @@ class Worker:
         *,
         group: str = "processor-workers",
         worker_id: str | None = None,
-        max_batch: int = 100,
+        max_batch: int = 10,
         clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         self._transport = transport

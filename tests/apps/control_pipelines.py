@@ -37,6 +37,7 @@ __all__ = [
     "COMPENSATION_TIMEOUT_S",
     "FORWARD_RETRY",
     "PAYMENT_TIMEOUT_S",
+    "STEP_TIMEOUT_S",
     "TIMED_DEADLINE_S",
     "app",
     "expected_approval_result",
@@ -46,11 +47,19 @@ __all__ = [
 
 # The forward policy and the compensators' policy differ in every field, so a test
 # can tell which one the engine applied.
-FORWARD_RETRY = RetryPolicy(max_attempts=5, initial_backoff_ms=100, multiplier=2.0, max_backoff_ms=800)
+# Forward steps get a large budget: a processor killed again and again may lose several
+# attempts of one run (see ``STEP_TIMEOUT_S``).
+FORWARD_RETRY = RetryPolicy(
+    max_attempts=20, initial_backoff_ms=100, multiplier=2.0, max_backoff_ms=800
+)
 COMPENSATION_RETRY = RetryPolicy(
     max_attempts=3, initial_backoff_ms=250, multiplier=3.0, max_backoff_ms=5_000
 )
-COMPENSATION_TIMEOUT_S = 20.0
+# Short timeouts: on the embedded log, work claimed by the workers of a killed process
+# is lost, and only its attempt's timeout brings it back (a lost compensator attempt
+# becomes Unknown at its timeout and waits for an operator).
+STEP_TIMEOUT_S = 2.0
+COMPENSATION_TIMEOUT_S = 5.0  # longer than the run deadline of ``timed``
 PAYMENT_TIMEOUT_S = 5.0
 TIMED_DEADLINE_S = 3.0
 AWAIT_TIMEOUT_S = 600.0  # longer than any test: only stop intent closes these interactions
@@ -67,24 +76,24 @@ class TransientError(RuntimeError):
 booking = Pipeline("booking")
 
 
-@booking.step(retry=FORWARD_RETRY)
+@booking.step(retry=FORWARD_RETRY, timeout_s=STEP_TIMEOUT_S)
 def reserve(order: dict[str, Any]) -> dict[str, Any]:
     if order.get("transient"):
         raise TransientError("inventory service timed out")
     return {**order, "reserved": True}
 
 
-@booking.step(retry=FORWARD_RETRY)
+@booking.step(retry=FORWARD_RETRY, timeout_s=STEP_TIMEOUT_S)
 def charge(order: dict[str, Any]) -> dict[str, Any]:
     return {**order, "charged": order.get("amount", 10)}
 
 
-@booking.step(retry=FORWARD_RETRY)
+@booking.step(retry=FORWARD_RETRY, timeout_s=STEP_TIMEOUT_S)
 def notify(order: dict[str, Any]) -> dict[str, Any]:
     return {**order, "notified": True}
 
 
-@booking.step(retry=FORWARD_RETRY)
+@booking.step(retry=FORWARD_RETRY, timeout_s=STEP_TIMEOUT_S)
 def confirm(order: dict[str, Any]) -> dict[str, Any]:
     if order.get("reject"):
         raise NonRetryableError("the supplier rejected the booking")
@@ -129,7 +138,7 @@ def void(order: dict[str, Any]) -> dict[str, Any]:
     return {"voided": order.get("authorized")}
 
 
-@payment.step(retry=FORWARD_RETRY)
+@payment.step(retry=FORWARD_RETRY, timeout_s=STEP_TIMEOUT_S)
 def ship(order: dict[str, Any]) -> dict[str, Any]:
     return {"shipped": order}
 
@@ -139,7 +148,7 @@ def ship(order: dict[str, Any]) -> dict[str, Any]:
 timed = Pipeline("timed", deadline_s=TIMED_DEADLINE_S)
 
 
-@timed.step(retry=FORWARD_RETRY)
+@timed.step(retry=FORWARD_RETRY, timeout_s=STEP_TIMEOUT_S)
 def hold(value: dict[str, Any]) -> dict[str, Any]:
     if value.get("transient"):
         raise TransientError("the hold service timed out")
@@ -151,7 +160,7 @@ def ask_clerk(value: dict[str, Any]) -> dict[str, Any]:
     return {"please_approve": value.get("id")}
 
 
-@timed.step()
+@timed.step(retry=FORWARD_RETRY, timeout_s=STEP_TIMEOUT_S)
 def finish_timed(answer: Any) -> dict[str, Any]:
     return {"clerk_said": answer}
 
@@ -166,7 +175,7 @@ def unhold(value: dict[str, Any]) -> dict[str, Any]:
 approval = Pipeline("approval")
 
 
-@approval.step(retry=FORWARD_RETRY)
+@approval.step(retry=FORWARD_RETRY, timeout_s=STEP_TIMEOUT_S)
 def place_hold(value: dict[str, Any]) -> dict[str, Any]:
     return {**value, "held": True}
 
@@ -176,7 +185,7 @@ def ask_approval(value: dict[str, Any]) -> dict[str, Any]:
     return {"approve": value["n"]}
 
 
-@approval.step()
+@approval.step(retry=FORWARD_RETRY, timeout_s=STEP_TIMEOUT_S)
 def finish_approval(answer: Any) -> dict[str, Any]:
     return {"approved": answer}
 
@@ -201,7 +210,7 @@ def ask_each(value: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"approve": value["n"] * 100 + i} for i in range(value["items"])]
 
 
-@survey.step()
+@survey.step(retry=FORWARD_RETRY, timeout_s=STEP_TIMEOUT_S)
 def tally(answers: list[Any]) -> dict[str, Any]:
     return {"answers": answers}
 

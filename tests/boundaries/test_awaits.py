@@ -20,6 +20,7 @@ from processor.facts.topics import TopicName
 from processor.runtime.continuation import TIMED_OUT
 from tests.apps.boundary_pipelines import AWAIT_TIMEOUT_S, PUBLISHED_TOPIC
 from tests.apps.support import LoopHarness, TopicTail, decode_records
+from tests.control.control_support import timers_held
 
 AWAIT_MS = int(AWAIT_TIMEOUT_S * 1000)
 
@@ -178,11 +179,10 @@ def test_completion_before_the_deadline_wins(harness: LoopHarness) -> None:
 def test_completion_at_the_deadline_loses_when_processed_first(harness: LoopHarness) -> None:
     h = harness
     run_id, (request,) = run_until_suspended(h, "scalar", {"n": 4})
-    # Produced before the clock reaches the deadline's scan: in the next round the loop
-    # handles its inputs first and scans due timers after them.
-    record = h.produce_model(TopicName.COMPLETIONS, run_id, completion(request, "too late"))
     h.clock.advance_to(request.deadline_ms)
-    rejected = h.drive(lambda: h.rejected.find(record), "refusal")
+    with timers_held(h):  # the completion is decided before the (due) timer is scanned
+        record = h.produce_model(TopicName.COMPLETIONS, run_id, completion(request, "too late"))
+        rejected = h.drive(lambda: h.rejected.find(record), "refusal")
     assert rejected.reason == "late_completion"
     facts = h.facts(run_id)
     assert not any(isinstance(f, BoundaryCompletionAdmitted) for f in facts)

@@ -48,31 +48,35 @@ def timers_held(h: LoopHarness) -> Iterator[None]:
     due timer already fired; holding the scan makes "the input first" deterministic
     on both transports. The scan resumes (in the next round) when the block exits.
     """
-    h.loop._next_timer_scan = float("inf")
+    h.loop.hold_timers(True)
     try:
         yield
     finally:
-        h.loop._next_timer_scan = 0.0
+        h.loop.hold_timers(False)
 
 
 class Control:
     """A harness plus the views and inputs the run-control tests need."""
 
-    def __init__(self, h: LoopHarness, previous: Control | None = None) -> None:
+    def __init__(
+        self, h: LoopHarness, previous: Control | None = None, *, owned: bool = False
+    ) -> None:
         self.h = h
         partitions = h.deployment.topology.partitions
-        self._replies = TopicTail(h.reader, h.name(TopicName.REPLIES), partitions)
-        self._requests = TopicTail(h.reader, h.name(TopicName.REQUESTS), partitions)
+        self._replies = TopicTail(h.reader, h.name(TopicName.REPLIES), partitions, from_end=True)
+        self._requests = TopicTail(
+            h.reader, h.name(TopicName.REQUESTS), partitions, from_end=previous is None
+        )
         self.replies: list[CommandReply] = []
         self.requests: list[BoundaryRequest] = []
-        self.pending: list[WorkItem] = []
         # A restarted harness reads segments.work from the start: skip what was seen.
+        self.pending: list[WorkItem] = list(previous.pending) if previous is not None else []
         self.seen: set[Work] = set(previous.seen) if previous is not None else set()
-        self._closed = False
+        self._owned = owned  # close the harness with this view
 
     def close(self) -> None:
-        if not self._closed:
-            self._closed = True
+        if self._owned:
+            self._owned = False
             self.h.close()
 
     # --- time and rounds ---------------------------------------------------------------
@@ -215,6 +219,31 @@ class Control:
 
         return self.drive(step, f"run {run_id} terminal")
 
+    def submit_many(self, runs: list[tuple[str, Any]]) -> list[str]:
+        """Submit (pipeline, input) pairs in one flush; return their run ids, not waiting."""
+        commands = [new_submit(pipeline, value) for pipeline, value in runs]
+        for command in commands:
+            self.h.produce_model(TopicName.COMMANDS, command.run_id, command, flush=False)
+        self.h.producer.flush()
+        return [command.run_id for command in commands]
+
+    def play_all(self, run_ids: list[str], until: Any, what: str) -> Any:
+        """Play the worker for every item of these runs until ``until()`` holds."""
+        wanted = set(run_ids)
+
+        def step() -> Any:
+            self._collect()
+            mine = [item for item in self.pending if item.run_id in wanted]
+            for item in mine:
+                self.pending.remove(item)
+                result = execute(item, self.h.app, "test-worker")
+                self.h.produce_model(TopicName.RESULTS, item.run_id, result, flush=False)
+            if mine:
+                self.h.producer.flush()
+            return until()
+
+        return self.drive(step, what)
+
     def until_suspended(self, run_id: str) -> BoundaryRequest:
         """Play the worker until the run waits at its await; return the (first) request."""
         self.complete(self.work(run_id))
@@ -223,13 +252,20 @@ class Control:
 
     # --- boundary requests and completions ---------------------------------------------
 
-    def request(self, run_id: str) -> BoundaryRequest:
-        def find() -> BoundaryRequest | None:
+    def requests_of(self, run_id: str, *, refresh: bool = True) -> list[BoundaryRequest]:
+        """The boundary requests of the run dispatched so far (no driving)."""
+        if refresh:
             self.requests.extend(decode_records(self._requests.new(), BoundaryRequest))
-            mine = [r for r in self.requests if r.run_id == run_id]
-            return min(mine, key=lambda r: (r.boundary, r.item_index)) if mine else None
+        return sorted(
+            (r for r in self.requests if r.run_id == run_id),
+            key=lambda r: (r.boundary, r.item_index),
+        )
 
-        return self.drive(find, f"a boundary request of {run_id}")
+    def request(self, run_id: str) -> BoundaryRequest:
+        """Drive until the run's first boundary request is on boundary.requests."""
+        return self.drive(
+            lambda: next(iter(self.requests_of(run_id)), None), f"a boundary request of {run_id}"
+        )
 
     def complete_interaction(
         self, request: BoundaryRequest, value: Any, *, key: str | None = None
@@ -296,4 +332,3 @@ class Control:
 
     def rejected_reasons(self, run_id: str) -> list[str]:
         return [r.reason for r in self.h.rejected.refresh() if r.run_id == run_id]
-
