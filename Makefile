@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(VENV)/bin/processor demo
 
 test: $(STAMP) kafka-start
-	KAFKA_BOOTSTRAP_SERVERS=$${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:9092} $(PY) -m pytest
+	KAFKA_BOOTSTRAP_SERVERS=$${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:$${LOCAL_KAFKA_PORT:-9092}} $(PY) -m pytest
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not kafka and not slow"

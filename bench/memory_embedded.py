@@ -69,12 +69,17 @@ def breakdown(host: Host) -> dict[str, float]:
     loop = host.loop
     stagings = dict(getattr(loop, "_stagings", {})) if loop is not None else {}
     for staging in stagings.values():
-        for family in getattr(staging.store, "_cf", {}).values():
-            for name, prop in _ROCKS_PROPERTIES.items():
+        families = list(getattr(staging.store, "_cf", {}).values())
+        for name, prop in _ROCKS_PROPERTIES.items():
+            values = []
+            for family in families:
                 try:
-                    totals[name] += family.property_int_value(prop) or 0
+                    values.append(family.property_int_value(prop) or 0)
                 except Exception:  # a store closed under us: skip it
                     continue
+            # Column families that share one block cache each report the whole cache.
+            shared = name == "block_cache" and len(set(values)) == 1
+            totals[name] += values[0] if shared and values else sum(values)
     out = {f"rocks_{name}_mib": round(value / MIB, 1) for name, value in totals.items()}
     out["python_blocks_k"] = round(sys.getallocatedblocks() / 1000)
     return out

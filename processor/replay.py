@@ -1,12 +1,20 @@
-"""Rebuild projections from runs.facts into a fresh store, and verify them."""
+"""Rebuild projections from runs.facts into a fresh store, and verify them.
+
+Partitions are independent (one store each, folded from its own runs.facts
+partition), so with ``processes > 1`` they are rebuilt by a pool of processes,
+each with its own reader, the same way one process rebuilds them in turn.
+"""
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import pickle
 import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
@@ -55,11 +63,15 @@ def replay(
     verify: bool = False,
     target_dir: Path | None = None,
     progress_total: Callable[[int], Progress] | None = None,
+    processes: int = 1,
 ) -> ReplayReport:
     """Fold runs.facts of every partition into fresh stores under ``target_dir``.
 
     With ``verify``, each partition is rebuilt up to exactly the offset the live
     store has applied, then every column family is compared row by row.
+    With ``processes > 1``, up to that many partitions are rebuilt at once, each
+    in a process of its own (progress then advances a partition at a time); a
+    transport that cannot be sent to another process is rebuilt here, in turn.
     """
     report = ReplayReport()
     facts_topic = topology.name(TopicName.FACTS)
@@ -76,16 +88,18 @@ def replay(
         }
         advance = progress_total(sum(ends.values())) if progress_total else None
         started = time.perf_counter()
-        for partition, end in ends.items():
-            fresh = PartitionStore(root / f"p{partition:04d}")
-            try:
-                tp = TopicPartition(facts_topic, partition)
-                report.facts += catch_up(fresh, reader, tp, end=end, progress=advance)
-                report.runs += fresh.count("runs")
-                if verify:
+        rebuilt = _rebuild_all(
+            transport, reader, facts_topic, root, ends, processes=processes, advance=advance
+        )
+        for partition, (facts, runs) in rebuilt.items():
+            report.facts += facts
+            report.runs += runs
+            if verify:
+                fresh = PartitionStore(root / f"p{partition:04d}")
+                try:
                     report.differences.extend(_compare(fresh, live.get(partition), partition))
-            finally:
-                fresh.close()
+                finally:
+                    fresh.close()
         report.seconds = time.perf_counter() - started
         if verify:
             report.verified = not report.differences
@@ -97,6 +111,78 @@ def replay(
         if scratch:
             shutil.rmtree(root, ignore_errors=True)
     return report
+
+
+def _rebuild_all(
+    transport: Transport,
+    reader: Reader,
+    facts_topic: str,
+    root: Path,
+    ends: dict[int, int],
+    *,
+    processes: int,
+    advance: Progress | None,
+) -> dict[int, tuple[int, int]]:
+    """Rebuild each partition up to its end; partition -> (facts folded, runs)."""
+    shipped = _shippable(transport) if processes > 1 and len(ends) > 1 else None
+    if shipped is None:
+        return {
+            partition: _rebuild(reader, facts_topic, root, partition, end, advance=advance)
+            for partition, end in ends.items()
+        }
+    workers = min(processes, len(ends))
+    context = multiprocessing.get_context("spawn")  # no client threads inherited by a fork
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = {
+            partition: pool.submit(_rebuild_in_process, shipped, facts_topic, root, partition, end)
+            for partition, end in ends.items()
+        }
+        rebuilt = {}
+        for partition, future in futures.items():
+            rebuilt[partition] = future.result()
+            if advance is not None:
+                advance(rebuilt[partition][0])
+    return rebuilt
+
+
+def _rebuild(
+    reader: Reader,
+    facts_topic: str,
+    root: Path,
+    partition: int,
+    end: int,
+    *,
+    advance: Progress | None = None,
+) -> tuple[int, int]:
+    """Fold one partition's facts into a fresh store under ``root``; (facts, runs)."""
+    fresh = PartitionStore(root / f"p{partition:04d}")
+    try:
+        tp = TopicPartition(facts_topic, partition)
+        facts = catch_up(fresh, reader, tp, end=end, progress=advance)
+        return facts, fresh.count("runs")
+    finally:
+        fresh.close()
+
+
+def _rebuild_in_process(
+    shipped: bytes, facts_topic: str, root: Path, partition: int, end: int
+) -> tuple[int, int]:
+    """``_rebuild`` in a pool process, with a reader of its own."""
+    transport: Transport = pickle.loads(shipped)
+    reader = transport.reader()
+    try:
+        return _rebuild(reader, facts_topic, root, partition, end)
+    finally:
+        reader.close()
+
+
+def _shippable(transport: Transport) -> bytes | None:
+    """``transport`` pickled for a pool process, or None if it cannot be."""
+    try:
+        return pickle.dumps(transport)
+    except Exception as exc:  # any object may refuse pickling in its own way
+        logger.info("replay: transport cannot go to other processes (%s); rebuilding here", exc)
+        return None
 
 
 def _end(reader: Reader, tp: TopicPartition, live: PartitionStore | None, verify: bool) -> int:

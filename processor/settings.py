@@ -47,6 +47,12 @@ class Settings(BaseSettings):
         description="A member that stops polling (a hung loop) is evicted after this; "
         "raised to kafka_session_timeout_ms if lower",
     )
+    kafka_transaction_timeout_ms: int = Field(
+        default=60_000,
+        ge=1,
+        description="A transaction left open by a crashed processor is aborted by the broker "
+        "after this; until then read_committed readers cannot read past it",
+    )
     kafka_security_protocol: str | None = None
     kafka_sasl_mechanism: str | None = None
     kafka_sasl_username: str | None = None

@@ -5,20 +5,29 @@ writer schema's canonical form + the Avro binary body. Schemas are parsed once,
 at import. Values written with an older schema (kept in ``schemas/history``)
 still decode: the writer schema is found by fingerprint and resolved to the
 current reader schema.
+
+Facts written with their current schema are decoded by a reader compiled from
+that schema (``_compile_reader``): straight from the bytes, without a file object
+or pydantic validation, into the very instance validation would build. Each
+compiled reader is checked against the general path when the codec is built and
+dropped if they differ; anything it does not handle (an unusual encoding, a
+malformed value) goes the general way, which decides the result or the error.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from io import BytesIO
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Union, get_args, get_origin
 
 import fastavro
+from pydantic import BaseModel
 
 from processor.errors import FactDecodeError
 from processor.facts.models import FACT_TYPES, MESSAGE_TYPES, AvroModel, FactHeader
@@ -30,6 +39,7 @@ __all__ = [
     "crc64_avro",
     "decode",
     "decode_fact",
+    "decode_facts",
     "encode",
 ]
 
@@ -70,6 +80,7 @@ class _Entry:
     writer: Any
     reader: Any | None  # None when the writer schema is the current one
     validate: Callable[[Any], AvroModel]  # model.model_validate, minus a Python call layer
+    fast: Callable[[bytes], AvroModel] | None = None  # see _compile_reader
 
 
 def _validator(model: type[AvroModel]) -> Callable[[Any], AvroModel]:
@@ -96,15 +107,38 @@ class Codec:
             self._register(model, schema_dir)
 
     def _register(self, model: type[AvroModel], schema_dir: Path) -> None:
-        current = fastavro.parse_schema(_load(schema_dir / f"{model.__name__}.avsc"))
+        declared = _load(schema_dir / f"{model.__name__}.avsc")
+        current = fastavro.parse_schema(declared)
         fingerprint = _fingerprint(current)
         self._header_by_model[model] = (_MAGIC + fingerprint, current)
         validate = _validator(model)
-        self._by_fingerprint[fingerprint] = _Entry(model, current, None, validate)
+        entry = _Entry(model, current, None, validate)
+        fast = _compile_reader(declared, model)
+        if fast is not None and self._agrees(entry, fast, declared):
+            entry = _Entry(model, current, None, validate, fast)
+        self._by_fingerprint[fingerprint] = entry
         for old_path in sorted((schema_dir / "history").glob(f"{model.__name__}.*.avsc")):
             old = fastavro.parse_schema(_load(old_path))
             entry = _Entry(model, old, current, validate)
             self._by_fingerprint.setdefault(_fingerprint(old), entry)
+
+    def _agrees(self, entry: _Entry, fast: Callable[[bytes], AvroModel], declared: Any) -> bool:
+        """Whether ``fast`` decodes sample values exactly as the general path does."""
+        header = self._header_by_model[entry.model][0]
+        for sample in _samples(declared):
+            out = BytesIO()
+            out.write(header)
+            fastavro.schemaless_writer(out, entry.writer, sample)
+            raw = out.getvalue()
+            try:
+                if not _identical(fast(raw), self._decode_general(entry, raw)):
+                    break
+            except Exception:  # a reader that cannot decode its own samples is not used
+                break
+        else:
+            return True
+        logger.warning("codec: compiled reader of %s disagrees; not used", entry.model.__name__)
+        return False
 
     def schema_of(self, model: type[AvroModel]) -> Any:
         """The parsed current schema of ``model``."""
@@ -128,6 +162,15 @@ class Codec:
         entry = self._by_fingerprint.get(raw[2:_HEADER_LEN])
         if entry is None:
             raise FactDecodeError("unknown_schema: fingerprint not known to this processor", raw)
+        if entry.fast is not None:
+            try:
+                return entry.fast(raw)
+            except _NOT_FAST:
+                pass  # not an encoding the compiled reader handles: the general path decides
+        return self._decode_general(entry, raw)
+
+    def _decode_general(self, entry: _Entry, raw: bytes) -> AvroModel:
+        """fastavro and pydantic validation: the reference decoding of any value."""
         try:
             body = BytesIO(raw)
             body.seek(_HEADER_LEN)
@@ -137,6 +180,36 @@ class Codec:
         if body.tell() != len(raw):
             raise FactDecodeError("malformed: trailing bytes after the Avro body", raw)
         return _to_model(entry, record, raw)
+
+    def decode_facts(self, values: Sequence[bytes | None]) -> list[FactHeader]:
+        """``decode_as(value, FactHeader)`` of each value, in order (replay's hot loop).
+
+        The compiled readers of the current fact schemas are called directly;
+        every other value goes through ``decode_as``.
+        """
+        fast_by_fingerprint = self._fast_facts()
+        get = fast_by_fingerprint.get
+        decode_as = self.decode_as
+        facts: list[FactHeader] = []
+        append = facts.append
+        for raw in values:
+            fast = get(raw[2:_HEADER_LEN]) if raw is not None and raw[:2] == _MAGIC else None
+            if fast is not None:
+                try:
+                    append(fast(raw))  # type: ignore[arg-type]
+                    continue
+                except _NOT_FAST:
+                    pass  # the general path decides
+            append(decode_as(raw, FactHeader))
+        return facts
+
+    def _fast_facts(self) -> dict[bytes, Callable[[bytes], AvroModel]]:
+        """Fingerprint -> compiled reader, for the facts that have one."""
+        return {
+            fingerprint: entry.fast
+            for fingerprint, entry in self._by_fingerprint.items()
+            if entry.fast is not None and issubclass(entry.model, FactHeader)
+        }
 
     def decode_as(self, raw: bytes | None, model: type[M]) -> M:
         """Decode and insist on one model type (FactDecodeError ``wrong_schema`` otherwise)."""
@@ -154,6 +227,254 @@ def _to_model(entry: _Entry, record: Any, raw: bytes) -> AvroModel:
         return entry.validate(record)
     except ValueError as exc:
         raise FactDecodeError(f"malformed: {exc}", raw) from exc
+
+
+class _NotFastError(Exception):
+    """The compiled reader met an encoding it leaves to the general path."""
+
+
+#: What makes the compiled reader give up: its own refusal, a value shorter than its
+#: lengths say (IndexError), or a string that is not UTF-8.
+_NOT_FAST = (_NotFastError, IndexError, UnicodeDecodeError)
+
+#: Avro type -> the model annotations that validation leaves unchanged for its values
+#: (an int stays the same int, a str the same str, ...); a nullable type allows ``| None``.
+_PLAIN = {"string": str, "bytes": bytes, "int": int, "long": int, "boolean": bool}
+
+
+def _annotation_fits(avro_type: Any, annotation: Any) -> bool:
+    if isinstance(avro_type, str):
+        return _PLAIN.get(avro_type) is annotation
+    if isinstance(avro_type, list):
+        if len(avro_type) != 2 or avro_type[0] != "null" or avro_type[1] not in _PLAIN:
+            return False
+        if get_origin(annotation) not in (Union, types.UnionType):
+            return False
+        return set(get_args(annotation)) == {_PLAIN[avro_type[1]], type(None)}
+    if isinstance(avro_type, dict) and avro_type.get("type") == "array":
+        return avro_type.get("items") in ("int", "long") and annotation == tuple[int, ...]
+    return False
+
+
+def _long_lines(target: str) -> list[str]:
+    """Lines that read one zig-zag varint long into ``target``.
+
+    Inline, as the hot loop is made of them; a varint longer than nine bytes (which
+    fastavro wraps to 64 bits) is left to the general path.
+    """
+    return [
+        "b = raw[pos]",
+        "pos += 1",
+        "if b < 128:",
+        f"    {target} = (b >> 1) ^ -(b & 1)",
+        "else:",
+        "    n = b & 127",
+        "    shift = 7",
+        "    while True:",
+        "        b = raw[pos]",
+        "        pos += 1",
+        "        n |= (b & 127) << shift",
+        "        if b < 128:",
+        "            break",
+        "        shift += 7",
+        "        if shift > 56:",
+        "            raise _NotFastError",
+        f"    {target} = (n >> 1) ^ -(n & 1)",
+    ]
+
+
+def _sized_lines(target: str, value: str) -> list[str]:
+    """Lines that read a length-prefixed string or bytes into ``target``.
+
+    A length past the end needs no check here: ``pos`` then ends beyond the value
+    and the final ``pos != size`` (or the next ``raw[pos]``) hands it back.
+    """
+    return [
+        "b = raw[pos]",
+        "if b < 128 and not b & 1:",
+        "    pos += 1",
+        "    stop = pos + (b >> 1)",
+        "else:",
+        "    stop, pos = _length(raw, pos)",
+        f"{target} = {value}",
+        "pos = stop",
+    ]
+
+
+def _plain_lines(avro_type: str, target: str) -> list[str]:
+    if avro_type in ("long", "int"):
+        return _long_lines(target)
+    if avro_type == "string":
+        return _sized_lines(target, "raw[pos:stop].decode()")
+    if avro_type == "bytes":
+        return _sized_lines(target, "raw[pos:stop]")
+    return [  # boolean: fastavro reads any non-zero byte as true; only 0 and 1 are ours
+        "b = raw[pos]",
+        "pos += 1",
+        "if b == 1:",
+        f"    {target} = True",
+        "elif b == 0:",
+        f"    {target} = False",
+        "else:",
+        "    raise _NotFastError",
+    ]
+
+
+def _field_lines(avro_type: Any, target: str) -> list[str]:
+    """Lines that read one field's value into ``target``."""
+    if isinstance(avro_type, str):
+        return _plain_lines(avro_type, target)
+    if isinstance(avro_type, list):  # ["null", T]: branch index 0 or 1, zig-zag encoded
+        inner = ["    " + line for line in _plain_lines(avro_type[1], target)]
+        branch = ["b = raw[pos]", "pos += 1", "if b == 0:", f"    {target} = None", "elif b == 2:"]
+        return [*branch, *inner, "else:", "    raise _NotFastError"]
+    return [  # an array of int/long: blocks of items, ended by an empty block
+        "items = []",
+        "while True:",
+        *["    " + line for line in _long_lines("count")],
+        "    if count == 0:",
+        "        break",
+        "    if count < 0:",
+        "        raise _NotFastError",  # a block with its byte size: the general path
+        "    for _ in range(count):",
+        *["        " + line for line in _long_lines("item")],
+        "        items.append(item)",
+        f"{target} = tuple(items)",
+    ]
+
+
+def _unsigned(raw: bytes, pos: int) -> tuple[int, int]:
+    """An unsigned varint of at most nine bytes at ``pos``; (value, position after it).
+
+    Longer ones (which fastavro wraps to 64 bits) are left to the general path.
+    """
+    result = shift = 0
+    while shift < 63:
+        byte = raw[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+    raise _NotFastError
+
+
+def _long(raw: bytes, pos: int) -> tuple[int, int]:
+    """A zig-zag varint long at ``pos``; (value, position after it)."""
+    n, pos = _unsigned(raw, pos)
+    return (n >> 1) ^ -(n & 1), pos
+
+
+def _length(raw: bytes, pos: int) -> tuple[int, int]:
+    """A string or bytes length at ``pos``; (end of the content, start of the content)."""
+    n, pos = _long(raw, pos)
+    if n < 0:
+        raise _NotFastError  # the general path refuses it
+    return pos + n, pos
+
+
+#: BaseModel's slots, set the way ``model_construct`` sets them (``object.__setattr__``),
+#: through their descriptors.
+_MODEL_SLOTS = ("__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__")
+
+
+def _slot_setters() -> dict[str, Any] | None:
+    """Each slot's descriptor ``__set__``; None if this pydantic lays models out otherwise."""
+    setters = {name: getattr(vars(BaseModel).get(name), "__set__", None) for name in _MODEL_SLOTS}
+    return None if any(setter is None for setter in setters.values()) else setters
+
+
+def _compile_reader(schema: Any, model: type[AvroModel]) -> Callable[[bytes], AvroModel] | None:
+    """A reader of single-object values written with ``schema``, or None if not eligible.
+
+    Eligible: a flat record whose fields are strings, bytes, ints, longs, booleans,
+    ``["null", one of those]`` or arrays of ints, in the model's field order, each
+    annotated with the type validation leaves as it is and without constraints.
+    The reader builds the model the way validation does (``__dict__`` in field
+    order, every field set, no extra, no private) without validating.
+    """
+    fields = schema.get("fields") if isinstance(schema, dict) else None
+    names = [field["name"] for field in fields or ()]
+    setters = _slot_setters()
+    if not fields or names != list(model.model_fields) or setters is None:
+        return None
+    if model.__pydantic_post_init__ or model.__pydantic_root_model__:
+        return None
+    if model.model_config.get("extra") == "allow":
+        return None
+    for field in fields:
+        info = model.model_fields[field["name"]]
+        if info.metadata or not _annotation_fits(field["type"], info.annotation):
+            return None
+    lines = ["def read(raw):", "    size = len(raw)", f"    pos = {_HEADER_LEN}"]
+    for index, field in enumerate(fields):
+        lines += ["    " + line for line in _field_lines(field["type"], f"v{index}")]
+    values = ", ".join(f"{name!r}: v{index}" for index, name in enumerate(names))
+    lines += [
+        "    if pos != size:",
+        "        raise _NotFastError",  # short or trailing bytes: the general path decides
+        "    instance = _new(_model)",
+        f"    _set_dict(instance, {{{values}}})",
+        "    _set_fields_set(instance, _names.copy())",
+        "    _set_extra(instance, None)",
+        "    _set_private(instance, None)",
+        "    return instance",
+    ]
+    namespace: dict[str, Any] = {
+        "_NotFastError": _NotFastError,
+        "_long": _long,
+        "_length": _length,
+        "_new": object.__new__,
+        "_set_dict": setters["__dict__"],
+        "_set_fields_set": setters["__pydantic_fields_set__"],
+        "_set_extra": setters["__pydantic_extra__"],
+        "_set_private": setters["__pydantic_private__"],
+        "_model": model,
+        "_names": set(names),
+    }
+    exec(compile("\n".join(lines), f"<codec reader {model.__name__}>", "exec"), namespace)
+    reader: Callable[[bytes], AvroModel] = namespace["read"]
+    return reader
+
+
+def _samples(schema: Any) -> list[dict[str, Any]]:
+    """Records exercising every field of a flat schema: nulls, and values of every size."""
+    plain: dict[str, list[Any]] = {
+        "string": ["", "run-\u00e9-\U0001f600" * 9],
+        "bytes": [b"", bytes(range(256))],
+        "int": [0, -(2**31)],
+        "long": [-1, 2**62 - 1],
+        "boolean": [False, True],
+    }
+    out = []
+    for variant in (0, 1):
+        record: dict[str, Any] = {}
+        for field in schema["fields"]:
+            kind = field["type"]
+            if isinstance(kind, list):
+                record[field["name"]] = None if variant == 0 else plain[kind[1]][variant]
+            elif isinstance(kind, dict):
+                record[field["name"]] = [] if variant == 0 else [1, -300, 2**40, 0]
+            else:
+                record[field["name"]] = plain[kind][variant]
+        out.append(record)
+    return out
+
+
+def _identical(left: AvroModel, right: AvroModel) -> bool:
+    """Same type, same field values of the same types in the same order, same state."""
+    return (
+        type(left) is type(right)
+        and list(left.__dict__.items()) == list(right.__dict__.items())
+        and all(
+            type(a) is type(b)
+            for a, b in zip(left.__dict__.values(), right.__dict__.values(), strict=True)
+        )
+        and left.__pydantic_fields_set__ == right.__pydantic_fields_set__
+        and type(left.__pydantic_fields_set__) is type(right.__pydantic_fields_set__)
+        and left.__pydantic_extra__ == right.__pydantic_extra__
+        and left.__pydantic_private__ == right.__pydantic_private__
+    )
 
 
 def _as_record(value: AvroModel) -> dict[str, Any]:
@@ -184,3 +505,8 @@ def decode(raw: bytes | None) -> AvroModel:
 
 def decode_fact(raw: bytes | None) -> FactHeader:
     return codec().decode_as(raw, FactHeader)
+
+
+def decode_facts(values: Sequence[bytes | None]) -> list[FactHeader]:
+    """``decode_fact`` of each value, in order."""
+    return codec().decode_facts(values)

@@ -21,6 +21,7 @@ from typing import Any
 
 from rocksdict import AccessType, BlockBasedOptions, Cache, Options, Rdict, WriteBatch
 
+from processor.facts.models import FactHeader
 from processor.model.due import DueEntry
 from processor.model.state import RunState
 from processor.store import keys
@@ -57,7 +58,14 @@ def _composes_keys() -> bool:
 _COMPOSED_KEYS = _composes_keys()
 
 
-def _options(cache_mb: int) -> Options:
+# Memory bounds of one store (one partition). The column families share one block
+# cache, and their memtables together flush at ``_DB_WRITE_BUFFER_MB`` (RocksDB's
+# db_write_buffer_size); before, each of the 7 option sets had its own 16 MiB cache and
+# 6 families could hold 2 x 8 MiB of memtables each: up to ~210 MiB per partition.
+_DB_WRITE_BUFFER_MB = 24
+
+
+def _options(cache: Cache) -> Options:
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)
@@ -66,7 +74,7 @@ def _options(cache_mb: int) -> Options:
     opts.set_write_buffer_size(8 * 1024 * 1024)
     opts.set_max_write_buffer_number(2)
     table = BlockBasedOptions()
-    table.set_block_cache(Cache(cache_mb * 1024 * 1024))
+    table.set_block_cache(cache)
     opts.set_block_based_table_factory(table)
     return opts
 
@@ -77,8 +85,10 @@ class PartitionStore:
     def __init__(self, path: Path, *, read_only: bool = False, cache_mb: int = 16) -> None:
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
-        opts = _options(cache_mb)
-        families = {name: _options(cache_mb) for name in COLUMN_FAMILIES}
+        cache = Cache(cache_mb * 1024 * 1024)  # shared by every column family
+        opts = _options(cache)
+        opts.set_db_write_buffer_size(_DB_WRITE_BUFFER_MB * 1024 * 1024)
+        families = {name: _options(cache) for name in COLUMN_FAMILIES}
         access = AccessType.read_only() if read_only else AccessType.read_write()
         self._db = Rdict(str(path), options=opts, column_families=families, access_type=access)
         self._cf = {name: self._db.get_column_family(name) for name in COLUMN_FAMILIES}
@@ -205,6 +215,10 @@ class StoreBatch:
             packed = pack(seq)
             put(prefix + packed, encoded, history)
             put(prefix + string_key(fact_key), packed, fact_keys)
+
+    def put_staged_facts(self, staged: Iterable[tuple[FactHeader, bytes]]) -> None:
+        """``put_facts`` of each (fact, encoded bytes): the same rows."""
+        self.put_facts((fact.run_id, fact.seq, fact.fact_key, encoded) for fact, encoded in staged)
 
     def put_due(self, entry: DueEntry) -> None:
         self.raw.put(keys.due_key(entry), b"", self._h["due"])

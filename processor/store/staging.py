@@ -42,7 +42,8 @@ class Staging:
         self._before: dict[str, RunState | None] = {}
         self._after: dict[str, RunState | None] = {}
         self._keys: set[tuple[str, str]] = set()
-        self.facts: list[StagedFact] = []
+        # Every fact staged since the last flush with its encoded bytes, in staging order.
+        self._staged: list[tuple[FactHeader, bytes]] = []
         self._carry = carry
         self._carried: dict[str, RunState] = {}
 
@@ -95,35 +96,38 @@ class Staging:
         state = self.run(fact.run_id)
         self._after[fact.run_id] = reduce(state, fact)
         self._keys.add((fact.run_id, fact.fact_key))
-        staged = StagedFact(fact, encoded)
-        self.facts.append(staged)
-        return staged
+        self._staged.append((fact, encoded))
+        return StagedFact(fact, encoded)
 
     def fold_read(self, facts: Sequence[tuple[FactHeader, bytes]]) -> None:
         """``fold`` each (fact, encoded bytes) read back from the log, in order.
 
-        The runs are staged first with one multi-get (``load``); then each fact
-        is folded exactly as ``fold`` does, without the per-call overhead.
+        The runs are staged first with one multi-get (``load``), so each one is
+        found in the staged runs; then each fact is folded exactly as ``fold``
+        does, without the per-call overhead (and without a ``StagedFact``: the
+        caller has the facts already).
         """
         self.load([fact.run_id for fact, _ in facts])
-        after, fact_keys, staged = self._after, self._keys, self.facts
-        run = self.run
-        new_staged = StagedFact
-        for fact, encoded in facts:
+        after, fact_keys, fold = self._after, self._keys, reduce
+        for fact, _ in facts:
             run_id = fact.run_id
-            state = after[run_id] if run_id in after else run(run_id)
-            after[run_id] = reduce(state, fact)
+            after[run_id] = fold(after[run_id], fact)
             fact_keys.add((run_id, fact.fact_key))
-            staged.append(new_staged(fact, encoded))
+        self._staged.extend(facts)
+
+    @property
+    def facts(self) -> list[StagedFact]:
+        """The facts staged since the last flush, in order."""
+        return [StagedFact(fact, encoded) for fact, encoded in self._staged]
 
     @property
     def dirty(self) -> bool:
-        return bool(self.facts)
+        return bool(self._staged)
 
     def flush(self, facts_offset: int | None) -> None:
         """Write the staged changes (and the facts offset) in one WriteBatch, then clear."""
         batch = self.store.batch()
-        batch.put_facts((s.fact.run_id, s.fact.seq, s.fact.fact_key, s.encoded) for s in self.facts)
+        batch.put_staged_facts(self._staged)
         for run_id, after in self._after.items():
             before = self._before.get(run_id)
             if after is not None and after is not before:
@@ -144,7 +148,7 @@ class Staging:
         self._before.clear()
         self._after.clear()
         self._keys.clear()
-        self.facts.clear()
+        self._staged.clear()
         self._carried = {}
 
 

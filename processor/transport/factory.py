@@ -21,4 +21,5 @@ def open_transport(settings: Settings) -> Transport:
         settings,
         session_timeout_ms=settings.kafka_session_timeout_ms,
         max_poll_interval_ms=settings.kafka_max_poll_interval_ms,
+        transaction_timeout_ms=settings.kafka_transaction_timeout_ms,
     )

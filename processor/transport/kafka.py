@@ -70,6 +70,9 @@ class KafkaTransport:
         session_timeout_ms: how soon a crashed group member loses its partitions.
         max_poll_interval_ms: how soon a member that stopped polling (a zombie) is
             evicted; at least ``session_timeout_ms`` (librdkafka requires it).
+        transaction_timeout_ms: how soon the broker aborts a transaction left open by
+            a crashed processor; until then it holds back what read_committed readers
+            (workers, restores, clients) see of every partition it wrote to.
     """
 
     name = "kafka"
@@ -80,8 +83,10 @@ class KafkaTransport:
         *,
         session_timeout_ms: int = SESSION_TIMEOUT_MS,
         max_poll_interval_ms: int = MAX_POLL_INTERVAL_MS,
+        transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS,
     ) -> None:
         self.settings = settings
+        self._transaction_timeout_ms = transaction_timeout_ms
         self._membership: dict[str, Any] = {
             "session.timeout.ms": session_timeout_ms,
             "max.poll.interval.ms": max(max_poll_interval_ms, session_timeout_ms),
@@ -117,7 +122,7 @@ class KafkaTransport:
             | {
                 "client.id": f"{group}-{instance_id}",
                 "transactional.id": f"{group}-{instance_id}",
-                "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                "transaction.timeout.ms": self._transaction_timeout_ms,
             }
         )
         return KafkaSession(consumer, producer, dict(self._base), group, instance_id)

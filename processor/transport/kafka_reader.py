@@ -28,7 +28,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from processor.errors import TransportError
 from processor.transport.base import Record, TopicPartition
-from processor.transport.kafka_common import RECORD_SETTERS, ErrorReporter, translate
+from processor.transport.kafka_common import RECORD_SETTERS, ErrorReporter, kafka_error, translate
 
 __all__ = ["READER_CONFIG", "KafkaReader"]
 
@@ -59,6 +59,13 @@ _MISSING = frozenset(
     {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
 )
 _METADATA_TIMEOUT_S = 10.0
+#: What ListOffsets answers while a partition's leadership settles (a topic created a
+#: moment ago, a broker starting up): worth asking again for a while, not a failure.
+_LEADERSHIP_SETTLING = frozenset(
+    {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE}
+)
+_LEADERSHIP_WAIT_S = 10.0
+_LEADERSHIP_PAUSE_S = 0.05
 #: A read that receives nothing at all (not even the EOF event) for this long fails.
 _STALL_TIMEOUT_S = 60.0
 _WAIT_STEP_S = 1.0
@@ -115,12 +122,19 @@ class KafkaReader:
     def end_offset(self, tp: TopicPartition) -> int:
         """The end a read_committed reader reaches: the last stable offset of ``tp``."""
         self._require_open()
-        try:
-            _low, high = self._consumer.get_watermark_offsets(
-                KafkaTopicPartition(tp.topic, tp.partition), timeout=_METADATA_TIMEOUT_S
-            )
-        except KafkaException as exc:
-            raise translate(f"end offset of {tp.topic}[{tp.partition}]", exc) from exc
+        deadline = time.monotonic() + _LEADERSHIP_WAIT_S
+        while True:
+            try:
+                _low, high = self._consumer.get_watermark_offsets(
+                    KafkaTopicPartition(tp.topic, tp.partition), timeout=_METADATA_TIMEOUT_S
+                )
+                break
+            except KafkaException as exc:
+                err = kafka_error(exc)
+                settling = err is not None and err.code() in _LEADERSHIP_SETTLING
+                if not settling or time.monotonic() >= deadline:
+                    raise translate(f"end offset of {tp.topic}[{tp.partition}]", exc) from exc
+            time.sleep(_LEADERSHIP_PAUSE_S)  # the broker is taking leadership; ask again
         if high < 0:
             raise TransportError(f"end offset of {tp.topic}[{tp.partition}] unknown")
         return high

@@ -1,0 +1,45 @@
+"""The demo's external payment system as its own process, for the Kafka benchmarks.
+
+Run: ``PYTHONPATH=. PROCESSOR_RESUME_SECRET=... python bench/kafka_responder.py
+--broker kafka://127.0.0.1:9092 --topic-prefix P. [--group G]``
+
+A ``processor.external.Responder`` (what ``processor demo`` runs on a thread)
+consuming ``boundary.requests`` and answering target ``payments`` with
+``processor.examples.demo.payments_simulator`` through ``boundary.completions``,
+until SIGTERM/SIGINT. It sends no duplicate or forged completions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+
+from processor.examples.demo import payments_simulator
+from processor.external import Responder
+from processor.host import Deployment
+from processor.settings import Settings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--broker", required=True)
+    parser.add_argument("--topic-prefix", default="")
+    parser.add_argument("--group", default="processor-responders")
+    args = parser.parse_args()
+    settings = Settings(broker=args.broker, topic_prefix=args.topic_prefix)
+    deployment = Deployment.from_settings(settings)
+    responder = Responder(
+        deployment.transport,
+        deployment.topology,
+        {"payments": payments_simulator},
+        group=args.group,
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    responder.run(stop)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,585 @@
+"""Shared by the Kafka benchmarks: a deployment in separate processes, baselines, cleanup.
+
+- ``Fleet`` starts the engine as real processes, each the way an operator would:
+  ``python -m processor --broker ... run --app processor.examples.demo:app --workers 0``
+  (the processor alone), ``python -m processor --broker ... worker --app ...`` (one
+  worker process) and ``python bench/kafka_responder.py`` (the demo's payment system:
+  ``processor.external.Responder`` with ``processor.examples.demo.payments_simulator``).
+  Every run uses a fresh topic prefix, consumer groups and state directory, and the
+  topics are deleted at the end.
+- ``OutcomeWatcher`` consumes ``runs.results`` on a thread (read_committed) and
+  remembers when each RunOutcome became visible.
+- ``raw_round_trip`` is the same-run baseline: records produced through one topic
+  (by a transactional producer committing batches, like the processor, or by a
+  plain idempotent producer, like a client) and consumed read_committed; records/s
+  and produce-to-visible latency from each record's CreateTime.
+- ``ProcessCpu`` reads utime+stime of a process from /proc, to report CPU per run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from processor.client import Client, new_submit
+from processor.facts.codec import codec
+from processor.facts.models import RunOutcome
+from processor.facts.topics import TopicName
+from processor.host import Deployment, ensure_topics
+from processor.settings import Settings
+from processor.transport.kafka import PRODUCER_CONFIG
+from processor.worker.pipeline import load_application
+
+APP = "processor.examples.demo:app"
+#: The resume-token HMAC key shared by the processor and the tests' clients (>= 16 chars).
+SECRET = "bench-resume-secret-0123456789abcdef"
+REPO = Path(__file__).resolve().parent.parent
+BENCH = Path(__file__).resolve().parent
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpus() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def command_line(argv: list[str]) -> str:
+    """The command that produced a figure, as it can be pasted from the repo root."""
+    return "PYTHONPATH=. python " + " ".join(argv)
+
+
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile of a sorted list (the rule processor.demo uses)."""
+    if not sorted_values:
+        return 0.0
+    index = min(len(sorted_values) - 1, round(fraction * (len(sorted_values) - 1)))
+    return float(sorted_values[index])
+
+
+def unique_prefix(kind: str) -> str:
+    """A topic prefix (and group/transactional-id stem) no other run shares."""
+    return f"bench-{kind}-{uuid.uuid4().hex[:8]}."
+
+
+def bench_settings(bootstrap: str, prefix: str, data_dir: Path) -> Settings:
+    stem = prefix.rstrip(".")
+    return Settings(
+        broker=f"kafka://{bootstrap}",
+        topic_prefix=prefix,
+        data_dir=data_dir,
+        group=f"{stem}-processor",
+        worker_group=f"{stem}-workers",
+        resume_secret=SECRET,
+    )
+
+
+def process_env(settings: Settings) -> dict[str, str]:
+    """The environment that makes a ``processor`` process use ``settings``."""
+    env = dict(os.environ)
+    env |= {
+        "PYTHONPATH": str(REPO),
+        "PROCESSOR_BROKER": settings.broker or "",
+        "PROCESSOR_TOPIC_PREFIX": settings.topic_prefix,
+        "PROCESSOR_DATA_DIR": str(settings.data_dir),
+        "PROCESSOR_GROUP": settings.group,
+        "PROCESSOR_WORKER_GROUP": settings.worker_group,
+        "PROCESSOR_RESUME_SECRET": SECRET,
+        "PROCESSOR_PARTITIONS": str(settings.partitions),
+    }
+    return env
+
+
+def processor_argv(settings: Settings) -> list[str]:
+    """``processor run`` without in-process workers (the command line documented in README)."""
+    return [
+        sys.executable,
+        "-m",
+        "processor",
+        "--broker",
+        settings.broker or "",
+        "--topic-prefix",
+        settings.topic_prefix,
+        "--data-dir",
+        str(settings.data_dir),
+        "run",
+        "--app",
+        APP,
+        "--workers",
+        "0",
+    ]
+
+
+def worker_argv(settings: Settings, threads: int = 1) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "processor",
+        "--broker",
+        settings.broker or "",
+        "--topic-prefix",
+        settings.topic_prefix,
+        "--data-dir",
+        str(settings.data_dir),
+        "worker",
+        "--app",
+        APP,
+        "--threads",
+        str(threads),
+    ]
+
+
+def responder_argv(settings: Settings) -> list[str]:
+    return [
+        sys.executable,
+        str(BENCH / "kafka_responder.py"),
+        "--broker",
+        settings.broker or "",
+        "--topic-prefix",
+        settings.topic_prefix,
+        "--group",
+        f"{settings.topic_prefix.rstrip('.')}-responders",
+    ]
+
+
+class ProcessCpu:
+    """utime + stime of one process, in seconds (from /proc/<pid>/stat)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def seconds(self) -> float:
+        try:
+            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+@dataclass
+class Fleet:
+    """Processes of one deployment; stopped (SIGTERM, then SIGKILL) by their own pids."""
+
+    logs: Path
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log = (self.logs / f"{name}.log").open("wb")
+        self.processes[name] = subprocess.Popen(
+            argv, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT
+        )
+        log.close()
+
+    def cpu(self) -> dict[str, float]:
+        return {name: ProcessCpu(p.pid).seconds() for name, p in self.processes.items()}
+
+    def check(self) -> None:
+        """Raise if a process died (with the end of its log)."""
+        for name, process in self.processes.items():
+            if process.poll() is not None:
+                tail = (self.logs / f"{name}.log").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"{name} exited with {process.returncode}:\n{tail}")
+
+    def stop(self, name: str | None = None, timeout_s: float = 30.0) -> None:
+        names = [name] if name else list(self.processes)
+        for each in names:
+            process = self.processes[each]
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for each in names:
+            process = self.processes.pop(each)
+            try:
+                process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def deployment_for(settings: Settings) -> Deployment:
+    """The deployment with every declared topic (and the app's output topics) created."""
+    deployment = Deployment.from_settings(settings)
+    ensure_topics(deployment, load_application(APP))
+    return deployment
+
+
+def broker_pid() -> int | None:
+    """The pid of the local broker (compose/local-kafka), to notice a restart mid-run.
+
+    The broker on this machine is shared: another engineer's fault tests restart it,
+    and a figure measured across a restart is not a figure. None if not known.
+    """
+    try:
+        status = subprocess.run(
+            [str(REPO / "compose" / "local-kafka"), "status"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    words = status.replace("(", " ").replace(")", " ").split()
+    return int(words[words.index("pid") + 1]) if "pid" in words else None
+
+
+def wait_for_broker(bootstrap: str, timeout_s: float = 180.0) -> Any:
+    """The broker's metadata, once it answers (the shared broker may be restarting)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return admin.list_topics(timeout=10)
+        except KafkaException:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(1.0)  # the broker is down or starting; there is no event to wait on
+
+
+def delete_topics(bootstrap: str, prefix: str) -> list[str]:
+    """Delete every topic whose name starts with ``prefix`` (this run's)."""
+    names = [name for name in wait_for_broker(bootstrap).topics if name.startswith(prefix)]
+    if names:
+        admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+        for future in admin.delete_topics(names, operation_timeout=30).values():
+            with contextlib.suppress(Exception):
+                future.result()
+    return names
+
+
+def committed_consumer(bootstrap: str) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-watch-{uuid.uuid4().hex}",  # never joined: assign only
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 5,
+            "enable.partition.eof": False,
+        }
+    )
+
+
+class OutcomeWatcher:
+    """Consumes runs.results from offset 0 on a thread: run id -> (outcome, seen at ms)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self._consumer = committed_consumer(bootstrap)
+        self._consumer.assign([KafkaTopicPartition(topic, p, 0) for p in range(partitions)])
+        self.outcomes: dict[str, tuple[RunOutcome, float]] = {}
+        self._stop = threading.Event()
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        decode = codec().decode_as
+        while not self._stop.is_set():
+            messages = self._consumer.consume(1000, 0.05)
+            now = time.time() * 1000
+            seen = {}
+            for msg in messages:
+                if msg.error() is None:
+                    outcome = decode(msg.value(), RunOutcome)
+                    seen[outcome.run_id] = (outcome, now)
+            if seen:
+                with self._changed:
+                    for run_id, item in seen.items():
+                        self.outcomes.setdefault(run_id, item)
+                    self._changed.notify_all()
+        self._consumer.close()
+
+    def wait_for(
+        self,
+        run_ids: Iterable[str],
+        timeout_s: float,
+        alive: Callable[[], None] | None = None,
+    ) -> float:
+        """Block until every run in ``run_ids`` has an outcome; return when (perf_counter).
+
+        ``alive`` is called about twice a second (``Fleet.check`` raises if a process died).
+        """
+        wanted = set(run_ids)
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while not wanted <= self.outcomes.keys():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    done = len(wanted & self.outcomes.keys())
+                    raise TimeoutError(f"{done} of {len(wanted)} runs finished in {timeout_s}s")
+                self._changed.wait(min(left, 0.5))
+                if alive is not None:
+                    alive()
+        return time.perf_counter()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def order(index: int) -> dict[str, Any]:
+    """The demo's order number ``index`` (one in five fails once in reserve_stock)."""
+    return {"order_id": f"order-{index:07d}", "amount": 10 + index % 90}
+
+
+def submit_orders(client: Client, first: int, count: int) -> dict[str, int]:
+    """Submit orders ``first .. first + count - 1`` and flush; run id -> submitted_ms."""
+    submitted = {}
+    for index in range(first, first + count):
+        command = new_submit("orders", order(index))
+        submitted[command.run_id] = command.submitted_ms
+        client.send(command)
+    client.flush()
+    return submitted
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    new = NewTopic(name, num_partitions=partitions, replication_factor=1)
+    admin.create_topics([new])[name].result()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        topic = admin.list_topics(name, timeout=10).topics.get(name)
+        ready = topic is not None and topic.error is None and len(topic.partitions) == partitions
+        if ready and all(p.leader >= 0 for p in topic.partitions.values()):
+            return
+        time.sleep(0.05)  # waiting for metadata propagation; there is no event
+    raise TimeoutError(f"topic {name} not ready")
+
+
+def raw_round_trip(
+    bootstrap: str,
+    topic: str,
+    records: int,
+    *,
+    value_size: int = 120,
+    transactional: bool = True,
+    txn_batch: int = 500,
+    partitions: int = 4,
+) -> dict[str, Any]:
+    """Produce ``records`` records through ``topic`` and consume them read_committed.
+
+    With ``transactional``, a transactional producer (the processor's producer config)
+    commits every ``txn_batch`` records, as the processor commits each input batch;
+    otherwise a plain idempotent producer (a client's) produces and flushes once.
+    Rate: records / (last record consumed - first produce). Latency: consume time
+    minus the record's CreateTime (set by librdkafka when ``produce`` is called).
+    """
+    create_topic(bootstrap, topic, partitions)
+    consumer = committed_consumer(bootstrap)
+    consumer.assign([KafkaTopicPartition(topic, p, 0) for p in range(partitions)])
+    latencies: list[float] = []
+    done = threading.Event()
+    last_seen = [0.0]
+
+    def consume() -> None:
+        count = 0
+        while count < records:
+            for msg in consumer.consume(10_000, 0.05):
+                if msg.error() is not None:
+                    continue
+                now = time.time() * 1000
+                latencies.append(now - msg.timestamp()[1])
+                count += len(msg.value() or b"") > 0
+            last_seen[0] = time.perf_counter()
+        done.set()
+
+    config = {"bootstrap.servers": bootstrap} | PRODUCER_CONFIG
+    if transactional:
+        config |= {"transactional.id": f"{topic}-txn", "transaction.timeout.ms": 60_000}
+    producer = Producer(config)
+    if transactional:
+        producer.init_transactions()
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    value = b"v" * value_size
+    started = time.perf_counter()
+    for first in range(0, records, txn_batch if transactional else records):
+        if transactional:
+            producer.begin_transaction()
+        for index in range(first, min(records, first + (txn_batch if transactional else records))):
+            key = f"run-{index:08d}".encode()
+            while True:
+                try:
+                    producer.produce(topic, value, key)
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+        if transactional:
+            producer.commit_transaction()
+    producer.flush()
+    produced = time.perf_counter() - started
+    if not done.wait(120):
+        raise TimeoutError(f"baseline: only {len(latencies)} of {records} records consumed")
+    reader.join()
+    consumer.close()
+    seconds = last_seen[0] - started
+    latencies.sort()
+    return {
+        "records": records,
+        "transactional": transactional,
+        "txn_batch": txn_batch if transactional else None,
+        "value_bytes": value_size,
+        "seconds": round(seconds, 3),
+        "produce_seconds": round(produced, 3),
+        "records_per_s": records / seconds,
+        "p50_ms": percentile(latencies, 0.50),
+        "p95_ms": percentile(latencies, 0.95),
+        "p99_ms": percentile(latencies, 0.99),
+    }
+
+
+def describe_baseline(base: dict[str, Any]) -> str:
+    kind = f"transactions of {base['txn_batch']}" if base["transactional"] else "plain producer"
+    return (
+        f"raw round trip ({kind}, {base['records']:,} x {base['value_bytes']} B): "
+        f"{base['records_per_s']:,.0f} records/s, p50 {base['p50_ms']:.1f} ms, "
+        f"p99 {base['p99_ms']:.1f} ms"
+    )
+
+
+@contextlib.contextmanager
+def temporary_topics(bootstrap: str, prefix: str, keep: bool = False) -> Iterator[None]:
+    """Delete this run's topics on the way out (unless ``keep``)."""
+    try:
+        yield
+    finally:
+        if not keep:
+            delete_topics(bootstrap, prefix)
+
+
+@dataclass
+class Engine:
+    """A running deployment: processor, worker and responder processes, a client, a watcher."""
+
+    settings: Settings
+    deployment: Deployment
+    fleet: Fleet
+    client: Client
+    watcher: OutcomeWatcher
+    next_order: int = 0
+
+    def submit(self, count: int) -> dict[str, int]:
+        submitted = submit_orders(self.client, self.next_order, count)
+        self.next_order += count
+        return submitted
+
+    def warm_up(self, runs: int, timeout_s: float = 180.0) -> float:
+        """Run ``runs`` runs end to end (group joins, first fetches); return the seconds."""
+        started = time.perf_counter()
+        submitted = self.submit(runs)
+        return self.watcher.wait_for(submitted, timeout_s, self.fleet.check) - started
+
+
+@contextlib.contextmanager
+def engine(
+    bootstrap: str, prefix: str, root: Path, *, responder: str = "process", workers: int = 1
+) -> Iterator[Engine]:
+    """The demo app on Kafka as separate processes (see ``Fleet``), torn down on exit.
+
+    ``responder="thread"`` runs the Responder on a thread of this process instead,
+    ``responder="none"`` runs none (awaits stay suspended until someone completes them).
+    """
+    settings = bench_settings(bootstrap, prefix, root / "data")
+    deployment = deployment_for(settings)
+    env = process_env(settings)
+    fleet = Fleet(root / "logs")
+    stop = threading.Event()
+    responding: threading.Thread | None = None
+    watcher = OutcomeWatcher(
+        bootstrap, deployment.topology.name(TopicName.OUTCOMES), deployment.topology.partitions
+    )
+    client = Client(deployment.transport, deployment.topology, settings.state_dir)
+    try:
+        fleet.start("processor", processor_argv(settings), env)
+        for index in range(workers):
+            fleet.start(f"worker{index}", worker_argv(settings), env)
+        if responder == "process":
+            fleet.start("responder", responder_argv(settings), env)
+        elif responder == "thread":
+            from processor.examples.demo import payments_simulator
+            from processor.external import Responder
+
+            answering = Responder(
+                deployment.transport,
+                deployment.topology,
+                {"payments": payments_simulator},
+                group=f"{prefix.rstrip('.')}-responders",
+            )
+            responding = threading.Thread(target=answering.run, args=(stop,), daemon=True)
+            responding.start()
+        yield Engine(settings, deployment, fleet, client, watcher)
+    finally:
+        stop.set()
+        fleet.stop()
+        if responding is not None:
+            responding.join(10)
+        client.close()
+        watcher.close()
+
+
+def measure_runs(
+    running: Engine, runs: int, timeout_s: float, rate: float | None = None
+) -> dict[str, Any]:
+    """Submit ``runs`` runs (all at once, or ``rate`` per second) and wait for every outcome.
+
+    runs/s = runs / (first submit -> last outcome visible). Latency per run:
+    ``finished_ms - submitted_ms`` of its RunOutcome (the processor's clock at the
+    outcome minus the client's at submit; one machine), and the time the outcome
+    became visible to a read_committed consumer minus submitted_ms.
+    """
+    cpu_before = running.fleet.cpu()
+    started = time.perf_counter()
+    if rate is None:
+        submitted = running.submit(runs)
+    else:
+        submitted = {}
+        for index in range(runs):
+            delay = started + index / rate - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)  # pacing the offered load
+            submitted |= _submit_one(running)
+        running.client.flush()
+    submit_seconds = time.perf_counter() - started
+    finished = running.watcher.wait_for(submitted, timeout_s, running.fleet.check)
+    seconds = finished - started
+    cpu_after = running.fleet.cpu()
+    seen = [running.watcher.outcomes[run_id] for run_id in submitted]
+    latencies = sorted(o.finished_ms - o.submitted_ms for o, _ in seen)
+    visible = sorted(at - o.submitted_ms for o, at in seen)
+    cpu = {name: cpu_after[name] - cpu_before.get(name, 0.0) for name in cpu_after}
+    return {
+        "runs": runs,
+        "offered_rate": rate,
+        "succeeded": sum(o.status == "succeeded" for o, _ in seen),
+        "failed": sum(o.status != "succeeded" for o, _ in seen),
+        "seconds": round(seconds, 3),
+        "submit_seconds": round(submit_seconds, 3),
+        "runs_per_s": runs / seconds,
+        "p50_ms": percentile(latencies, 0.50),
+        "p95_ms": percentile(latencies, 0.95),
+        "p99_ms": percentile(latencies, 0.99),
+        "visible_p50_ms": percentile(visible, 0.50),
+        "visible_p99_ms": percentile(visible, 0.99),
+        "cpu_ms_per_run": {name: round(1000 * s / runs, 3) for name, s in cpu.items()},
+    }
+
+
+def _submit_one(running: Engine) -> dict[str, int]:
+    command = new_submit("orders", order(running.next_order))
+    running.next_order += 1
+    running.client.send(command)
+    return {command.run_id: command.submitted_ms}

@@ -1,0 +1,288 @@
+"""Helpers of the tests that run whole processors on a real Kafka broker (no tests here).
+
+Every test gets its own ``KafkaSpace`` on the shared broker: a unique topic
+prefix, processor group, worker group and resume secret, so tests (and
+developers) sharing the broker never see each other's records, and the topics
+are deleted when the test ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from processor.facts.codec import codec, decode_fact
+from processor.facts.models import FactHeader, RunFailed, RunOutcome, RunSucceeded
+from processor.facts.topics import TopicName
+from processor.host import Deployment, ensure_topics
+from processor.settings import Settings
+from processor.topology import Topology
+from processor.transport.base import Reader
+from tests.apps.pipelines import app
+from tests.apps.support import REPO_ROOT, ProcessorProcess, TopicTail, read_topic
+
+__all__ = [
+    "FactsWatch",
+    "KafkaProcessorProcess",
+    "KafkaSpace",
+    "assert_exactly_once",
+    "assert_replay_verifies",
+    "owned_partitions",
+    "read_facts",
+    "read_outcomes",
+]
+
+#: The broker refuses session timeouts below group.min.session.timeout.ms (6 s by default).
+SESSION_TIMEOUT_MS = 6_000
+#: Longer than any restore these tests do inside a rebalance callback.
+MAX_POLL_INTERVAL_MS = 30_000
+#: A killed processor's open transaction holds back read_committed readers of every
+#: partition it wrote to until the broker aborts it (up to 10 s after this timeout).
+TRANSACTION_TIMEOUT_MS = 10_000
+
+
+@dataclass(frozen=True)
+class KafkaSpace:
+    """One test's private names on a shared broker, and how processes reach them."""
+
+    bootstrap: str
+    tag: str
+    partitions: int = 4
+    session_timeout_ms: int = SESSION_TIMEOUT_MS
+    max_poll_interval_ms: int = MAX_POLL_INTERVAL_MS
+    transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS
+
+    @staticmethod
+    def new(bootstrap: str, partitions: int = 4) -> KafkaSpace:
+        return KafkaSpace(bootstrap, f"kt{uuid.uuid4().hex[:12]}", partitions)
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.tag}."
+
+    @property
+    def group(self) -> str:
+        return f"{self.tag}-processors"
+
+    @property
+    def worker_group(self) -> str:
+        return f"{self.tag}-workers"
+
+    @property
+    def secret(self) -> str:
+        return f"{self.tag}-resume-secret"
+
+    def env(self, data_dir: Path) -> dict[str, str]:
+        """The environment of a ``processor`` subprocess working in this space."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        env.update({f"PROCESSOR_{k.upper()}": str(v) for k, v in self._fields(data_dir).items()})
+        return env
+
+    def settings(self, data_dir: Path) -> Settings:
+        """The settings of an in-process deployment in this space."""
+        return Settings(**self._fields(data_dir))
+
+    def deployment(self, data_dir: Path) -> Deployment:
+        """An in-process deployment in this space, its topics created (those of ``app`` too)."""
+        deployment = Deployment.from_settings(self.settings(data_dir))
+        ensure_topics(deployment, app)
+        return deployment
+
+    def _fields(self, data_dir: Path) -> dict[str, Any]:
+        return {
+            "broker": f"kafka://{self.bootstrap}",
+            "topic_prefix": self.prefix,
+            "group": self.group,
+            "worker_group": self.worker_group,
+            "resume_secret": self.secret,
+            "data_dir": data_dir,
+            "partitions": self.partitions,
+            "kafka_session_timeout_ms": self.session_timeout_ms,
+            "kafka_max_poll_interval_ms": self.max_poll_interval_ms,
+            "kafka_transaction_timeout_ms": self.transaction_timeout_ms,
+        }
+
+    def cli(
+        self, data_dir: Path, *args: str, timeout_s: float = 120.0
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``python -m processor ARGS`` against this space to completion."""
+        return subprocess.run(
+            [sys.executable, "-m", "processor", *args],
+            cwd=REPO_ROOT,
+            env=self.env(data_dir),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+
+    def process(self, data_dir: Path, log_path: Path, *, workers: int = 2) -> KafkaProcessorProcess:
+        return KafkaProcessorProcess(self, data_dir, log_path, workers=workers)
+
+    def delete_topics(self) -> None:
+        """Delete this space's topics and groups (best effort: the broker may be gone)."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        try:
+            names = [n for n in admin.list_topics(timeout=10).topics if n.startswith(self.prefix)]
+            for future in admin.delete_topics(names, operation_timeout=30).values():
+                future.result()
+            groups = [self.group, self.worker_group]
+            for future in admin.delete_consumer_groups(groups, request_timeout=10).values():
+                future.result()
+        except KafkaException:
+            pass  # a group with members left, or a slow broker: the names are unique anyway
+
+
+class KafkaProcessorProcess(ProcessorProcess):
+    """``python -m processor --verbose run`` in a ``KafkaSpace``, logging at INFO."""
+
+    def __init__(self, space: KafkaSpace, data_dir: Path, log_path: Path, *, workers: int = 2):
+        super().__init__(data_dir, log_path, workers=workers)
+        self.space = space
+
+    def start(self) -> None:
+        assert self.proc is None, "already started"
+        self._log = self.log_path.open("ab")
+        self._log_start = self.log_path.stat().st_size
+        self.proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "processor", "--verbose", "run"),
+                *("--app", self.app, "--workers", str(self.workers)),
+            ],
+            cwd=REPO_ROOT,
+            env=self.space.env(self.data_dir),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        self.starts += 1
+
+    def pause(self) -> None:
+        """SIGSTOP: the whole process freezes, heartbeat threads included."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
+    def owned(self) -> set[int]:
+        """The run partitions this start of the process owns now, from its log."""
+        return owned_partitions(self.log_text(), self.space.prefix + TopicName.COMMANDS)
+
+
+_OWNERSHIP = re.compile(r": (assigned|revoked|lost|revoked \(fenced\)) (.*)$")
+
+
+def owned_partitions(log: str, topic: str) -> set[int]:
+    """Replay a processor log's "assigned"/"revoked"/"lost" lines for ``topic``."""
+    owned: set[int] = set()
+    partition = re.compile(re.escape(topic) + r"\[(\d+)\]")
+    for line in log.splitlines():
+        if "kafka_session" not in line:
+            continue
+        found = _OWNERSHIP.search(line)
+        if found is None:
+            continue
+        numbers = {int(p) for p in partition.findall(found.group(2))}
+        if found.group(1) == "assigned":
+            owned |= numbers
+        else:
+            owned -= numbers
+    return owned
+
+
+# --- the journal ----------------------------------------------------------------------------
+
+
+class FactsWatch:
+    """Follows runs.facts and remembers which runs have ended (succeeded or failed)."""
+
+    def __init__(self, reader: Reader, topology: Topology) -> None:
+        self._tail = TopicTail(reader, topology.name(TopicName.FACTS), topology.partitions)
+        self.ended: dict[str, str] = {}
+
+    def refresh(self) -> dict[str, str]:
+        for record in self._tail.new():
+            fact = decode_fact(record.value)
+            if isinstance(fact, RunSucceeded | RunFailed):
+                self.ended[fact.run_id] = type(fact).__name__
+        return self.ended
+
+    def committed(self) -> int:
+        """How many facts were ever committed (all partitions)."""
+        return self._tail.end_total()
+
+    def all_ended(self, run_ids: Iterable[str]) -> bool:
+        ended = self.refresh()
+        return all(run_id in ended for run_id in run_ids)
+
+
+def read_facts(reader: Reader, topology: Topology) -> list[FactHeader]:
+    topic = topology.name(TopicName.FACTS)
+    return [decode_fact(r.value) for r in read_topic(reader, topic, topology.partitions)]
+
+
+def read_outcomes(reader: Reader, topology: Topology) -> list[RunOutcome]:
+    topic = topology.name(TopicName.OUTCOMES)
+    records = read_topic(reader, topic, topology.partitions)
+    return [codec().decode_as(r.value, RunOutcome) for r in records]
+
+
+def assert_exactly_once(
+    facts: list[FactHeader],
+    expected: Mapping[str, Any],
+    *,
+    result: Callable[[Any], Any] = lambda value: value,
+) -> None:
+    """Each run of ``expected`` (run id -> input) succeeded once, with ``result(input)``.
+
+    No other run has facts, no (run id, fact key) appears twice, every run's
+    sequence numbers are 1..n without gaps, and RunSucceeded is its last fact.
+    """
+    by_run: dict[str, list[FactHeader]] = defaultdict(list)
+    for fact in facts:
+        by_run[fact.run_id].append(fact)
+    assert by_run.keys() == expected.keys(), "facts of unknown runs, or runs without facts"
+
+    keys = Counter((f.run_id, f.fact_key) for f in facts)
+    duplicated = [key for key, count in keys.items() if count > 1]
+    assert duplicated == [], f"fact keys appended twice: {duplicated[:5]}"
+
+    for run_id, run in by_run.items():
+        assert [f.seq for f in run] == list(range(1, len(run) + 1)), run_id
+        succeeded = [f for f in run if isinstance(f, RunSucceeded)]
+        assert len(succeeded) == 1, (run_id, [type(f).__name__ for f in run])
+        assert not any(isinstance(f, RunFailed) for f in run), run_id
+        assert run[-1] is succeeded[0], run_id
+        assert json.loads(succeeded[0].result) == result(expected[run_id]), run_id
+
+
+def assert_outcomes_once(outcomes: list[RunOutcome], run_ids: Iterable[str]) -> None:
+    """runs.results holds exactly one "succeeded" outcome per run."""
+    assert Counter(o.run_id for o in outcomes) == Counter(dict.fromkeys(run_ids, 1))
+    assert {o.status for o in outcomes} == {"succeeded"}
+
+
+def assert_replay_verifies(space: KafkaSpace, data_dir: Path) -> dict[str, Any]:
+    """``processor replay --verify`` on ``data_dir`` passes; return its report."""
+    verify = space.cli(data_dir, "replay", "--verify", "--json")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    report: dict[str, Any] = json.loads(verify.stdout)
+    assert report["verified"] is True, report["differences"]
+    assert report["differences"] == []
+    return report

@@ -1,0 +1,112 @@
+"""The Kafka broker restarts under a running processor: it waits, resumes, loses nothing.
+
+``compose/local-kafka restart`` stops the broker (SIGTERM, clean shutdown) and
+starts it again while runs are in flight. The broker is shared with other tests
+and developers: it is restarted only inside this test, which makes sure it is
+running again when it ends, whatever happened. Skipped unless the broker in use
+is the one ``compose/local-kafka`` manages.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from processor.client import Client, new_submit
+from processor.errors import TransportError
+from tests.apps.pipelines import expected_steps3_result
+from tests.apps.support import wait_until
+from tests.kafka.conftest import ProcessFactory
+from tests.kafka.support import (
+    FactsWatch,
+    KafkaSpace,
+    assert_exactly_once,
+    assert_outcomes_once,
+    assert_replay_verifies,
+    read_facts,
+    read_outcomes,
+)
+from tests.kafka_broker import LOCAL_BOOTSTRAP, LOCAL_KAFKA, REPO_ROOT
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+RUNS = 1_500
+_LAUNCHER_TIMEOUT_S = 180.0
+
+
+def local_kafka(command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LOCAL_KAFKA), command],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=_LAUNCHER_TIMEOUT_S,
+        check=False,
+    )
+
+
+@pytest.fixture
+def restartable_broker(space: KafkaSpace) -> Iterator[None]:
+    """The broker is compose/local-kafka's; it is running again after the test."""
+    if space.bootstrap != LOCAL_BOOTSTRAP or local_kafka("status").returncode != 0:
+        pytest.skip("the broker in use is not managed by compose/local-kafka")
+    try:
+        yield
+    finally:
+        started = local_kafka("start")  # reuses a running broker
+        assert started.returncode == 0, started.stderr[-2000:]
+
+
+def test_processor_survives_a_broker_restart(
+    space: KafkaSpace, restartable_broker: None, processes: ProcessFactory, tmp_path: Path
+) -> None:
+    processor = processes("processor")
+    deployment = space.deployment(tmp_path / "client")
+    topology = deployment.topology
+    client = Client(deployment.transport, topology, deployment.settings.state_dir)
+    reader = deployment.transport.reader()
+    watch = FactsWatch(reader, topology)
+    inputs: dict[str, int] = {}
+    for _ in range(RUNS):
+        command = new_submit("steps3", {"n": len(inputs)})
+        inputs[command.run_id] = len(inputs)
+        client.send(command)
+
+    try:
+        processor.start()
+        client.flush()
+        target = watch.committed() + 3_000  # about a fifth of the work
+        wait_until(lambda: watch.committed() >= target, 60, "progress", max_pause_s=0.01)
+        in_flight = len(inputs) - len(watch.refresh())
+        assert in_flight > 0
+
+        restarted = local_kafka("restart")
+        assert restarted.returncode == 0, restarted.stderr[-2000:]
+        processor.check_alive()  # it waited for the broker instead of giving up
+
+        def all_ended() -> bool:
+            processor.check_alive()
+            try:
+                return watch.all_ended(inputs)
+            except TransportError:  # this test's own reader, while the broker comes back
+                return False
+
+        wait_until(all_ended, 240, "every run to end", max_pause_s=0.2)
+        log = processor.log_text()
+        assert "Kafka unreachable" in log  # it noticed the outage
+        assert processor.stop() == 0, log[-3000:]
+    finally:
+        client.close()
+
+    try:
+        facts = read_facts(reader, topology)
+        outcomes = read_outcomes(reader, topology)
+    finally:
+        reader.close()
+    assert_exactly_once(facts, inputs, result=expected_steps3_result)
+    assert_outcomes_once(outcomes, inputs)
+    report = assert_replay_verifies(space, processor.data_dir)
+    assert report["runs"] == len(inputs)

@@ -1,0 +1,112 @@
+"""kill -9 a ``processor run`` on Kafka again and again while thousands of runs are in flight.
+
+Like ``tests/faults/test_crash_recovery.py`` on the embedded log: runs are
+submitted in chunks from this process; after each chunk the processor is killed
+at a moment chosen by a seeded RNG (after a random amount of committed progress,
+or as soon as it reports that it is running) and started again. Each kill
+leaves a transaction open on the broker and a member in the group until its
+session times out. Afterwards the journal must show every run succeeded
+exactly once, no fact key twice, gapless sequence numbers, and
+``replay --verify`` must agree with the live projections.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from processor.client import Client, new_submit
+from tests.apps.pipelines import expected_steps3_result
+from tests.apps.support import wait_until
+from tests.kafka.conftest import ProcessFactory
+from tests.kafka.support import (
+    FactsWatch,
+    KafkaSpace,
+    assert_exactly_once,
+    assert_outcomes_once,
+    assert_replay_verifies,
+    read_facts,
+    read_outcomes,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+SEED = 20_251_129
+RUNS = 2_100
+KILLS = 6
+
+
+def test_kill_9_during_load_on_kafka_loses_and_duplicates_nothing(
+    space: KafkaSpace, processes: ProcessFactory, tmp_path: Path
+) -> None:
+    processor = processes("processor")
+    deployment = space.deployment(tmp_path / "client")
+    topology = deployment.topology
+    client = Client(deployment.transport, topology, deployment.settings.state_dir)
+    reader = deployment.transport.reader()
+    watch = FactsWatch(reader, topology)
+    rng = random.Random(SEED)
+    inputs: dict[str, int] = {}
+
+    def submit(count: int) -> None:
+        for _ in range(count):
+            command = new_submit("steps3", {"n": len(inputs)})
+            inputs[command.run_id] = len(inputs)
+            client.send(command)
+        client.flush()
+
+    def progressed(target: int) -> bool:
+        processor.check_alive()
+        return watch.committed() >= target
+
+    def all_ended() -> bool:
+        processor.check_alive()
+        return watch.all_ended(inputs)
+
+    try:
+        processor.start()
+        chunks = _chunks(RUNS, KILLS + 1)
+        at_start = set(rng.sample(range(KILLS), 2))
+        kills: list[tuple[str, int]] = []  # (when, runs in flight at the kill)
+        for round_, chunk in enumerate(chunks[:-1]):
+            submit(chunk)
+            if round_ in at_start:
+                # As soon as it says it runs: while it joins the group or restores.
+                processor.wait_running()
+                when = "at start"
+            else:
+                # After a random amount of progress since the last kill, less than the
+                # chunk just submitted needs (about 11 facts a run): runs are in flight.
+                target = watch.committed() + rng.randint(1, 1_200)
+                wait_until(lambda t=target: progressed(t), 90, f"{target} facts", max_pause_s=0.01)
+                when = f"at {target} facts"
+            kills.append((when, len(inputs) - len(watch.refresh())))
+            assert processor.kill() == -9
+            processor.start()
+        submit(chunks[-1])
+        assert len(inputs) >= 2_000
+        assert len(kills) >= 5
+        assert all(in_flight > 0 for _, in_flight in kills), kills
+
+        wait_until(all_ended, 120, "every submitted run to end", max_pause_s=0.2)
+        assert processor.stop() == 0, processor.log_text()[-3000:]
+    finally:
+        client.close()
+
+    try:
+        facts = read_facts(reader, topology)
+        outcomes = read_outcomes(reader, topology)
+    finally:
+        reader.close()
+    assert_exactly_once(facts, inputs, result=expected_steps3_result)
+    assert_outcomes_once(outcomes, inputs)
+    report = assert_replay_verifies(space, processor.data_dir)
+    assert report["facts"] == len(facts)
+    assert report["runs"] == len(inputs)
+
+
+def _chunks(total: int, parts: int) -> list[int]:
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]

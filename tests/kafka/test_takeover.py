@@ -1,0 +1,124 @@
+"""Two processors in one group share the partitions; kill -9 one and the other takes over.
+
+Each instance has its own data directory (its own RocksDB stores), as on two
+machines. Ownership is read from the instances' logs ("assigned"/"revoked"
+lines) and proven by the runs each one finished in its own projections. After
+the kill the survivor gets the dead member's partitions once its session times
+out, catches their stores up from runs.facts, and finishes every run: each
+succeeds exactly once, no (run id, fact key) is in the journal twice.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from processor.client import Client, new_submit
+from processor.transport.partitioner import partition_for
+from tests.apps.pipelines import expected_steps3_result
+from tests.apps.support import wait_until
+from tests.kafka.conftest import ProcessFactory
+from tests.kafka.support import (
+    FactsWatch,
+    KafkaProcessorProcess,
+    KafkaSpace,
+    assert_exactly_once,
+    assert_outcomes_once,
+    assert_replay_verifies,
+    read_facts,
+    read_outcomes,
+)
+
+pytestmark = pytest.mark.kafka
+
+WARM_UP = 40
+RUNS = 1_000
+
+
+def shared_by(first: KafkaProcessorProcess, second: KafkaProcessorProcess, partitions: int) -> bool:
+    """Both own some partitions, none twice, and together all of them."""
+    first.check_alive()
+    second.check_alive()
+    mine, theirs = first.owned(), second.owned()
+    return bool(mine and theirs) and not mine & theirs and mine | theirs == set(range(partitions))
+
+
+def test_survivor_takes_over_the_partitions_of_a_killed_instance(
+    space: KafkaSpace, processes: ProcessFactory, tmp_path: Path
+) -> None:
+    survivor, victim = processes("survivor"), processes("victim")
+    everything = set(range(space.partitions))
+    deployment = space.deployment(tmp_path / "client")
+    topology = deployment.topology
+    client = Client(deployment.transport, topology, deployment.settings.state_dir)
+    reader = deployment.transport.reader()
+    watch = FactsWatch(reader, topology)
+    inputs: dict[str, int] = {}
+
+    def submit(count: int) -> list[str]:
+        run_ids = []
+        for _ in range(count):
+            command = new_submit("steps3", {"n": len(inputs)})
+            inputs[command.run_id] = len(inputs)
+            run_ids.append(command.run_id)
+            client.send(command)
+        client.flush()
+        return run_ids
+
+    def partition(run_id: str) -> int:
+        return partition_for(run_id.encode(), topology.partitions)
+
+    try:
+        survivor.start()
+        wait_until(lambda: survivor.owned() == everything, 60, "the first instance to own all")
+        victim.start()
+        wait_until(lambda: shared_by(survivor, victim, space.partitions), 60, "a shared group")
+        survivor_owns, victim_owns = survivor.owned(), victim.owned()
+
+        # Both instances process runs: each finished run is in its owner's projections.
+        warm_up = submit(WARM_UP)
+        assert {partition(r) for r in warm_up} == everything  # 40 runs hit all 4 partitions
+        wait_until(lambda: watch.all_ended(warm_up), 60, "the warm-up runs to end")
+        owner_of = {p: survivor for p in survivor_owns} | {p: victim for p in victim_owns}
+        for run_id in warm_up:
+            owner = owner_of[partition(run_id)]
+            state_dir = space.settings(owner.data_dir).state_dir
+            state = Client(deployment.transport, topology, state_dir).status(run_id)
+            assert state is not None and state.status == "succeeded", (run_id, owner.data_dir)
+
+        # kill -9 the victim mid-workload, with runs of its partitions in flight.
+        workload = submit(RUNS)
+        target = watch.committed() + 2_000  # about 11 facts per run: a fifth of the work
+        wait_until(lambda: watch.committed() >= target, 60, "progress", max_pause_s=0.01)
+        victim.check_alive()
+        ended = watch.refresh()
+        in_flight = [r for r in workload if r not in ended]
+        assert any(partition(r) in victim_owns for r in in_flight)
+        assert victim.kill() == -9
+        killed_at = time.monotonic()
+
+        wait_until(lambda: survivor.owned() == everything, 60, "the survivor to own all")
+        took_over_s = time.monotonic() - killed_at
+        assert took_over_s < 30, took_over_s  # a 6 s session timeout, then one rebalance
+        wait_until(lambda: watch.all_ended(inputs), 120, "every run to end", max_pause_s=0.2)
+        survivor.check_alive()
+        log = survivor.log_text()
+        assert survivor.stop() == 0, log[-3000:]
+    finally:
+        client.close()
+
+    # The survivor caught the victim's partitions up from the journal.
+    for p in victim_owns:
+        assert f"partition {p}: caught up" in log, f"no catch-up of partition {p}"
+    try:
+        facts = read_facts(reader, topology)
+        outcomes = read_outcomes(reader, topology)
+    finally:
+        reader.close()
+    assert_exactly_once(facts, inputs, result=expected_steps3_result)
+    assert_outcomes_once(outcomes, inputs)
+    report = assert_replay_verifies(space, survivor.data_dir)
+    assert report["runs"] == len(inputs)
+    assert_replay_verifies(space, victim.data_dir)  # what the victim had applied is consistent
