@@ -444,13 +444,12 @@ def test_competing_consumers_get_disjoint_records_covering_everything(
 # -- embedded only ------------------------------------------------------------------------
 
 
-def embedded_only(transport: Transport) -> None:
-    if transport.name != "embedded":
-        pytest.skip("behaviour specific to the embedded log")
+# Behaviour specific to the embedded log: these tests run on that transport only.
+embedded_only = pytest.mark.parametrize("transport", ["embedded"], indirect=True)
 
 
+@embedded_only
 def test_unknown_topics_are_refused_by_name(transport: Transport, closing: Closing) -> None:
-    embedded_only(transport)
     producer = closing(transport.producer())
     with pytest.raises(TransportError, match="no-such-topic"):
         producer.produce(Outbound("no-such-topic", b"k", b"v"))
@@ -464,10 +463,10 @@ def test_unknown_topics_are_refused_by_name(transport: Transport, closing: Closi
         reader.end_offset(TopicPartition("no-such-topic", 0))
 
 
+@embedded_only
 def test_partition_out_of_range_is_refused(
     transport: Transport, make_topic: TopicFactory, closing: Closing
 ) -> None:
-    embedded_only(transport)
     topic = make_topic(partitions=2)
     producer = closing(transport.producer())
     with pytest.raises(TransportError, match="partition 2"):
@@ -477,10 +476,10 @@ def test_partition_out_of_range_is_refused(
         reader.end_offset(TopicPartition(topic, -1))
 
 
+@embedded_only
 def test_session_transaction_misuse_is_refused(
     transport: Transport, make_topic: TopicFactory, closing: Closing
 ) -> None:
-    embedded_only(transport)
     topic = make_topic(partitions=1)
     session = closing(transport.session(unique_group(), "a"))
     with pytest.raises(TransportError, match="before subscribe"):
@@ -495,10 +494,10 @@ def test_session_transaction_misuse_is_refused(
         session.begin()
 
 
+@embedded_only
 def test_fenced_session_revokes_on_the_next_poll_and_stays_fenced(
     transport: Transport, make_topic: TopicFactory, closing: Closing
 ) -> None:
-    embedded_only(transport)
     topic = make_topic(partitions=2)
     group = unique_group()
     zombie, zombie_calls = subscribed(transport, closing, group, "a", [topic])
@@ -515,8 +514,8 @@ def test_fenced_session_revokes_on_the_next_poll_and_stays_fenced(
         zombie.begin()
 
 
+@embedded_only
 def test_close_revokes_the_assignment(transport: Transport, make_topic: TopicFactory) -> None:
-    embedded_only(transport)
     topic = make_topic(partitions=1)
     session = transport.session(unique_group(), "a")
     calls = Assignments()
@@ -527,10 +526,10 @@ def test_close_revokes_the_assignment(transport: Transport, make_topic: TopicFac
     assert calls.revoked == [[TopicPartition(topic, 0)]]
 
 
+@embedded_only
 def test_poll_shares_max_records_fairly_across_partitions(
     transport: Transport, make_topic: TopicFactory, closing: Closing
 ) -> None:
-    embedded_only(transport)
     topic = make_topic(partitions=4)
     produce_all(transport, [Outbound(topic, b"k", b"v", partition=i % 4) for i in range(4 * 50)])
     session, _ = subscribed(transport, closing, unique_group(), "a", [topic])
@@ -542,10 +541,10 @@ def test_poll_shares_max_records_fairly_across_partitions(
     assert counts == [2, 2, 2, 3]
 
 
+@embedded_only
 def test_competing_consumers_take_turns(
     transport: Transport, make_topic: TopicFactory, closing: Closing
 ) -> None:
-    embedded_only(transport)
     topic = make_topic(partitions=4)
     fill(transport, topic, 100)
     group = unique_group()
@@ -558,10 +557,10 @@ def test_competing_consumers_take_turns(
     assert not set(ids(received[0])) & set(ids(received[1]))
 
 
+@embedded_only
 def test_poll_waits_for_records_committed_meanwhile(
     transport: Transport, make_topic: TopicFactory, closing: Closing
 ) -> None:
-    embedded_only(transport)
     topic = make_topic(partitions=1)
     consumer = closing(transport.consumer(unique_group(), [topic]))
     assert consumer.poll(10, 0.0) == []
@@ -572,10 +571,10 @@ def test_poll_waits_for_records_committed_meanwhile(
     assert len(records) == 3
 
 
+@embedded_only
 def test_producer_flushes_by_itself_when_the_buffer_is_full(
     transport: Transport, make_topic: TopicFactory, closing: Closing
 ) -> None:
-    embedded_only(transport)
     topic = make_topic(partitions=1)
     producer = closing(transport.producer())
     for _ in range(1000):
