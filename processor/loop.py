@@ -82,6 +82,7 @@ class LoopConfig:
     timer_interval_ms: int = 100
     timer_batch: int = 1000
     resume_secret: bytes = b""
+    stable_wait_s: float = 120.0  # at least the transaction timeout plus the abort sweep
 
 
 @dataclass
@@ -187,7 +188,16 @@ class ProcessorLoop:
                 logger.info(
                     "partition %d: no store, rebuilding from runs.facts offset 0", partition
                 )
-            catch_up(store, self._reader, TopicPartition(self._facts_topic, partition))
+            facts = TopicPartition(self._facts_topic, partition)
+            # A crashed writer's open transaction hides facts committed after it; catch
+            # up only once the broker has aborted it, or decisions would be made twice.
+            if not self._reader.wait_stable(facts, self._config.stable_wait_s):
+                logger.warning(
+                    "partition %d: runs.facts still has an open transaction after %.0fs",
+                    partition,
+                    self._config.stable_wait_s,
+                )
+            catch_up(store, self._reader, facts)
             self._stagings[partition] = Staging(store)
 
     def _on_revoke(self, revoked: Sequence[TopicPartition]) -> None:

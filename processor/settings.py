@@ -48,7 +48,7 @@ class Settings(BaseSettings):
         "raised to kafka_session_timeout_ms if lower",
     )
     kafka_transaction_timeout_ms: int = Field(
-        default=60_000,
+        default=10_000,
         ge=1,
         description="A transaction left open by a crashed processor is aborted by the broker "
         "after this; until then read_committed readers cannot read past it",

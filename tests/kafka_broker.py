@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LOCAL_KAFKA = REPO_ROOT / "compose" / "local-kafka"
-LOCAL_BOOTSTRAP = "127.0.0.1:9092"
+LOCAL_BOOTSTRAP = f"127.0.0.1:{os.environ.get('LOCAL_KAFKA_PORT', '9092')}"  # the launcher's port
 _DOCKER_INFO_TIMEOUT_S = 5.0
 _LOCAL_KAFKA_TIMEOUT_S = 900.0  # the first start downloads the Kafka jars
 

@@ -127,6 +127,15 @@ class Reader(Protocol):
 
     def end_offset(self, tp: TopicPartition) -> int: ...
 
+    def wait_stable(self, tp: TopicPartition, timeout_s: float) -> bool:
+        """Wait until no transaction is open on ``tp``; return whether that happened.
+
+        A transaction left open by a crashed writer hides everything committed
+        after it from read_committed readers until the broker aborts it. Restore
+        waits for this before it trusts that it has read every committed fact.
+        """
+        ...
+
     def read(
         self, tp: TopicPartition, start: int, end: int | None = None, batch_size: int = 10_000
     ) -> Iterator[list[Record]]:

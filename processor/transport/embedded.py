@@ -130,6 +130,11 @@ class EmbeddedReader(_Client):
         """The offset the next record of ``tp`` will get."""
         return self._log.end_offset(self._log.checked_partition(tp), tp.partition)
 
+    def wait_stable(self, tp: TopicPartition, timeout_s: float) -> bool:
+        """Always stable: a commit is one SQLite transaction, never left open."""
+        self._log.checked_partition(tp)
+        return True
+
     def read(
         self, tp: TopicPartition, start: int, end: int | None = None, batch_size: int = 10_000
     ) -> Iterator[list[Record]]:

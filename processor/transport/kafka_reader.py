@@ -101,6 +101,8 @@ class KafkaReader:
         self._reporter = ErrorReporter("reader")
         config = config | READER_CONFIG | self._reporter.config()
         config["group.id"] = f"processor-reader-{uuid.uuid4().hex}"  # never joined
+        self._config = config
+        self._uncommitted: Consumer | None = None
         try:
             self._consumer = Consumer(config)
         except KafkaException as exc:
@@ -139,6 +141,36 @@ class KafkaReader:
             raise TransportError(f"end offset of {tp.topic}[{tp.partition}] unknown")
         return high
 
+    def wait_stable(self, tp: TopicPartition, timeout_s: float) -> bool:
+        """Wait until the last stable offset reaches the high watermark seen now."""
+        self._require_open()
+        high = self._high_watermark(tp)
+        deadline = time.monotonic() + timeout_s
+        pause = 0.05
+        while self.end_offset(tp) < high:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(pause)  # an open transaction: the broker aborts it at its timeout
+            pause = min(pause * 2, 1.0)
+        return True
+
+    def _high_watermark(self, tp: TopicPartition) -> int:
+        """The high watermark (read_uncommitted view), including open transactions."""
+        if self._uncommitted is None:
+            config = dict(self._config)
+            config["isolation.level"] = "read_uncommitted"
+            try:
+                self._uncommitted = Consumer(config)
+            except KafkaException as exc:
+                raise translate("create watermark reader", exc) from exc
+        try:
+            _low, high = self._uncommitted.get_watermark_offsets(
+                KafkaTopicPartition(tp.topic, tp.partition), timeout=_METADATA_TIMEOUT_S
+            )
+        except KafkaException as exc:
+            raise translate(f"high watermark of {tp.topic}[{tp.partition}]", exc) from exc
+        return int(high)
+
     def read(
         self, tp: TopicPartition, start: int, end: int | None = None, batch_size: int = 10_000
     ) -> Iterator[list[Record]]:
@@ -164,10 +196,13 @@ class KafkaReader:
             return
         self._closed = True
         self._generation += 1
-        try:
-            self._consumer.close()
-        except (KafkaException, RuntimeError) as exc:
-            logger.warning("reader: close failed: %s", exc)
+        for consumer in (self._consumer, self._uncommitted):
+            if consumer is None:
+                continue
+            try:
+                consumer.close()
+            except (KafkaException, RuntimeError) as exc:
+                logger.warning("reader: close failed: %s", exc)
 
     def _batches(
         self, tp: TopicPartition, start: int, stop: int, batch_size: int, generation: int

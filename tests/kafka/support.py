@@ -138,8 +138,9 @@ class KafkaSpace:
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         try:
             names = [n for n in admin.list_topics(timeout=10).topics if n.startswith(self.prefix)]
-            for future in admin.delete_topics(names, operation_timeout=30).values():
-                future.result()
+            if names:  # confluent-kafka refuses an empty list
+                for future in admin.delete_topics(names, operation_timeout=30).values():
+                    future.result()
             groups = [self.group, self.worker_group]
             for future in admin.delete_consumer_groups(groups, request_timeout=10).values():
                 future.result()
