@@ -360,6 +360,9 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     raise TimeoutError(f"topic {name} not ready")
 
 
+_WARM_UP = b"w"
+
+
 def raw_round_trip(
     bootstrap: str,
     topic: str,
@@ -369,12 +372,14 @@ def raw_round_trip(
     transactional: bool = True,
     txn_batch: int = 500,
     partitions: int = 4,
+    rate: float | None = None,
 ) -> dict[str, Any]:
     """Produce ``records`` records through ``topic`` and consume them read_committed.
 
     With ``transactional``, a transactional producer (the processor's producer config)
     commits every ``txn_batch`` records, as the processor commits each input batch;
-    otherwise a plain idempotent producer (a client's) produces and flushes once.
+    otherwise a plain idempotent producer (a client's) produces them all (or ``rate``
+    per second, open loop) and flushes once.
     Rate: records / (last record consumed - first produce). Latency: consume time
     minus the record's CreateTime (set by librdkafka when ``produce`` is called).
     """
@@ -389,7 +394,7 @@ def raw_round_trip(
         count = 0
         while count < records:
             for msg in consumer.consume(10_000, 0.05):
-                if msg.error() is not None:
+                if msg.error() is not None or msg.value() == _WARM_UP:
                     continue
                 now = time.time() * 1000
                 latencies.append(now - msg.timestamp()[1])
@@ -403,23 +408,14 @@ def raw_round_trip(
     producer = Producer(config)
     if transactional:
         producer.init_transactions()
+    else:  # a producer's first delivery waits for its producer id: not part of a trip
+        producer.produce(topic, _WARM_UP, b"warm-up")
+        producer.flush()
     reader = threading.Thread(target=consume, daemon=True)
     reader.start()
-    value = b"v" * value_size
     started = time.perf_counter()
-    for first in range(0, records, txn_batch if transactional else records):
-        if transactional:
-            producer.begin_transaction()
-        for index in range(first, min(records, first + (txn_batch if transactional else records))):
-            key = f"run-{index:08d}".encode()
-            while True:
-                try:
-                    producer.produce(topic, value, key)
-                    break
-                except BufferError:
-                    producer.poll(0.01)
-        if transactional:
-            producer.commit_transaction()
+    batch = txn_batch if transactional else 0
+    _produce(producer, topic, records, b"v" * value_size, txn_batch=batch, rate=rate)
     producer.flush()
     produced = time.perf_counter() - started
     if not done.wait(120):
@@ -430,6 +426,7 @@ def raw_round_trip(
     latencies.sort()
     return {
         "records": records,
+        "offered_rate": rate,
         "transactional": transactional,
         "txn_batch": txn_batch if transactional else None,
         "value_bytes": value_size,
@@ -442,8 +439,42 @@ def raw_round_trip(
     }
 
 
+def _produce(
+    producer: Producer,
+    topic: str,
+    records: int,
+    value: bytes,
+    *,
+    txn_batch: int,
+    rate: float | None,
+) -> None:
+    """Produce ``records`` records: in transactions of ``txn_batch`` (if > 0), else plain,
+    at ``rate`` per second (open loop) if given."""
+    step = txn_batch or records
+    started = time.perf_counter()
+    for first in range(0, records, step):
+        if txn_batch:
+            producer.begin_transaction()
+        for index in range(first, min(records, first + step)):
+            if rate is not None:
+                delay = started + index / rate - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)  # pacing the offered load
+                producer.poll(0)
+            while True:
+                try:
+                    producer.produce(topic, value, f"run-{index:08d}".encode())
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+        if txn_batch:
+            producer.commit_transaction()
+
+
 def describe_baseline(base: dict[str, Any]) -> str:
     kind = f"transactions of {base['txn_batch']}" if base["transactional"] else "plain producer"
+    if base.get("offered_rate"):
+        kind += f", offered {base['offered_rate']:,.0f}/s"
     return (
         f"raw round trip ({kind}, {base['records']:,} x {base['value_bytes']} B): "
         f"{base['records_per_s']:,.0f} records/s, p50 {base['p50_ms']:.1f} ms, "

@@ -9,6 +9,7 @@ import pytest
 
 from tests.apps.pipelines import app
 from tests.apps.support import LoopHarness
+from tests.faults.crash_env import crash_env  # noqa: F401  (a fixture of the crash tests)
 
 
 @pytest.fixture

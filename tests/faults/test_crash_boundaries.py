@@ -15,8 +15,6 @@ import json
 import random
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,14 +33,14 @@ from processor.facts.models import (
     RunSucceeded,
 )
 from processor.facts.topics import TopicName
-from processor.host import Deployment, ensure_topics
-from processor.settings import Settings
+from processor.host import ensure_topics
 from tests.apps.control_pipelines import (
     APPROVALS,
     expected_approval_result,
     expected_survey_result,
 )
-from tests.apps.support import ProcessorProcess, TopicTail, cli, read_topic, wait_until
+from tests.apps.support import TopicTail, read_topic, wait_until
+from tests.faults.crash_env import CrashEnv
 
 pytestmark = pytest.mark.slow
 
@@ -52,30 +50,16 @@ KILLS = 5
 TERMINAL = (RunSucceeded, RunFailed, RunStopped)
 
 
-@pytest.fixture
-def processor_process(tmp_path: Path) -> Iterator[ProcessorProcess]:
-    process = ProcessorProcess(
-        tmp_path / "data",
-        tmp_path / "processor.log",
-        app="tests.apps.control_pipelines:app",
-        workers=2,
-    )
-    try:
-        yield process
-    finally:
-        process.close()
-
-
 def answer(request: BoundaryRequest, value: Any) -> int:
     """What the external system answers: a function of the request, so results are checkable."""
     return int(value["approve"]) * 3 + 1
 
 
 def test_kill_9_while_awaits_are_answered_admits_each_interaction_once(
-    processor_process: ProcessorProcess,
+    crash_env: CrashEnv,
 ) -> None:
-    data_dir = processor_process.data_dir
-    deployment = Deployment.from_settings(Settings(data_dir=data_dir))
+    processor_process = crash_env.process
+    deployment = crash_env.deployment
     ensure_topics(deployment)
     topology = deployment.topology
     rng = random.Random(SEED)
@@ -175,7 +159,7 @@ def test_kill_9_while_awaits_are_answered_admits_each_interaction_once(
     assert sum(duplicated.values()) > 0 and responder.answered == len(requests)
     _assert_each_interaction_once(facts, requests, inputs)
 
-    verify = cli(data_dir, "replay", "--verify", "--json")
+    verify = crash_env.cli("replay", "--verify", "--json")
     assert verify.returncode == 0, verify.stdout + verify.stderr
     report = json.loads(verify.stdout)
     assert report["verified"] is True, report["differences"]

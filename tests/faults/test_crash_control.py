@@ -26,8 +26,6 @@ import json
 import random
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -53,9 +51,9 @@ from processor.facts.models import (
 )
 from processor.facts.topics import TopicName
 from processor.host import Deployment, ensure_topics
-from processor.settings import Settings
 from tests.apps.control_pipelines import expected_booking_result
-from tests.apps.support import ProcessorProcess, TopicTail, cli, read_topic, wait_until
+from tests.apps.support import ProcessorProcess, TopicTail, read_topic, wait_until
+from tests.faults.crash_env import CrashEnv
 
 pytestmark = pytest.mark.slow
 
@@ -63,20 +61,6 @@ SEED = 20_250_612
 KILLS = 6
 WORKLOAD = {"ok": 220, "reject": 40, "cancel": 40, "deadline": 30, "race": 30}
 TERMINAL = (RunSucceeded, RunFailed, RunStopped)
-
-
-@pytest.fixture
-def processor_process(tmp_path: Path) -> Iterator[ProcessorProcess]:
-    process = ProcessorProcess(
-        tmp_path / "data",
-        tmp_path / "processor.log",
-        app="tests.apps.control_pipelines:app",
-        workers=2,
-    )
-    try:
-        yield process
-    finally:
-        process.close()
 
 
 class Workload:
@@ -183,10 +167,10 @@ class Workload:
 
 
 def test_kill_9_during_cancels_deadlines_and_unwinds_keeps_every_run_exact(
-    processor_process: ProcessorProcess,
+    crash_env: CrashEnv,
 ) -> None:
-    data_dir = processor_process.data_dir
-    deployment = Deployment.from_settings(Settings(data_dir=data_dir))
+    processor_process = crash_env.process
+    deployment = crash_env.deployment
     ensure_topics(deployment)
     topology = deployment.topology
     rng = random.Random(SEED)
@@ -253,7 +237,7 @@ def test_kill_9_during_cancels_deadlines_and_unwinds_keeps_every_run_exact(
     assert stories["timed_out"] > 0, stories
     assert Counter(o.run_id for o in outcomes) == Counter(dict.fromkeys(work.kind, 1))
 
-    verify = cli(data_dir, "replay", "--verify", "--json")
+    verify = crash_env.cli("replay", "--verify", "--json")
     assert verify.returncode == 0, verify.stdout + verify.stderr
     report = json.loads(verify.stdout)
     assert report["verified"] is True, report["differences"]
