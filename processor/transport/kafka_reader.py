@@ -124,10 +124,15 @@ class KafkaReader:
     def end_offset(self, tp: TopicPartition) -> int:
         """The end a read_committed reader reaches: the last stable offset of ``tp``."""
         self._require_open()
+        return self._watermark(self._consumer, tp, "end offset")
+
+    def _watermark(self, consumer: Consumer, tp: TopicPartition, what: str) -> int:
+        """The high watermark ``consumer`` sees (its isolation level decides which),
+        asking again while the broker is still taking leadership of the partition."""
         deadline = time.monotonic() + _LEADERSHIP_WAIT_S
         while True:
             try:
-                _low, high = self._consumer.get_watermark_offsets(
+                _low, high = consumer.get_watermark_offsets(
                     KafkaTopicPartition(tp.topic, tp.partition), timeout=_METADATA_TIMEOUT_S
                 )
                 break
@@ -135,11 +140,11 @@ class KafkaReader:
                 err = kafka_error(exc)
                 settling = err is not None and err.code() in _LEADERSHIP_SETTLING
                 if not settling or time.monotonic() >= deadline:
-                    raise translate(f"end offset of {tp.topic}[{tp.partition}]", exc) from exc
+                    raise translate(f"{what} of {tp.topic}[{tp.partition}]", exc) from exc
             time.sleep(_LEADERSHIP_PAUSE_S)  # the broker is taking leadership; ask again
         if high < 0:
-            raise TransportError(f"end offset of {tp.topic}[{tp.partition}] unknown")
-        return high
+            raise TransportError(f"{what} of {tp.topic}[{tp.partition}] unknown")
+        return int(high)
 
     def wait_stable(self, tp: TopicPartition, timeout_s: float) -> bool:
         """Wait until the last stable offset reaches the high watermark seen now."""
@@ -163,13 +168,7 @@ class KafkaReader:
                 self._uncommitted = Consumer(config)
             except KafkaException as exc:
                 raise translate("create watermark reader", exc) from exc
-        try:
-            _low, high = self._uncommitted.get_watermark_offsets(
-                KafkaTopicPartition(tp.topic, tp.partition), timeout=_METADATA_TIMEOUT_S
-            )
-        except KafkaException as exc:
-            raise translate(f"high watermark of {tp.topic}[{tp.partition}]", exc) from exc
-        return int(high)
+        return self._watermark(self._uncommitted, tp, "high watermark")
 
     def read(
         self, tp: TopicPartition, start: int, end: int | None = None, batch_size: int = 10_000
