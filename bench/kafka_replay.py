@@ -36,6 +36,7 @@ import hashlib
 import heapq
 import inspect
 import json
+import resource
 import shutil
 import statistics
 import sys
@@ -132,11 +133,21 @@ def replicate(
     return produced
 
 
-def bare_consume(bootstrap: str, topic: str) -> tuple[int, int, float]:
-    """(a) Every record of every partition, touching each value; (count, bytes, seconds)."""
+def cpu_seconds() -> float:
+    """CPU time of this process (all threads) and of its waited-for children."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def bare_consume(bootstrap: str, topic: str) -> tuple[int, int, float, float]:
+    """(a) Every record of every partition, touching each value.
+
+    (count, bytes, wall seconds, CPU seconds).
+    """
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}"} | READER_CONFIG
     )
+    cpu = cpu_seconds()
     started = time.perf_counter()
     consumer.assign([KafkaTopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     count = size = 0
@@ -155,8 +166,9 @@ def bare_consume(bootstrap: str, topic: str) -> tuple[int, int, float]:
             elif err.code() == eof:
                 ended.add(msg.partition())
     seconds = time.perf_counter() - started
+    cpu = cpu_seconds() - cpu
     consumer.close()
-    return count, size, seconds
+    return count, size, seconds, cpu
 
 
 def supports_processes() -> bool:
@@ -165,15 +177,17 @@ def supports_processes() -> bool:
 
 def replay_once(
     settings: Settings, topology: Topology, processes: int, target: Path | None
-) -> tuple[int, int, float]:
-    """(b) processor.replay.replay of every partition; (facts, runs, wall seconds)."""
+) -> tuple[int, int, float, float]:
+    """(b) processor.replay.replay of every partition; (facts, runs, wall s, CPU s)."""
     if target is not None:
         shutil.rmtree(target, ignore_errors=True)
     transport = open_transport(settings)
     extra: dict[str, Any] = {"processes": processes} if supports_processes() else {}
+    cpu = cpu_seconds()
     started = time.perf_counter()
     report = replay(transport, topology, Path("/nonexistent"), target_dir=target, **extra)
-    return report.facts, report.runs, time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    return report.facts, report.runs, seconds, cpu_seconds() - cpu
 
 
 def digest(root: Path) -> dict[str, str]:
@@ -227,20 +241,27 @@ def measure(args: argparse.Namespace, prefix: str, root: Path, say: Any) -> dict
     topic = topology.name(TopicName.FACTS)
     modes = [p for p in args.processes if p == 1 or supports_processes()]
     bare: list[float] = []
+    bare_cpu: list[float] = []
     rates: dict[int, list[float]] = {p: [] for p in modes}
+    cpu_rates: dict[int, list[float]] = {p: [] for p in modes}
     digests: dict[int, dict[str, str]] = {}
     facts = runs = 0
     for index in range(args.repeat):
-        count, size, seconds = bare_consume(args.bootstrap, topic)
+        count, size, seconds, cpu = bare_consume(args.bootstrap, topic)
         bare.append(count / seconds)
-        say(f"(a) bare consume: {count:,} records, {size / 1e6:.0f} MB in {seconds:.2f}s")
+        bare_cpu.append(count / cpu)
+        say(
+            f"(a) bare consume: {count:,} records, {size / 1e6:.0f} MB in {seconds:.2f}s "
+            f"(CPU {cpu:.2f}s)"
+        )
         for processes in modes:
             target = root / f"replayed-{processes}" if args.digest and index == 0 else None
-            facts, runs, seconds = replay_once(settings, topology, processes, target)
+            facts, runs, seconds, cpu = replay_once(settings, topology, processes, target)
             rates[processes].append(facts / seconds)
+            cpu_rates[processes].append(facts / cpu)
             say(
                 f"(b) replay, {processes} process(es): {facts:,} facts, {runs:,} runs in "
-                f"{seconds:.2f}s"
+                f"{seconds:.2f}s (CPU {cpu:.2f}s)"
             )
             if target is not None:
                 digests[processes] = digest(target)
@@ -256,6 +277,8 @@ def measure(args: argparse.Namespace, prefix: str, root: Path, say: Any) -> dict
         say(f"profile written to {args.profile}")
     bare_rate = statistics.median(bare)
     medians = {p: statistics.median(r) for p, r in rates.items()}
+    bare_cpu_rate = statistics.median(bare_cpu)
+    cpu_medians = {p: statistics.median(r) for p, r in cpu_rates.items()}
     return {
         "facts": facts,
         "runs": runs,
@@ -264,6 +287,11 @@ def measure(args: argparse.Namespace, prefix: str, root: Path, say: Any) -> dict
         "replay_facts_per_s": {str(p): round(r) for p, r in medians.items()},
         "ratio_replay_to_bare": {str(p): round(r / bare_rate, 3) for p, r in medians.items()},
         "target_ratio": 0.5,
+        "bare_consume_facts_per_cpu_s": round(bare_cpu_rate),
+        "replay_facts_per_cpu_s": {str(p): round(r) for p, r in cpu_medians.items()},
+        "cpu_ratio_replay_to_bare": {
+            str(p): round(r / bare_cpu_rate, 3) for p, r in cpu_medians.items()
+        },
         "bare_samples": [round(r) for r in bare],
         "replay_samples": {str(p): [round(r) for r in v] for p, v in rates.items()},
         "digests": {str(p): d for p, d in digests.items()} or None,

@@ -80,14 +80,16 @@ def prepare(args: argparse.Namespace, prefix: str, root: Path, say: Any) -> None
 def ours(args: argparse.Namespace, prefix: str, processes: int) -> dict[str, Any]:
     settings = Settings(broker=f"kafka://{args.bootstrap}", topic_prefix=prefix)
     topology = Topology(prefix=prefix, partitions=PARTITIONS)
-    facts, runs, seconds = replay_once(settings, topology, processes, None)
+    facts, runs, seconds, cpu = replay_once(settings, topology, processes, None)
     return {
         "side": "ours",
         "processes": processes,
         "records": facts,
         "runs": runs,
         "seconds": round(seconds, 3),
+        "cpu_seconds": round(cpu, 3),
         "records_per_s": facts / seconds,
+        "records_per_cpu_s": facts / cpu,
     }
 
 
@@ -168,6 +170,10 @@ def main() -> None:
     our_rate = statistics.median(r["records_per_s"] for r in ours_runs)
     rates = {m: statistics.median(r["records_per_s"] for r in v) for m, v in theirs_runs.items()}
     ratios = {m: round(our_rate / rate, 2) for m, rate in rates.items()}
+    our_cpu = statistics.median(r["records_per_cpu_s"] for r in ours_runs)
+    cpu_rates = {
+        m: statistics.median(r["records_per_cpu_s"] for r in v) for m, v in theirs_runs.items()
+    }
     for mode, ratio in ratios.items():
         say(f"ours {our_rate:,.0f}/s vs quix {mode} {rates[mode]:,.0f}/s: {ratio}x (target >= 2)")
     restarted = broker_pid() != broker
@@ -185,6 +191,9 @@ def main() -> None:
         "quix_records_per_s": {m: round(r) for m, r in rates.items()},
         "ratio_ours_to_quix": ratios,
         "target_ratio": 2.0,
+        "ours_records_per_cpu_s": round(our_cpu),
+        "quix_records_per_cpu_s": {m: round(r) for m, r in cpu_rates.items()},
+        "cpu_ratio_ours_to_quix": {m: round(our_cpu / r, 2) for m, r in cpu_rates.items()},
         "ours_samples": [round(r["records_per_s"]) for r in ours_runs],
         "quix_samples": {m: [round(r["records_per_s"]) for r in v] for m, v in theirs_runs.items()},
         "quix_to_shutdown_per_s": {
