@@ -20,7 +20,6 @@ from processor.facts.models import (
     CompensationStepSkipped,
     DeadLetter,
     RunFailed,
-    RunOutcome,
     RunStopped,
     RunStopRequested,
     WorkItem,
@@ -246,16 +245,8 @@ def _terminate(maker: FactMaker, recovery: str) -> None:
         recovery=recovery,
         detail=state.stop_detail or "",
     )
-    maker.emit(
-        TopicName.OUTCOMES,
-        RunOutcome(
-            run_id=state.run_id,
-            pipeline=state.pipeline,
-            status="cancelled" if reason == "cancelled" else "timed_out",
-            error=state.stop_detail,
-            submitted_ms=state.submitted_ms,
-            finished_ms=maker.now,
-        ),
+    maker.emit_outcome(
+        "cancelled" if reason == "cancelled" else "timed_out", error=state.stop_detail
     )
 
 
@@ -287,14 +278,4 @@ def _run_failed(maker: FactMaker, state: RunState, recovery: str) -> None:
             failed_ms=maker.now,
         ),
     )
-    maker.emit(
-        TopicName.OUTCOMES,
-        RunOutcome(
-            run_id=state.run_id,
-            pipeline=state.pipeline,
-            status="failed",
-            error=error,
-            submitted_ms=state.submitted_ms,
-            finished_ms=maker.now,
-        ),
-    )
+    maker.emit_outcome("failed", error=error)

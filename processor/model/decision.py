@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from processor.facts.models import AvroModel, CommandReply, FactHeader
+from processor.facts.models import AvroModel, CommandReply, FactHeader, RunOutcome
 from processor.facts.topics import TopicName
 from processor.model.due import DueEntry
 from processor.model.pipeline_spec import PipelineSpec
@@ -142,6 +142,22 @@ class FactMaker:
 
     def emit(self, topic: TopicName, value: AvroModel) -> None:
         self.emits.append(Emit(topic, self.run_id, value))
+
+    def emit_outcome(
+        self, status: str, *, result: bytes | None = None, error: str | None = None
+    ) -> None:
+        """The run's terminal outcome on runs.results."""
+        state = self.current
+        outcome = RunOutcome(
+            run_id=state.run_id,
+            pipeline=state.pipeline,
+            status=status,
+            result=result,
+            error=error,
+            submitted_ms=state.submitted_ms,
+            finished_ms=self.now,
+        )
+        self.emit(TopicName.OUTCOMES, outcome)
 
     def decision(self, refusal: str | None = None, detail: str = "") -> Decision:
         return Decision(

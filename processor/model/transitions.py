@@ -11,7 +11,6 @@ from processor.facts.codec import encode
 from processor.facts.models import (
     CheckpointHandoff,
     RetryScheduled,
-    RunOutcome,
     RunSubmitted,
     RunSucceeded,
     SegmentAttemptStarted,
@@ -172,17 +171,7 @@ def finish_success(maker: FactMaker, spec: PipelineSpec) -> None:
 def _succeed(maker: FactMaker) -> None:
     state = maker.current
     maker.add(RunSucceeded, keys.TERMINAL, result=state.last_output)
-    maker.emit(
-        TopicName.OUTCOMES,
-        RunOutcome(
-            run_id=state.run_id,
-            pipeline=state.pipeline,
-            status="succeeded",
-            result=state.last_output,
-            submitted_ms=state.submitted_ms,
-            finished_ms=maker.now,
-        ),
-    )
+    maker.emit_outcome("succeeded", result=state.last_output)
 
 
 def _publication_targets(spec: PipelineSpec) -> list[str]:
