@@ -8,6 +8,7 @@ __all__ = [
     "FactDecodeError",
     "FencedError",
     "ProcessorError",
+    "SessionLostError",
     "TransportError",
     "UnknownPipelineError",
 ]
@@ -40,6 +41,10 @@ class TransportError(ProcessorError):
 
 class FencedError(TransportError):
     """Another instance owns the partitions now; this instance must not commit."""
+
+
+class SessionLostError(TransportError):
+    """The session is unusable (a client call hung past its deadline); open a new one."""
 
 
 class UnknownPipelineError(ProcessorError):

@@ -23,7 +23,13 @@ from pathlib import Path
 
 from processor.admission.admit import admit
 from processor.admission.arrivals import Refusal, completion_arrival, handoff_arrival
-from processor.errors import AppendConflictError, FactDecodeError, FencedError, TransportError
+from processor.errors import (
+    AppendConflictError,
+    FactDecodeError,
+    FencedError,
+    SessionLostError,
+    TransportError,
+)
 from processor.facts.codec import codec, encode
 from processor.facts.models import (
     AvroModel,
@@ -136,7 +142,11 @@ class ProcessorLoop:
 
     def _join(self) -> None:
         session = self._transport.session(self._config.group, self._config.instance_id)
-        session.subscribe(list(self._inputs), self._on_assign, self._on_revoke)
+        try:
+            session.subscribe(list(self._inputs), self._on_assign, self._on_revoke)
+        except BaseException:
+            _close_quietly(session)
+            raise
         self._session = session
 
     def run(self, stop: threading.Event) -> None:
@@ -381,6 +391,12 @@ class ProcessorLoop:
             logger.warning("fenced: another instance owns our partitions; rejoining")
             self._drop_session()
             return
+        except SessionLostError as exc:
+            # The stuck transaction is not ours to end: the next session's producer (same
+            # transactional.id) fences it, and its partitions are caught up again on assign.
+            logger.warning("session lost, rejoining; the batch will be processed again: %s", exc)
+            self._drop_session()
+            return
         except TransportError as exc:
             logger.warning("commit failed, batch will be processed again: %s", exc)
             self._abort(session)
@@ -420,10 +436,14 @@ class ProcessorLoop:
             self._on_revoke([TopicPartition(self._facts_topic, partition)])
         session, self._session = self._session, None
         if session is not None:
-            try:
-                session.close()
-            except TransportError as exc:  # closing a broken session cannot make it worse
-                logger.warning("closing the old session failed: %s", exc)
+            _close_quietly(session)
+
+
+def _close_quietly(session: ProcessorSession) -> None:
+    try:
+        session.close()
+    except TransportError as exc:  # closing a broken session cannot make it worse
+        logger.warning("closing the old session failed: %s", exc)
 
 
 def _decode_command(value: bytes | None) -> SubmitRun | CancelRun | ResolveAttempt:

@@ -51,7 +51,8 @@ class Settings(BaseSettings):
         default=10_000,
         ge=1,
         description="A transaction left open by a crashed processor is aborted by the broker "
-        "after this; until then read_committed readers cannot read past it",
+        "after this; until then read_committed readers cannot read past it. A transactional "
+        "call that hangs for this plus 15 s is abandoned and the session replaced",
     )
     kafka_security_protocol: str | None = None
     kafka_sasl_mechanism: str | None = None

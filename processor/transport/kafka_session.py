@@ -6,6 +6,14 @@ whose transactions carry the produced records *and* the consumed input offsets
 are fenced twice over: a new producer with the same ``transactional.id`` bumps
 the producer epoch in ``init_transactions``, and the group coordinator refuses
 offsets sent with a stale group generation.
+
+The blocking transactional calls (init, send offsets, commit, abort) run under a
+``Watchdog``: librdkafka can block in them past their timeout when the group
+coordinator goes away (confluentinc/librdkafka#5456, #5511). A call that hangs
+for longer than the transaction timeout plus a margin, when it could no longer
+succeed anyway, makes the session lost (``SessionLostError``): the owner closes it
+and opens a new one, whose ``init_transactions`` fences the stuck producer and
+ends its transaction (committed or aborted) before the new session reads anything.
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -21,7 +29,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from processor.errors import FencedError, TransportError
+from processor.errors import FencedError, SessionLostError, TransportError
 from processor.transport.base import Outbound, PartitionsCallback, Record, TopicPartition
 from processor.transport.kafka_common import (
     FENCED_CODES,
@@ -38,15 +46,22 @@ from processor.transport.kafka_common import (
 )
 from processor.transport.kafka_producer import produce_one
 from processor.transport.kafka_stable import StableOffsets
+from processor.transport.watchdog import Watchdog
 
 __all__ = ["KafkaSession"]
 
 logger = logging.getLogger(__name__)
 
-#: One blocking transactional call (init, send offsets, commit, abort) waits this long
-#: per attempt; retriable failures are retried until ``_TXN_DEADLINE_S``.
-_TXN_CALL_TIMEOUT_S = 30.0
-_TXN_DEADLINE_S = 60.0
+#: librdkafka's default ``transaction.timeout.ms``, when the producer config has none.
+_DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+#: One blocking transactional call (init, send offsets, commit, abort), retries included,
+#: gets the transaction timeout plus this. The broker aborts an expired transaction
+#: within its cleanup interval (``transaction.abort.timed.out.transaction.cleanup.
+#: interval.ms``, 10 s by default), so later than that no commit can succeed anyway.
+_TXN_MARGIN_S = 10.0
+#: librdkafka's calls return by their own timeout unless they hang; the watchdog waits
+#: this much longer before it abandons the producer.
+_WATCHDOG_GRACE_S = 5.0
 #: Delivery reports of a committed transaction are all queued when the commit returns;
 #: serving them takes milliseconds. This bounds a broken client, not normal work.
 _DELIVERY_REPORTS_TIMEOUT_S = 30.0
@@ -95,6 +110,9 @@ class KafkaSession:
       then fenced for good (``begin``/``poll`` raise it too): close it and open a
       new one. If the group rebalanced while a transaction was open, ``commit``
       aborts and raises ``FencedError``: the input may belong to another member.
+      It raises ``SessionLostError`` when a transactional call hung past its
+      deadline; every later call raises it too: close the session (it does not
+      wait for the stuck producer) and open a new one.
     - ``abort`` discards the transaction and rewinds every partition to its last
       committed position, so the aborted input is polled again.
 
@@ -111,6 +129,9 @@ class KafkaSession:
     ) -> None:
         self._name = f"session {instance_id!r} of group {group!r}"
         self._reporter = ErrorReporter(self._name)
+        timeout_ms = producer_config.get("transaction.timeout.ms", _DEFAULT_TRANSACTION_TIMEOUT_MS)
+        self._txn_budget_s = int(timeout_ms) / 1000 + _TXN_MARGIN_S
+        self._watchdog = Watchdog(self._name, self._txn_budget_s + _WATCHDOG_GRACE_S)
         self._stable = StableOffsets(admin_config | self._reporter.config())
         try:
             self._consumer = Consumer(consumer_config | self._reporter.config())
@@ -158,7 +179,10 @@ class KafkaSession:
         names = list(dict.fromkeys(topics))
         require_topics(self._consumer, names, self._name)
         if not self._initialized:
-            self._call("init transactions", self._producer.init_transactions, _TXN_CALL_TIMEOUT_S)
+            try:
+                self._txn_call("init transactions", self._producer.init_transactions)
+            except KafkaException as exc:
+                raise self._failed("init transactions", exc) from exc
             self._initialized = True
         self._on_assign, self._on_revoke = on_assign, on_revoke
         try:
@@ -246,18 +270,8 @@ class KafkaSession:
                 "for max.poll.interval.ms?); its partitions may belong to another instance"
             )
         try:
-            if consumed:
-                offsets = kafka_offsets(consumed)
-                self._retrying(
-                    "send offsets to transaction",
-                    lambda: self._producer.send_offsets_to_transaction(
-                        offsets, self._consumer.consumer_group_metadata(), _TXN_CALL_TIMEOUT_S
-                    ),
-                )
-            self._retrying(
-                "commit transaction",
-                lambda: self._producer.commit_transaction(_TXN_CALL_TIMEOUT_S),
-            )
+            self._send_offsets(self._fencing_offsets(consumed))
+            self._txn_call("commit transaction", self._producer.commit_transaction)
         except KafkaException as exc:
             raise self._commit_failed(exc) from exc
         self._txn = None
@@ -273,10 +287,7 @@ class KafkaSession:
         txn, self._txn = self._txn, None
         if txn is not None and not self._fenced:
             try:
-                self._retrying(
-                    "abort transaction",
-                    lambda: self._producer.abort_transaction(_TXN_CALL_TIMEOUT_S),
-                )
+                self._txn_call("abort transaction", self._producer.abort_transaction)
             except KafkaException as exc:
                 raise self._failed("abort transaction", exc) from exc
         self._rewind()
@@ -288,8 +299,10 @@ class KafkaSession:
         self._closed = True
         txn, self._txn = self._txn, None
         try:
-            if txn is not None and not self._fenced:
+            if txn is not None and not self._fenced and self._watchdog.stuck is None:
                 self._abort_quietly()
+        except SessionLostError:
+            pass  # logged by the watchdog; the new session's producer ends the transaction
         finally:
             try:
                 self._consumer.close()
@@ -351,14 +364,45 @@ class KafkaSession:
         """
         return bool(self._assigned) and self._current_member_id() != self._member_id
 
-    def _call(self, what: str, call: Any, timeout_s: float) -> None:
-        try:
-            self._retrying(what, lambda: call(timeout_s))
-        except KafkaException as exc:
-            raise self._failed(what, exc) from exc
+    def _fencing_offsets(self, consumed: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """The offsets to commit: ``consumed``, else the committed positions we know.
 
-    def _retrying(self, what: str, call: Any) -> None:
-        retrying(f"{self._name}: {what}", call, _TXN_DEADLINE_S)
+        A commit of timer facts consumes nothing, but offsets in the transaction are
+        what makes the group coordinator check our generation (KIP-447): without
+        any, a member whose partitions were just given away could still commit
+        timer facts. Sending a committed position again changes nothing. (Right
+        after an assignment, before any record was polled, none is known.)
+        """
+        if consumed:
+            return dict(consumed)
+        return {tp: base for tp, base in self._baseline.items() if tp in self._assigned}
+
+    def _send_offsets(self, offsets: Mapping[TopicPartition, int]) -> None:
+        if not offsets:
+            return
+        partitions = kafka_offsets(offsets)
+        metadata = self._consumer.consumer_group_metadata()
+        self._txn_call(
+            "send offsets to transaction",
+            lambda timeout_s: self._producer.send_offsets_to_transaction(
+                partitions, metadata, timeout_s
+            ),
+        )
+
+    def _txn_call(self, what: str, call: Callable[[float], object]) -> None:
+        """One blocking transactional call under the watchdog, retried while retriable.
+
+        ``call`` takes its timeout: what is left of the budget of the call. Raises
+        ``KafkaException`` when it failed, ``SessionLostError`` when it hung.
+        """
+        deadline = time.monotonic() + self._txn_budget_s
+
+        def attempt() -> object:
+            return call(max(deadline - time.monotonic(), 0.1))
+
+        self._watchdog.call(
+            what, lambda: retrying(f"{self._name}: {what}", attempt, self._txn_budget_s)
+        )
 
     def _failed(self, what: str, exc: KafkaException) -> TransportError:
         """Translate ``exc``; a fenced or fatal error fences the session for good."""
@@ -391,9 +435,7 @@ class KafkaSession:
 
     def _abort_quietly(self) -> None:
         try:
-            self._retrying(
-                "abort transaction", lambda: self._producer.abort_transaction(_TXN_CALL_TIMEOUT_S)
-            )
+            self._txn_call("abort transaction", self._producer.abort_transaction)
         except KafkaException as exc:
             err = kafka_error(exc)
             if err is not None and (err.fatal() or err.code() in FENCED_CODES):
@@ -425,6 +467,7 @@ class KafkaSession:
         return positions
 
     def _raise_if_fenced(self) -> None:
+        self._watchdog.check()
         if self._fenced or self._reporter.fatal is not None:
             self._fenced = True
             self._revoke(sorted(self._assigned), "revoked (fenced)")
@@ -433,6 +476,7 @@ class KafkaSession:
     def _require_open(self) -> None:
         if self._closed:
             raise TransportError(f"{self._name} is closed")
+        self._watchdog.check()
 
     def _require_transaction(self, misuse: str) -> _Transaction:
         self._require_open()
@@ -441,9 +485,16 @@ class KafkaSession:
         return self._txn
 
     def _close_producer(self) -> None:
+        """Close the producer on the watchdog's thread (after its stuck call, if one hung)."""
+        self._watchdog.close(self._close_producer_now)
+
+    def _close_producer_now(self) -> None:
         try:
             self._producer.purge()
             self._producer.flush(0)
+        except (KafkaException, RuntimeError) as exc:  # a fenced producer refuses; close anyway
+            logger.info("%s: purging the producer failed: %s", self._name, exc)
+        try:
             self._producer.close()
         except (KafkaException, RuntimeError) as exc:
             logger.warning("%s: closing the producer failed: %s", self._name, exc)

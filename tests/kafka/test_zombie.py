@@ -10,16 +10,22 @@ journal shows no fact key twice and every run succeeded exactly once.
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from processor.client import Client, new_submit
+from processor.facts.topics import TopicName
+from processor.transport.base import Outbound, Record, TopicPartition, TopicSpec
 from processor.transport.partitioner import partition_for
 from tests.apps.pipelines import expected_steps3_result
-from tests.apps.support import wait_until
+from tests.apps.support import REPO_ROOT, wait_until
 from tests.kafka.conftest import ProcessFactory
 from tests.kafka.support import (
     FactsWatch,
@@ -30,6 +36,7 @@ from tests.kafka.support import (
     read_facts,
     read_outcomes,
 )
+from tests.kafka.zombie_session import ZOMBIE_VALUE
 
 pytestmark = pytest.mark.kafka
 
@@ -58,15 +65,21 @@ def test_paused_instance_is_fenced_after_another_took_its_partitions(
     watch = FactsWatch(reader, topology)
     inputs: dict[str, int] = {}
 
-    def submit(count: int) -> list[str]:
-        run_ids = []
-        for _ in range(count):
+    def submit(count: int, partitions: set[int] = everything) -> list[str]:
+        run_ids: list[str] = []
+        while len(run_ids) < count:
             command = new_submit("steps3", {"n": len(inputs)})
+            if partition(command.run_id) not in partitions:
+                continue
             inputs[command.run_id] = len(inputs)
             run_ids.append(command.run_id)
             client.send(command)
         client.flush()
         return run_ids
+
+    def committed_on(partitions: set[int]) -> int:
+        facts = topology.name(TopicName.FACTS)
+        return sum(reader.end_offset(TopicPartition(facts, p)) for p in partitions)
 
     def partition(run_id: str) -> int:
         return partition_for(run_id.encode(), topology.partitions)
@@ -84,10 +97,14 @@ def test_paused_instance_is_fenced_after_another_took_its_partitions(
         wait_until(split, 60, "the two instances to share the partitions")
         zombie_owns = zombie.owned()
 
-        # Freeze the zombie mid-workload, with runs of its partitions in flight.
-        workload = submit(RUNS)
-        target = watch.committed() + 2_000
-        wait_until(lambda: watch.committed() >= target, 60, "progress", max_pause_s=0.01)
+        # Freeze the zombie mid-workload: in the middle of a burst of submits to its
+        # partitions, so it is deciding or committing a batch, not waiting for input.
+        workload = submit(RUNS // 4)
+        before = committed_on(zombie_owns)
+        workload += submit(RUNS, zombie_owns)
+        wait_until(
+            lambda: committed_on(zombie_owns) >= before + 300, 60, "the burst", max_pause_s=0.005
+        )
         zombie.pause()
         paused_at = time.monotonic()
         ended = set(watch.refresh())
@@ -121,3 +138,87 @@ def test_paused_instance_is_fenced_after_another_took_its_partitions(
     assert_outcomes_once(outcomes, inputs)
     assert_replay_verifies(space, zombie.data_dir)
     assert_replay_verifies(space, survivor.data_dir)
+
+
+@pytest.mark.parametrize("commits", ["inputs", "timers"])
+def test_frozen_transaction_cannot_commit_after_a_takeover(
+    space: KafkaSpace, tmp_path: Path, commits: str
+) -> None:
+    """Deterministically a commit attempt: the zombie is frozen holding consumed input.
+
+    A processor frozen between transactions finds out on waking that its partitions
+    were lost, and never tries to commit (the test above accepts that); this one
+    freezes a session with an open transaction and consumed offsets, lets another
+    member take the input over, wakes it and makes it commit. A commit of timer
+    facts consumes nothing, but must be refused all the same: the session sends
+    the committed positions it knows, so the group coordinator checks its generation.
+    """
+    # Longer than the freeze: the group generation refuses the commit, not a broker
+    # that already aborted the transaction.
+    space = dataclasses.replace(space, transaction_timeout_ms=60_000)
+    transport = space.deployment(tmp_path / "client").transport
+    input_topic, output_topic = f"{space.prefix}zombie.in", f"{space.prefix}zombie.out"
+    admin = transport.admin()
+    try:
+        admin.create_topics([TopicSpec(input_topic, 1, {}), TopicSpec(output_topic, 1, {})])
+    finally:
+        admin.close()
+    producer = transport.producer()
+    try:
+        for index in range(10):
+            producer.produce(Outbound(input_topic, b"key", f"input {index}".encode(), (), 0))
+        producer.flush()
+    finally:
+        producer.close()
+
+    group = f"{space.tag}-zombie-session"
+    child = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "tests.kafka.zombie_session"),
+            *(group, input_topic, output_topic, commits),
+        ],
+        cwd=REPO_ROOT,
+        env=space.env(tmp_path / "zombie"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    survivor = transport.session(group, "survivor")
+    owned: set[int] = set()
+    taken_over: list[Record] = []
+
+    def takes_over(count: int) -> bool:
+        taken_over.extend(survivor.poll(100, 0.1))
+        return bool(owned) and len(taken_over) >= count
+
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == "READY"
+        child.send_signal(signal.SIGSTOP)
+        survivor.subscribe(
+            [input_topic],
+            lambda tps: owned.update(tp.partition for tp in tps),
+            lambda tps: owned.difference_update(tp.partition for tp in tps),
+        )
+        wait_until(lambda: takes_over(10), 60, "the survivor to take the input over")
+        child.send_signal(signal.SIGCONT)
+        out, _ = child.communicate("commit\n", timeout=60)
+        assert child.returncode == 0
+        assert out.startswith("FENCED"), out
+    finally:
+        if child.poll() is None:
+            child.send_signal(signal.SIGCONT)
+            child.kill()
+            child.wait()
+        survivor.close()
+
+    # The survivor read the input from the start: the zombie's offsets never committed,
+    # and nothing the zombie produced is visible.
+    assert [r.offset for r in taken_over[:10]] == list(range(10))
+    reader = transport.reader()
+    try:
+        batches = reader.read(TopicPartition(output_topic, 0), 0)
+        written = [record.value for batch in batches for record in batch]
+    finally:
+        reader.close()
+    assert ZOMBIE_VALUE not in written
