@@ -55,18 +55,16 @@ def catch_up(
     # The only writer of ``store`` while catching up: carry each batch's runs to the next.
     staging = Staging(store, carry=True)
     applied = 0
-    for records in reader.read(facts, start, end, batch_size=batch_size):
-        if not records:
-            continue
+    for values, next_offset in reader.read_values(facts, start, end, batch_size=batch_size):
         with _gc_paused():
-            # Decode the whole batch first (a bad fact raises before anything is staged,
-            # as before: nothing of this batch is written), then fold it in one go.
-            values = [value for record in records if (value := record.value) is not None]
-            staging.fold_read(list(zip(decode_facts(values), values, strict=True)))
-            staging.flush(records[-1].offset + 1)
-        applied += len(records)
+            # Decode the whole batch first (a bad fact raises before anything is staged:
+            # nothing of this batch is written), then fold it in one go.
+            present = [value for value in values if value is not None]
+            staging.fold_read(list(zip(decode_facts(present), present, strict=True)))
+            staging.flush(next_offset)
+        applied += len(values)
         if progress is not None:
-            progress(len(records))
+            progress(len(values))
     if applied:
         logger.info(
             "partition %s: caught up %d facts from offset %d", facts.partition, applied, start

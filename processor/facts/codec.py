@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any, TypeVar, Union, get_args, get_origin
 
 import fastavro
-from pydantic import BaseModel
 
 from processor.errors import FactDecodeError
 from processor.facts.models import FACT_TYPES, MESSAGE_TYPES, AvroModel, FactHeader
+from processor.facts.trusted import SLOT_SETTERS
 
 __all__ = [
     "SCHEMA_DIR",
@@ -373,17 +373,6 @@ def _length(raw: bytes, pos: int) -> tuple[int, int]:
     return pos + n, pos
 
 
-#: BaseModel's slots, set the way ``model_construct`` sets them (``object.__setattr__``),
-#: through their descriptors.
-_MODEL_SLOTS = ("__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__")
-
-
-def _slot_setters() -> dict[str, Any] | None:
-    """Each slot's descriptor ``__set__``; None if this pydantic lays models out otherwise."""
-    setters = {name: getattr(vars(BaseModel).get(name), "__set__", None) for name in _MODEL_SLOTS}
-    return None if any(setter is None for setter in setters.values()) else setters
-
-
 def _compile_reader(schema: Any, model: type[AvroModel]) -> Callable[[bytes], AvroModel] | None:
     """A reader of single-object values written with ``schema``, or None if not eligible.
 
@@ -395,7 +384,7 @@ def _compile_reader(schema: Any, model: type[AvroModel]) -> Callable[[bytes], Av
     """
     fields = schema.get("fields") if isinstance(schema, dict) else None
     names = [field["name"] for field in fields or ()]
-    setters = _slot_setters()
+    setters = SLOT_SETTERS
     if not fields or names != list(model.model_fields) or setters is None:
         return None
     if model.__pydantic_post_init__ or model.__pydantic_root_model__:

@@ -7,9 +7,8 @@ Unknown fact types only advance the version: an old reader survives a newer writ
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from functools import singledispatch
-from typing import Any, cast
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar, cast, get_type_hints
 
 from processor.facts.models import (
     AttemptOutcomeUnknown,
@@ -39,6 +38,7 @@ from processor.facts.models import (
     TerminalPublicationCompleted,
     TerminalPublicationPrepared,
 )
+from processor.facts.trusted import assemble, evolve
 from processor.model.state import (
     FAILED,
     SUCCEEDED,
@@ -60,65 +60,90 @@ def fold(facts: Iterable[FactHeader], state: RunState | None = None) -> RunState
     """Fold a run's facts in order, building the next projection once.
 
     The same as reducing one fact at a time: each fact's changes are computed
-    against a view that already includes the earlier facts' changes.
+    against a draft that already includes the earlier facts' changes.
     """
-    updates: dict[str, Any] = {}
-    view = _Pending(state, updates)
+    draft: _Draft | None = None
     for fact in facts:
-        if view.state is None:
-            view.state = _start(fact)
+        if state is None:
+            state = _start(fact)
             continue
-        if fact.seq <= view.version:
+        if draft is None:
+            draft = _Draft(state)
+        if fact.seq <= draft.version:
             continue  # already folded: duplicates change nothing
-        updates.update(_changes(fact, cast(RunState, view)))
-        updates["version"] = fact.seq
-        updates["updated_ms"] = fact.time_ms
-    if view.state is None or not updates:
-        return view.state
-    return view.state.model_copy(update=updates)
+        changes = _CHANGES.get(type(fact), _unchanged)(fact, cast(RunState, draft))
+        changes["version"] = fact.seq
+        changes["updated_ms"] = fact.time_ms
+        draft.apply(changes)
+    if state is None or draft is None or not draft.updates:
+        return state
+    return evolve(state, draft.updates)
 
 
-class _Pending:
-    """A run with updates not yet applied, read like the RunState it will become."""
+class _Draft:
+    """A run with changes not yet applied, read like the RunState it will become.
 
-    __slots__ = ("state", "updates")
+    Its attributes are the state's fields with the changes so far applied (a plain
+    instance dictionary: reading one costs what reading a RunState field costs).
+    """
 
-    def __init__(self, state: RunState | None, updates: dict[str, Any]) -> None:
-        self.state = state
-        self.updates = updates
+    def __init__(self, state: RunState) -> None:
+        self.__dict__.update(state.__dict__)
+        self.updates: dict[str, Any] = {}
+
+    def apply(self, changes: dict[str, Any]) -> None:
+        self.__dict__.update(changes)
+        self.updates.update(changes)
 
     def __getattr__(self, name: str) -> Any:
-        if name in self.updates:
-            return self.updates[name]
-        return getattr(self.state, name)
+        # Only what is not a field: RunState's properties and methods, on a built copy.
+        state = RunState.model_construct(**{f: self.__dict__[f] for f in RunState.model_fields})
+        return getattr(state, name)
 
 
 def _start(fact: FactHeader) -> RunState | None:
     if not isinstance(fact, RunSubmitted):
         return None  # a run begins with its submission; anything else is orphaned
-    return RunState(
-        run_id=fact.run_id,
-        pipeline=fact.pipeline,
-        pipeline_version=fact.pipeline_version,
-        version=fact.seq,
-        input=fact.input,
-        submitted_ms=fact.submitted_ms,
-        created_ms=fact.time_ms,
-        updated_ms=fact.time_ms,
-        idempotency_key=fact.idempotency_key,
-        fingerprint=fact.fingerprint,
-        submit_command_id=fact.cause_id,
-        last_output=fact.input,
-        deadline_ms=fact.deadline_ms,
+    # The values come from a validated fact, with the types RunState declares.
+    return assemble(
+        RunState,
+        {
+            "run_id": fact.run_id,
+            "pipeline": fact.pipeline,
+            "pipeline_version": fact.pipeline_version,
+            "version": fact.seq,
+            "input": fact.input,
+            "submitted_ms": fact.submitted_ms,
+            "created_ms": fact.time_ms,
+            "updated_ms": fact.time_ms,
+            "idempotency_key": fact.idempotency_key,
+            "fingerprint": fact.fingerprint,
+            "submit_command_id": fact.cause_id,
+            "last_output": fact.input,
+            "deadline_ms": fact.deadline_ms,
+        },
     )
 
 
-@singledispatch
-def _changes(fact: FactHeader, state: RunState) -> dict[str, object]:
+_Changes = Callable[[Any, RunState], dict[str, object]]
+#: Fact type -> its changes to the run; a type without one only advances the version.
+_CHANGES: dict[type[FactHeader], _Changes] = {}
+
+F = TypeVar("F", bound=FactHeader)
+
+
+def _unchanged(fact: FactHeader, state: RunState) -> dict[str, object]:
     return {}
 
 
-@_changes.register
+def _changes(reducer: Callable[[F, RunState], dict[str, object]]) -> _Changes:
+    """Register ``reducer`` for the fact type its first parameter is annotated with."""
+    fact_type = get_type_hints(reducer)["fact"]
+    _CHANGES[fact_type] = reducer
+    return reducer
+
+
+@_changes
 def _(fact: SegmentAttemptStarted, state: RunState) -> dict[str, object]:
     return {
         "segment": fact.segment,
@@ -132,7 +157,7 @@ def _(fact: SegmentAttemptStarted, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes.register
+@_changes
 def _(fact: StepCompleted, state: RunState) -> dict[str, object]:
     return {
         "next_step": fact.step + 1,
@@ -143,12 +168,12 @@ def _(fact: StepCompleted, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes.register
+@_changes
 def _(fact: SegmentCompleted, state: RunState) -> dict[str, object]:
     return {"phase": "idle", "attempt_expires_ms": None, "unknown": None}
 
 
-@_changes.register
+@_changes
 def _(fact: SegmentFailed, state: RunState) -> dict[str, object]:
     return {
         "phase": "idle",
@@ -160,12 +185,12 @@ def _(fact: SegmentFailed, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes.register
+@_changes
 def _(fact: RetryScheduled, state: RunState) -> dict[str, object]:
     return {"phase": "retry_wait", "retry_due_ms": fact.due_ms}
 
 
-@_changes.register
+@_changes
 def _(fact: SegmentSuspended, state: RunState) -> dict[str, object]:
     return {
         "phase": "suspended",
@@ -182,20 +207,23 @@ def _(fact: SegmentSuspended, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes.register
+@_changes
 def _(fact: BoundaryInteractionDispatched, state: RunState) -> dict[str, object]:
-    interaction = Interaction(
-        boundary=fact.boundary,
-        item_index=fact.item_index,
-        kind=state.boundary_kind,
-        target=fact.target,
-        deadline_ms=fact.deadline_ms,
-        token_digest=fact.token_digest,
+    interaction = assemble(
+        Interaction,
+        {
+            "boundary": fact.boundary,
+            "item_index": fact.item_index,
+            "kind": state.boundary_kind,
+            "target": fact.target,
+            "deadline_ms": fact.deadline_ms,
+            "token_digest": fact.token_digest,
+        },
     )
     return {"interactions": {**state.interactions, fact.interaction: interaction}}
 
 
-@_changes.register
+@_changes
 def _(fact: BoundaryDispatchCompleted, state: RunState) -> dict[str, object]:
     return {"boundary_dispatched": True}
 
@@ -204,11 +232,11 @@ def _settle(state: RunState, interaction_id: str, **changes: object) -> dict[str
     current = state.interactions.get(interaction_id)
     if current is None:
         return {}
-    settled = current.model_copy(update=changes)
+    settled = evolve(current, changes)
     return {"interactions": {**state.interactions, interaction_id: settled}}
 
 
-@_changes.register
+@_changes
 def _(fact: BoundaryCompletionAdmitted, state: RunState) -> dict[str, object]:
     return _settle(state, fact.interaction, **_admitted(fact))
 
@@ -224,15 +252,15 @@ def _admitted(fact: BoundaryCompletionAdmitted) -> dict[str, object]:
     }
 
 
-@_changes.register
+@_changes
 def _(fact: InteractionTimedOut, state: RunState) -> dict[str, object]:
     return _settle(state, fact.interaction, status="timed_out")
 
 
-@_changes.register
+@_changes
 def _(fact: ContinuationSegmentCreated, state: RunState) -> dict[str, object]:
     released = {
-        key: (i.model_copy(update={"output": None}) if i.boundary == fact.boundary else i)
+        key: (evolve(i, {"output": None}) if i.boundary == fact.boundary else i)
         for key, i in state.interactions.items()
     }
     return {
@@ -246,7 +274,7 @@ def _(fact: ContinuationSegmentCreated, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes.register
+@_changes
 def _(fact: TerminalPublicationPrepared, state: RunState) -> dict[str, object]:
     return {
         "phase": "publishing",
@@ -256,12 +284,12 @@ def _(fact: TerminalPublicationPrepared, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes.register
+@_changes
 def _(fact: TerminalPublicationCompleted, state: RunState) -> dict[str, object]:
     return {"publications": {**state.publications, fact.topic: "completed"}}
 
 
-@_changes.register
+@_changes
 def _(fact: RunSucceeded, state: RunState) -> dict[str, object]:
     return {
         "status": SUCCEEDED,
@@ -275,7 +303,7 @@ def _(fact: RunSucceeded, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes.register
+@_changes
 def _(fact: RunFailed, state: RunState) -> dict[str, object]:
     return {
         "status": FAILED,
@@ -290,7 +318,7 @@ def _(fact: RunFailed, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes.register
+@_changes
 def _(fact: RunStopRequested, state: RunState) -> dict[str, object]:
     # Queued forward work and open interactions are fenced: their timers disappear
     # from the due index (see due.py); a running attempt keeps settling.
@@ -303,7 +331,7 @@ def _(fact: RunStopRequested, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes.register
+@_changes
 def _(fact: AttemptOutcomeUnknown, state: RunState) -> dict[str, object]:
     unknown = UnknownAttempt(
         kind=fact.kind,
@@ -320,7 +348,7 @@ def _(fact: AttemptOutcomeUnknown, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes.register
+@_changes
 def _(fact: AttemptResolved, state: RunState) -> dict[str, object]:
     recorded = RecordedResolution(fingerprint=fact.fingerprint, response=fact.response)
     return {
@@ -330,12 +358,12 @@ def _(fact: AttemptResolved, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes.register
+@_changes
 def _(fact: CompensationStarted, state: RunState) -> dict[str, object]:
     return {"phase": "compensating", "unwind": fact.steps, "compensation_started": True}
 
 
-@_changes.register
+@_changes
 def _(fact: CompensationAttemptStarted, state: RunState) -> dict[str, object]:
     return {
         "phase": "compensating",
@@ -358,17 +386,17 @@ def _unwound(state: RunState) -> dict[str, object]:
     }
 
 
-@_changes.register
+@_changes
 def _(fact: CompensationStepCompleted, state: RunState) -> dict[str, object]:
     return {**_unwound(state), "compensated": state.compensated + 1}
 
 
-@_changes.register
+@_changes
 def _(fact: CompensationStepSkipped, state: RunState) -> dict[str, object]:
     return {**_unwound(state), "skipped": state.skipped + 1}
 
 
-@_changes.register
+@_changes
 def _(fact: CompensationAttemptFailed, state: RunState) -> dict[str, object]:
     if fact.retry_due_ms is not None:
         return {
@@ -384,7 +412,7 @@ def _(fact: CompensationAttemptFailed, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes.register
+@_changes
 def _(fact: RunStopped, state: RunState) -> dict[str, object]:
     return {
         "status": "cancelled" if fact.execution == "Cancelled" else "timed_out",

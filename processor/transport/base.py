@@ -24,6 +24,7 @@ __all__ = [
     "TopicPartition",
     "TopicSpec",
     "Transport",
+    "ValueBatch",
 ]
 
 Headers = tuple[tuple[str, bytes], ...]
@@ -49,6 +50,13 @@ class Record:
     @property
     def position(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
+
+
+class ValueBatch(NamedTuple):
+    """The values of a batch of records read in offset order (None: a tombstone)."""
+
+    values: list[bytes | None]
+    next_offset: int  # the offset after the batch's last record
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +148,12 @@ class Reader(Protocol):
         self, tp: TopicPartition, start: int, end: int | None = None, batch_size: int = 10_000
     ) -> Iterator[list[Record]]:
         """Yield batches from ``start`` until ``end`` (default: the end when called)."""
+        ...
+
+    def read_values(
+        self, tp: TopicPartition, start: int, end: int | None = None, batch_size: int = 10_000
+    ) -> Iterator[ValueBatch]:
+        """``read``, yielding only the values of each batch: restore's lean path."""
         ...
 
     def close(self) -> None: ...

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from processor.transport.base import Outbound, Record, TopicPartition, TopicSpec
+from processor.transport.base import Outbound, Record, TopicPartition, TopicSpec, ValueBatch
 from processor.transport.embedded_consumer import EmbeddedConsumer
 from processor.transport.embedded_session import EmbeddedSession
 from processor.transport.embedded_sqlite import (
@@ -142,13 +142,25 @@ class EmbeddedReader(_Client):
 
         ``end`` defaults to the end of the partition when ``read`` is called.
         """
+        meta, stop = self._range(tp, start, end, batch_size)
+        return self._batches(meta, tp.partition, start, stop, batch_size)
+
+    def read_values(
+        self, tp: TopicPartition, start: int, end: int | None = None, batch_size: int = 10_000
+    ) -> Iterator[ValueBatch]:
+        """``read``, yielding only the values of each batch."""
+        meta, stop = self._range(tp, start, end, batch_size)
+        return self._value_batches(meta, tp.partition, start, stop, batch_size)
+
+    def _range(
+        self, tp: TopicPartition, start: int, end: int | None, batch_size: int
+    ) -> tuple[TopicMeta, int]:
         if start < 0 or batch_size < 1:
             raise ValueError(
                 f"read needs start >= 0 and batch_size >= 1, got {start}, {batch_size}"
             )
         meta = self._log.checked_partition(tp)
-        stop = self._log.end_offset(meta, tp.partition) if end is None else end
-        return self._batches(meta, tp.partition, start, stop, batch_size)
+        return meta, self._log.end_offset(meta, tp.partition) if end is None else end
 
     def _batches(
         self, meta: TopicMeta, partition: int, start: int, stop: int, batch_size: int
@@ -159,6 +171,16 @@ class EmbeddedReader(_Client):
                 return
             yield batch
             start = batch[-1].offset + 1
+
+    def _value_batches(
+        self, meta: TopicMeta, partition: int, start: int, stop: int, batch_size: int
+    ) -> Iterator[ValueBatch]:
+        while start < stop:
+            batch = self._log.fetch_values(meta, partition, start, stop, batch_size)
+            if batch is None:
+                return
+            yield batch
+            start = batch.next_offset
 
 
 class EmbeddedAdmin(_Client):

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from processor.errors import TransportError
-from processor.transport.base import Headers, Outbound, Record, TopicPartition
+from processor.transport.base import Headers, Outbound, Record, TopicPartition, ValueBatch
 from processor.transport.partitioner import partition_for
 
 __all__ = [
@@ -86,6 +86,12 @@ _ADVANCE_END = "UPDATE partitions SET next_offset = ? WHERE topic_id = ? AND par
 _INSERT_RECORD = "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?)"
 _FETCH = (
     "SELECT offset, key, value, headers, timestamp_ms FROM records"
+    " WHERE topic_id = ? AND partition = ? AND offset >= ? AND offset < ?"
+    " ORDER BY offset LIMIT ?"
+)
+
+_FETCH_VALUES = (
+    "SELECT offset, value FROM records"
     " WHERE topic_id = ? AND partition = ? AND offset >= ? AND offset < ?"
     " ORDER BY offset LIMIT ?"
 )
@@ -453,6 +459,18 @@ class LogConnection:
         with self.translated("fetch records"):
             rows = self.conn.execute(_FETCH, (meta.id, partition, start, end, limit)).fetchall()
         return _build_records(meta.name, partition, rows)
+
+    def fetch_values(
+        self, meta: TopicMeta, partition: int, start: int, end: int, limit: int
+    ) -> ValueBatch | None:
+        """``fetch``, only the values (None when there is no record in the range)."""
+        with self.translated("fetch records"):
+            rows = self.conn.execute(
+                _FETCH_VALUES, (meta.id, partition, start, end, limit)
+            ).fetchall()
+        if not rows:
+            return None
+        return ValueBatch([value for _, value in rows], rows[-1][0] + 1)
 
     def load_positions(self, table: OffsetTable, group: str) -> dict[TopicPartition, int]:
         """The positions a group stored in ``table``."""

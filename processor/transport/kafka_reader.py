@@ -18,16 +18,16 @@ import gc
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from processor.errors import TransportError
-from processor.transport.base import Record, TopicPartition
+from processor.transport.base import Record, TopicPartition, ValueBatch
 from processor.transport.kafka_common import RECORD_SETTERS, ErrorReporter, kafka_error, translate
 
 __all__ = ["READER_CONFIG", "KafkaReader"]
@@ -178,6 +178,22 @@ class KafkaReader:
         ``end`` defaults to the end of the partition (its last stable offset) when
         ``read`` is called.
         """
+        return self._read(tp, start, end, batch_size, self._convert)
+
+    def read_values(
+        self, tp: TopicPartition, start: int, end: int | None = None, batch_size: int = 10_000
+    ) -> Iterator[ValueBatch]:
+        """``read``, yielding only the values of each batch (restore's lean path)."""
+        return self._read(tp, start, end, batch_size, self._convert_values)
+
+    def _read(
+        self,
+        tp: TopicPartition,
+        start: int,
+        end: int | None,
+        batch_size: int,
+        convert: _Converter[B],
+    ) -> Iterator[B]:
         if start < 0 or batch_size < 1:
             raise ValueError(
                 f"read needs start >= 0 and batch_size >= 1, got {start}, {batch_size}"
@@ -187,7 +203,9 @@ class KafkaReader:
         self._generation += 1
         if start >= stop:
             return iter(())
-        return self._batches(tp, start, stop, batch_size, self._generation)
+        return self._batches(
+            tp, start, stop, batch_size, generation=self._generation, convert=convert
+        )
 
     def close(self) -> None:
         """Close the consumer."""
@@ -204,8 +222,15 @@ class KafkaReader:
                 logger.warning("reader: close failed: %s", exc)
 
     def _batches(
-        self, tp: TopicPartition, start: int, stop: int, batch_size: int, generation: int
-    ) -> Iterator[list[Record]]:
+        self,
+        tp: TopicPartition,
+        start: int,
+        stop: int,
+        batch_size: int,
+        *,
+        generation: int,
+        convert: _Converter[B],
+    ) -> Iterator[B]:
         consumer = self._consumer
         try:
             consumer.assign([KafkaTopicPartition(tp.topic, tp.partition, start)])
@@ -217,9 +242,9 @@ class KafkaReader:
                     raise TransportError(f"read of {tp.topic}[{tp.partition}] was superseded")
                 messages = self._fetch(tp, batch_size)
                 with _gc_paused():
-                    records, done = self._convert(messages, tp, stop)
-                if records:
-                    yield records
+                    batch, done = convert(messages, tp, stop)
+                if batch is not None:
+                    yield batch
                 if done:
                     return
         finally:
@@ -261,7 +286,7 @@ class KafkaReader:
 
     def _convert(
         self, messages: list[Message], tp: TopicPartition, stop: int
-    ) -> tuple[list[Record], bool]:
+    ) -> tuple[list[Record] | None, bool]:
         """Records of ``messages`` before ``stop``, and whether the read is complete.
 
         The hot loop of replay. ``Record`` is a frozen dataclass whose generated
@@ -290,12 +315,12 @@ class KafkaReader:
             err = msg.error()
             if err is not None:
                 if err.code() == _EOF:
-                    return records, True
+                    return records or None, True
                 self._failed(tp, err)
                 continue
             offset = msg.offset()
             if offset >= stop:  # type: ignore[operator]
-                return records, True
+                return records or None, True
             headers = msg.headers()
             timestamp = msg.timestamp()[1]
             record = new(cls)
@@ -307,7 +332,28 @@ class KafkaReader:
             set_headers(record, tuple(headers) if headers else ())
             set_timestamp(record, timestamp if timestamp > 0 else 0)
             append(record)
-        return records, bool(records) and records[-1].offset >= stop - 1
+        return records or None, bool(records) and records[-1].offset >= stop - 1
+
+    def _convert_values(
+        self, messages: list[Message], tp: TopicPartition, stop: int
+    ) -> tuple[ValueBatch | None, bool]:
+        """``_convert``, keeping only the values (and the offset after the last one)."""
+        values: list[bytes | None] = []
+        append = values.append
+        last = -1
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                if err.code() == _EOF:
+                    return _value_batch(values, last), True
+                self._failed(tp, err)
+                continue
+            offset: int = msg.offset()  # type: ignore[assignment]
+            if offset >= stop:
+                return _value_batch(values, last), True
+            append(msg.value())
+            last = offset
+        return _value_batch(values, last), last >= stop - 1
 
     def _failed(self, tp: TopicPartition, err: KafkaError) -> None:
         """A fetch error: raise when the partition is gone or the client is dead, else log."""
@@ -318,3 +364,12 @@ class KafkaReader:
     def _require_open(self) -> None:
         if self._closed:
             raise TransportError("reader is closed")
+
+
+B = TypeVar("B", list[Record], ValueBatch)
+#: Turns fetched messages into a batch (None: nothing to yield) and says if the read is done.
+_Converter = Callable[[list[Message], TopicPartition, int], tuple[B | None, bool]]
+
+
+def _value_batch(values: list[bytes | None], last: int) -> ValueBatch | None:
+    return ValueBatch(values, last + 1) if values else None

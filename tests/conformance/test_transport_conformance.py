@@ -249,6 +249,38 @@ def test_reader_returns_exactly_the_requested_range(
     assert list(reader.read(tp, 5, 5)) == []
 
 
+def test_read_values_yields_the_values_read_yields_with_resumable_offsets(
+    transport: Transport, make_topic: TopicFactory, closing: Closing
+) -> None:
+    topic = make_topic(partitions=1)
+    tp = TopicPartition(topic, 0)
+    produce_all(transport, [Outbound(topic, b"k", b"%d" % i, partition=0) for i in range(40)])
+    # A committed transaction (on Kafka: a commit marker takes an offset) after them.
+    source = make_topic(partitions=1)
+    fill(transport, source, 3)
+    session, _ = subscribed(transport, closing, unique_group(), "a", [source])
+    consumed = poll_until(session, 3)
+    session.begin()
+    for i in range(40, 45):
+        session.produce(Outbound(topic, b"k", b"%d" % i, partition=0))
+    session.commit(next_offsets(consumed))
+    reader = closing(transport.reader())
+    end = reader.end_offset(tp)
+
+    batches = list(reader.read_values(tp, 5, batch_size=7))
+    assert all(0 < len(batch.values) <= 7 for batch in batches)
+    expected = [r.value for batch in reader.read(tp, 5) for r in batch]
+    assert [v for batch in batches for v in batch.values] == expected
+    assert expected == [b"%d" % i for i in range(5, 45)]
+    # Each next offset resumes exactly after its batch.
+    for batch, following in zip(batches, batches[1:], strict=False):
+        [first] = list(reader.read_values(tp, batch.next_offset, batch_size=1))[:1]
+        assert first.values == following.values[:1]
+    assert batches[-1].next_offset <= end
+    assert list(reader.read_values(tp, batches[-1].next_offset)) == []
+    assert list(reader.read_values(tp, 10, 10)) == []
+
+
 def test_reader_default_end_is_the_end_when_read_is_called(
     transport: Transport, make_topic: TopicFactory, closing: Closing
 ) -> None:

@@ -1,0 +1,112 @@
+"""Building frozen pydantic models from values already known to be valid.
+
+Replay folds a million facts; validating each intermediate run projection again
+(values that came out of validated facts and projections) is most of its cost.
+These helpers build the very instance validation or ``model_copy`` would build,
+slot by slot, the way ``model_construct`` does, without the validation or the
+generic bookkeeping. Use them only for values whose types are already right.
+
+``SLOT_SETTERS`` is None if the installed pydantic lays models out differently;
+every helper then falls back to the public API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+__all__ = ["SLOT_SETTERS", "assemble", "evolve"]
+
+M = TypeVar("M", bound=BaseModel)
+
+_SLOTS = ("__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__")
+
+
+def _slot_setters() -> dict[str, Any] | None:
+    """Each BaseModel slot's descriptor ``__set__`` (what ``model_construct`` sets)."""
+    setters = {name: getattr(vars(BaseModel).get(name), "__set__", None) for name in _SLOTS}
+    return None if any(setter is None for setter in setters.values()) else setters
+
+
+SLOT_SETTERS = _slot_setters()
+_new = object.__new__
+if SLOT_SETTERS is not None:
+    _set_dict, _set_fields_set, _set_extra, _set_private = (SLOT_SETTERS[name] for name in _SLOTS)
+
+
+def _fill(instance: BaseModel, fields: dict[str, Any], fields_set: set[str]) -> None:
+    _set_dict(instance, fields)
+    _set_fields_set(instance, fields_set)
+    _set_extra(instance, None)
+    _set_private(instance, None)
+
+
+def assemble(model: type[M], values: dict[str, Any]) -> M:
+    """``model(**values)`` for values of the right types; unset fields take their defaults.
+
+    Defaults are shared between instances, which is safe for the frozen models this
+    is used with as long as nobody mutates a field value in place (nothing does:
+    every change builds a new value).
+    """
+    template = _template(model)
+    if template is None:
+        return model.model_validate(values)
+    fields = template.fields.copy()  # every field, in declaration order
+    fields.update(values)  # keeps that order
+    if len(fields) != len(template.fields) or not template.required <= values.keys():
+        return model.model_validate(values)  # a missing or unknown field: validation says
+    instance = _new(model)
+    _fill(instance, fields, set(values))
+    return instance
+
+
+def evolve(instance: M, changes: Mapping[str, Any]) -> M:
+    """``instance.model_copy(update=changes)``, for changes of the right types."""
+    model = type(instance)
+    if _template(model) is None:
+        return instance.model_copy(update=dict(changes))
+    fields = instance.__dict__.copy()
+    fields.update(changes)
+    copy = _new(model)
+    _fill(copy, fields, instance.__pydantic_fields_set__ | changes.keys())
+    return copy
+
+
+@dataclass(frozen=True, slots=True)
+class _Template:
+    fields: dict[str, Any]  # every field in declaration order: its default, or None
+    required: frozenset[str]
+
+
+_TEMPLATES: dict[type[BaseModel], _Template | None] = {}
+
+
+def _template(model: type[BaseModel]) -> _Template | None:
+    """``model``'s fields with their defaults (computed once), or None if it is not plain.
+
+    Plain: nothing that building slot by slot would skip (validators after init,
+    extra fields, private attributes), on a pydantic whose slots we know.
+    """
+    if model in _TEMPLATES:
+        return _TEMPLATES[model]
+    plain = (
+        SLOT_SETTERS is not None
+        and model.model_config.get("extra") != "allow"
+        and not model.__pydantic_post_init__
+        and not model.__private_attributes__
+    )
+    found = None
+    if plain:
+        fields = model.model_fields
+        found = _Template(
+            fields={
+                name: None if field.is_required() else field.get_default(call_default_factory=True)
+                for name, field in fields.items()
+            },
+            required=frozenset(name for name, field in fields.items() if field.is_required()),
+        )
+    _TEMPLATES[model] = found
+    return found

@@ -1,0 +1,90 @@
+"""Building models from trusted values gives exactly what validation and model_copy give."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from processor.facts.trusted import SLOT_SETTERS, assemble, evolve
+from processor.model.state import Interaction, RunState
+
+RUN: dict[str, Any] = {
+    "run_id": "run-1",
+    "pipeline": "orders",
+    "pipeline_version": 3,
+    "version": 1,
+    "input": b'{"n": 1}',
+    "submitted_ms": 10,
+    "created_ms": 11,
+    "updated_ms": 11,
+    "idempotency_key": None,
+    "fingerprint": "f",
+    "submit_command_id": "c-1",
+    "last_output": b'{"n": 1}',
+    "deadline_ms": 99,
+}
+
+
+def same(left: BaseModel, right: BaseModel) -> bool:
+    """Same type, same fields in the same order, same fields set, same JSON."""
+    return (
+        type(left) is type(right)
+        and list(left.__dict__.items()) == list(right.__dict__.items())
+        and left.__pydantic_fields_set__ == right.__pydantic_fields_set__
+        and left.__pydantic_extra__ == right.__pydantic_extra__
+        and left.__pydantic_private__ == right.__pydantic_private__
+        and left.model_dump_json() == right.model_dump_json()
+    )
+
+
+def test_the_installed_pydantic_is_one_the_fast_path_knows() -> None:
+    assert SLOT_SETTERS is not None  # else every helper silently takes the slow path
+
+
+def test_assemble_builds_what_validation_builds() -> None:
+    assert same(assemble(RunState, RUN), RunState(**RUN))
+    interaction = {
+        "boundary": 1,
+        "item_index": 0,
+        "kind": "await",
+        "target": "payments",
+        "deadline_ms": 5,
+        "token_digest": b"\x01" * 32,
+    }
+    assert same(assemble(Interaction, interaction), Interaction(**interaction))
+
+
+def test_assemble_refuses_what_validation_refuses() -> None:
+    missing = {name: value for name, value in RUN.items() if name != "pipeline"}
+    with pytest.raises(ValidationError, match="pipeline"):
+        assemble(RunState, missing)
+    with pytest.raises(ValidationError, match="unexpected"):
+        assemble(RunState, {**RUN, "unexpected": 1})
+
+
+def test_evolve_builds_what_model_copy_builds() -> None:
+    state = RunState(**RUN)
+    changes = {"version": 2, "phase": "dispatched", "completed_steps": (0,), "error": "x"}
+    evolved = evolve(state, changes)
+    assert same(evolved, state.model_copy(update=changes))
+    assert state.version == 1  # the original is untouched
+
+
+def test_defaults_are_not_mutated_through_instances() -> None:
+    first = assemble(RunState, RUN)
+    second = evolve(first, {"interactions": {"i": assemble(Interaction, _interaction())}})
+    assert first.interactions == {} and assemble(RunState, RUN).interactions == {}
+    assert list(second.interactions) == ["i"]
+
+
+def _interaction() -> dict[str, Any]:
+    return {
+        "boundary": 0,
+        "item_index": 0,
+        "kind": "await",
+        "target": "t",
+        "deadline_ms": 0,
+        "token_digest": b"",
+    }
