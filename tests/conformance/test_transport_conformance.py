@@ -9,6 +9,7 @@ share.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import random
 import threading
 import time
@@ -273,8 +274,8 @@ def test_read_values_yields_the_values_read_yields_with_resumable_offsets(
     assert [v for batch in batches for v in batch.values] == expected
     assert expected == [b"%d" % i for i in range(5, 45)]
     # Each next offset resumes exactly after its batch.
-    for batch, following in zip(batches, batches[1:], strict=False):
-        [first] = list(reader.read_values(tp, batch.next_offset, batch_size=1))[:1]
+    for batch, following in itertools.pairwise(batches):
+        first = next(iter(reader.read_values(tp, batch.next_offset, batch_size=1)))
         assert first.values == following.values[:1]
     assert batches[-1].next_offset <= end
     assert list(reader.read_values(tp, batches[-1].next_offset)) == []
