@@ -1,6 +1,7 @@
 """Replay throughput on the embedded log, against a raw read of the same facts.
 
-Run: ``PYTHONPATH=. python bench/replay_embedded.py [--facts 1000000] [--data-dir DIR] [--json]``
+Run: ``PYTHONPATH=. python bench/replay_embedded.py [--facts 1000000] [--data-dir DIR]
+[--processes 1,auto] [--json]``
 
 1. Builds (or reuses, with ``--data-dir``) a ``runs.facts`` topic of at least
    ``--facts`` facts. The facts are real: ``--template-runs`` runs (default 2,000)
@@ -11,9 +12,11 @@ Run: ``PYTHONPATH=. python bench/replay_embedded.py [--facts 1000000] [--data-di
    keeps the engine's own interleaving of runs, and is produced keyed by the new run
    id over 4 partitions. So the fact mix (types, sizes, interactions, retries)
    follows whatever the engine emits today, with no hand-written fact sequences.
-2. Measures (a) a raw read: every record of runs.facts through
-   ``transport.reader().read()``, touching each value; (b) ``processor.replay.replay``
-   into a fresh store. Prints facts/s of both and the ratio (b)/(a) (target >= 0.5).
+2. Measures (a) a raw read: every value of runs.facts through
+   ``transport.reader().read_values()`` (the leanest read of the log), touching each
+   one; (b) ``processor.replay.replay`` into fresh stores, once per ``--processes``
+   mode (1: serial; auto: replay's default, one process per CPU for a replay this
+   big). Prints facts/s of each and the ratios (b)/(a) (target >= 0.5).
 
 ``--repeat N`` alternates (a) and (b) N times and reports medians. ``--profile FILE``
 writes cProfile stats of one extra replay. ``--digest`` prints a SHA-256 of every
@@ -29,6 +32,7 @@ import functools
 import hashlib
 import heapq
 import json
+import resource
 import shutil
 import statistics
 import sys
@@ -100,18 +104,20 @@ def replicate(
 
 
 def raw_read(transport: EmbeddedTransport, topic: str) -> tuple[int, int, float, float]:
-    """(a) Every record of every partition through Reader.read, touching each value.
+    """(a) Every value of every partition through Reader.read_values, touching each one.
 
+    ``read_values`` is the leanest read the log offers (restore uses it too); it is
+    faster than ``read``, which builds a Record per value.
     Returns (records, bytes, wall seconds, CPU seconds of this process)."""
     reader = transport.reader()
     cpu = time.process_time()
     started = time.perf_counter()
     count = size = 0
     for partition in range(PARTITIONS):
-        for records in reader.read(TopicPartition(topic, partition), 0):
-            for record in records:
-                size += len(record.value or b"")
-            count += len(records)
+        for values, _ in reader.read_values(TopicPartition(topic, partition), 0):
+            for value in values:
+                size += len(value or b"")
+            count += len(values)
     seconds = time.perf_counter() - started
     cpu = time.process_time() - cpu
     reader.close()
@@ -119,12 +125,24 @@ def raw_read(transport: EmbeddedTransport, topic: str) -> tuple[int, int, float,
 
 
 def replay_once(
-    transport: EmbeddedTransport, topology: Topology, target: Path | None
-) -> ReplayReport:
-    """(b) processor.replay.replay of every partition into a fresh store."""
+    transport: EmbeddedTransport, topology: Topology, target: Path | None, processes: int | None
+) -> tuple[ReplayReport, float]:
+    """(b) processor.replay.replay of every partition into fresh stores; (report, CPU s).
+
+    CPU counts this process (with RocksDB's threads) and the replay's pool processes.
+    """
     if target is not None:
         shutil.rmtree(target, ignore_errors=True)
-    return replay(transport, topology, Path("/nonexistent"), target_dir=target)
+    cpu = _cpu_with_children()
+    report = replay(
+        transport, topology, Path("/nonexistent"), target_dir=target, processes=processes
+    )
+    return report, _cpu_with_children() - cpu
+
+
+def _cpu_with_children() -> float:
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def digest(root: Path) -> dict[str, str]:
@@ -183,12 +201,16 @@ def prepare(args: argparse.Namespace, root: Path, say: Any) -> tuple[EmbeddedTra
 def measure(
     args: argparse.Namespace, transport: EmbeddedTransport, root: Path, say: Any
 ) -> dict[str, Any]:
-    """Alternate (a) and (b) ``--repeat`` times; medians, ratio, optional profile/digest."""
+    """Alternate (a) and (b) in each mode ``--repeat`` times; medians, ratios, digests."""
     topology = Topology(partitions=PARTITIONS)
     topic = topology.name(TopicName.FACTS)
-    reads, replays, cpu_reads, cpu_replays = [], [], [], []
+    reads, cpu_reads = [], []
+    rates: dict[str, list[float]] = {mode: [] for mode in args.processes}
+    cpu_rates: dict[str, list[float]] = {mode: [] for mode in args.processes}
+    used: dict[str, int] = {}
+    digests: dict[str, dict[str, str]] = {}
     report = ReplayReport()
-    for _ in range(args.repeat):
+    for index in range(args.repeat):
         count, size, seconds, cpu = raw_read(transport, topic)
         reads.append(count / seconds)
         cpu_reads.append(count / cpu)
@@ -196,40 +218,51 @@ def measure(
             f"(a) raw read: {count:,} records, {size / 1e6:.0f} MB in {seconds:.2f}s "
             f"(CPU {cpu:.2f}s)"
         )
-        cpu = time.process_time()
-        report = replay_once(transport, topology, root / "replayed" if args.digest else None)
-        cpu = time.process_time() - cpu  # includes RocksDB's background threads
-        replays.append(report.facts_per_s)
-        cpu_replays.append(report.facts / cpu)
-        say(
-            f"(b) replay: {report.facts:,} facts, {report.runs:,} runs in {report.seconds:.2f}s "
-            f"(CPU {cpu:.2f}s)"
-        )
+        for mode in args.processes:
+            target = root / f"replayed-{mode}" if args.digest and index == 0 else None
+            report, cpu = replay_once(transport, topology, target, _processes(mode))
+            rates[mode].append(report.facts_per_s)
+            cpu_rates[mode].append(report.facts / cpu)
+            used[mode] = report.processes
+            say(
+                f"(b) replay, processes={mode} ({report.processes}): {report.facts:,} facts, "
+                f"{report.runs:,} runs in {report.seconds:.2f}s (CPU {cpu:.2f}s)"
+            )
+            if target is not None:
+                digests[mode] = digest(target)
     if args.profile:
         profiler = cProfile.Profile()
         profiler.enable()
-        replay_once(transport, topology, None)
+        replay_once(transport, topology, None, 1)
         profiler.disable()
         profiler.dump_stats(args.profile)
         say(f"profile written to {args.profile}")
-    read_rate, replay_rate = statistics.median(reads), statistics.median(replays)
+    read_rate = statistics.median(reads)
+    replay_rates = {mode: statistics.median(samples) for mode, samples in rates.items()}
     return {
         "runs": report.runs,
         "facts_per_run": round(report.facts / report.runs, 2) if report.runs else None,
         "raw_read_facts_per_s": round(read_rate),
-        "replay_facts_per_s": round(replay_rate),
-        "ratio_replay_to_raw_read": round(replay_rate / read_rate, 3),
+        "replay_processes": used,
+        "replay_facts_per_s": {mode: round(rate) for mode, rate in replay_rates.items()},
+        "ratio_replay_to_raw_read": {
+            mode: round(rate / read_rate, 3) for mode, rate in replay_rates.items()
+        },
         "target_ratio": 0.5,
         "raw_read_samples": [round(r) for r in reads],
-        "replay_samples": [round(r) for r in replays],
-        # The machine is shared and noisy: facts per CPU-second of this process is steadier.
+        "replay_samples": {mode: [round(r) for r in samples] for mode, samples in rates.items()},
+        # The machine is shared and noisy: facts per CPU-second is steadier.
         "raw_read_facts_per_cpu_s": round(statistics.median(cpu_reads)),
-        "replay_facts_per_cpu_s": round(statistics.median(cpu_replays)),
-        "cpu_ratio_replay_to_raw_read": round(
-            statistics.median(cpu_replays) / statistics.median(cpu_reads), 3
-        ),
-        "digest": digest(root / "replayed") if args.digest else None,
+        "replay_facts_per_cpu_s": {
+            mode: round(statistics.median(samples)) for mode, samples in cpu_rates.items()
+        },
+        "digest": digests or None,
+        "digests_equal": len({json.dumps(d, sort_keys=True) for d in digests.values()}) <= 1,
     }
+
+
+def _processes(mode: str) -> int | None:
+    return None if mode == "auto" else int(mode)
 
 
 def main() -> None:
@@ -242,6 +275,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="0: only build the log")
     parser.add_argument("--profile", type=Path, help="cProfile stats of one extra replay")
     parser.add_argument("--digest", action="store_true", help="hash every rebuilt column family")
+    parser.add_argument(
+        "--processes",
+        type=lambda text: text.split(","),
+        default=["1", "auto"],
+        help="replay modes, e.g. 1,auto (serial, and replay's default: one per CPU)",
+    )
     parser.add_argument("--json", action="store_true", help="only the one-line JSON summary")
     args = parser.parse_args()
     if args.runs:
@@ -260,11 +299,11 @@ def main() -> None:
     finally:
         if scratch:
             shutil.rmtree(root, ignore_errors=True)
-    say(
-        f"raw read {result['raw_read_facts_per_s']:,} facts/s, replay "
-        f"{result['replay_facts_per_s']:,} facts/s: ratio {result['ratio_replay_to_raw_read']} "
-        "(target >= 0.5)"
-    )
+    for mode, rate in result["replay_facts_per_s"].items():
+        say(
+            f"raw read {result['raw_read_facts_per_s']:,} facts/s, replay (processes={mode}) "
+            f"{rate:,} facts/s: ratio {result['ratio_replay_to_raw_read'][mode]} (target >= 0.5)"
+        )
     summary = {
         "bench": "replay_embedded",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -284,6 +284,12 @@ def replay(
     ctx: typer.Context,
     verify: Annotated[bool, typer.Option(help="Compare with the live projections")] = False,
     target: Annotated[Path | None, typer.Option(help="Keep the rebuilt stores here")] = None,
+    processes: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Processes rebuilding partitions [default: one per CPU for big replays]"
+        ),
+    ] = None,
     json_output: JsonFlag = False,
     broker: BrokerOption = None,
     data_dir: DataDirOption = None,
@@ -309,6 +315,7 @@ def replay(
         verify=verify,
         target_dir=target,
         progress_total=progress,
+        processes=processes,
     )
     for bar in bars:
         bar.close()

@@ -1,14 +1,17 @@
 """Rebuild projections from runs.facts into a fresh store, and verify them.
 
 Partitions are independent (one store each, folded from its own runs.facts
-partition), so with ``processes > 1`` they are rebuilt by a pool of processes,
-each with its own reader, the same way one process rebuilds them in turn.
+partition), so they are rebuilt by a pool of processes, each with its own
+reader, the same way one process rebuilds them in turn. By default a replay big
+enough to pay for starting them uses one process per CPU (at most one per
+partition).
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import pickle
 import shutil
 import tempfile
@@ -31,12 +34,17 @@ logger = logging.getLogger(__name__)
 
 Progress = Callable[[int], None]
 
+#: Below this many facts a replay runs in this process: starting a pool process
+#: (a fresh interpreter importing the package) costs about a second.
+PARALLEL_MIN_FACTS = 200_000
+
 
 @dataclass
 class ReplayReport:
     facts: int = 0
     runs: int = 0
     seconds: float = 0.0
+    processes: int = 1  # processes that rebuilt the partitions
     verified: bool | None = None
     differences: list[str] = field(default_factory=list)
 
@@ -49,6 +57,7 @@ class ReplayReport:
             "facts": self.facts,
             "runs": self.runs,
             "seconds": round(self.seconds, 3),
+            "processes": self.processes,
             "facts_per_s": round(self.facts_per_s, 1),
             "verified": self.verified,
             "differences": self.differences[:20],
@@ -63,7 +72,7 @@ def replay(
     verify: bool = False,
     target_dir: Path | None = None,
     progress_total: Callable[[int], Progress] | None = None,
-    processes: int = 1,
+    processes: int | None = None,
 ) -> ReplayReport:
     """Fold runs.facts of every partition into fresh stores under ``target_dir``.
 
@@ -72,6 +81,7 @@ def replay(
     With ``processes > 1``, up to that many partitions are rebuilt at once, each
     in a process of its own (progress then advances a partition at a time); a
     transport that cannot be sent to another process is rebuilt here, in turn.
+    ``None`` picks: one per CPU for ``PARALLEL_MIN_FACTS`` facts or more, else 1.
     """
     report = ReplayReport()
     facts_topic = topology.name(TopicName.FACTS)
@@ -88,8 +98,9 @@ def replay(
         }
         advance = progress_total(sum(ends.values())) if progress_total else None
         started = time.perf_counter()
-        rebuilt = _rebuild_all(
-            transport, reader, facts_topic, root, ends, processes=processes, advance=advance
+        workers = _workers(processes, ends)
+        rebuilt, report.processes = _rebuild_all(
+            transport, reader, facts_topic, root, ends, processes=workers, advance=advance
         )
         for partition, (facts, runs) in rebuilt.items():
             report.facts += facts
@@ -122,14 +133,15 @@ def _rebuild_all(
     *,
     processes: int,
     advance: Progress | None,
-) -> dict[int, tuple[int, int]]:
-    """Rebuild each partition up to its end; partition -> (facts folded, runs)."""
+) -> tuple[dict[int, tuple[int, int]], int]:
+    """Rebuild each partition up to its end: (partition -> (facts, runs), processes used)."""
     shipped = _shippable(transport) if processes > 1 and len(ends) > 1 else None
     if shipped is None:
-        return {
+        serial = {
             partition: _rebuild(reader, facts_topic, root, partition, end, advance=advance)
             for partition, end in ends.items()
         }
+        return serial, 1
     workers = min(processes, len(ends))
     context = multiprocessing.get_context("spawn")  # no client threads inherited by a fork
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
@@ -142,7 +154,7 @@ def _rebuild_all(
             rebuilt[partition] = future.result()
             if advance is not None:
                 advance(rebuilt[partition][0])
-    return rebuilt
+    return rebuilt, workers
 
 
 def _rebuild(
@@ -174,6 +186,17 @@ def _rebuild_in_process(
         return _rebuild(reader, facts_topic, root, partition, end)
     finally:
         reader.close()
+
+
+def _workers(processes: int | None, ends: dict[int, int]) -> int:
+    """How many processes rebuild the partitions (see ``replay``)."""
+    if processes is not None:
+        if processes < 1:
+            raise ValueError(f"replay needs at least one process, got {processes}")
+        return processes
+    if sum(ends.values()) < PARALLEL_MIN_FACTS:
+        return 1
+    return max(1, min(os.cpu_count() or 1, len(ends)))
 
 
 def _shippable(transport: Transport) -> bytes | None:

@@ -187,7 +187,7 @@ class StoreBatch:
         self._h = handles
 
     def put_run(self, state: RunState) -> None:
-        self.raw.put(keys.run_key(state.run_id), state.model_dump_json().encode(), self._h["runs"])
+        self.raw.put(keys.run_key(state.run_id), _run_json(state), self._h["runs"])
 
     def put_fact(self, run_id: str, seq: int, fact_key: str, encoded: bytes) -> None:
         self.raw.put(keys.history_key(run_id, seq), encoded, self._h["history"])
@@ -232,3 +232,8 @@ class StoreBatch:
 
     def set_facts_offset(self, offset: int) -> None:
         self.raw.put(_FACTS_OFFSET, keys.u64(offset), self._h["meta"])
+
+
+def _run_json(state: RunState) -> bytes:
+    """``state.model_dump_json().encode()``: the same bytes, one call into pydantic-core."""
+    return RunState.__pydantic_serializer__.to_json(state)

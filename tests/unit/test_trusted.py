@@ -9,6 +9,7 @@ from pydantic import BaseModel, ValidationError
 
 from processor.facts.trusted import SLOT_SETTERS, assemble, evolve
 from processor.model.state import Interaction, RunState
+from processor.store.rocks import _run_json
 
 RUN: dict[str, Any] = {
     "run_id": "run-1",
@@ -88,3 +89,11 @@ def _interaction() -> dict[str, Any]:
         "deadline_ms": 0,
         "token_digest": b"",
     }
+
+
+def test_stored_run_json_is_what_model_dump_json_writes() -> None:
+    state = evolve(
+        assemble(RunState, RUN),
+        {"interactions": {"i": assemble(Interaction, _interaction())}, "step_outputs": {0: b"o"}},
+    )
+    assert _run_json(state) == state.model_dump_json().encode()
