@@ -492,9 +492,6 @@ class KafkaSession:
         try:
             self._producer.purge()
             self._producer.flush(0)
-        except (KafkaException, RuntimeError) as exc:  # a fenced producer refuses; close anyway
-            logger.info("%s: purging the producer failed: %s", self._name, exc)
-        try:
             self._producer.close()
         except (KafkaException, RuntimeError) as exc:
             logger.warning("%s: closing the producer failed: %s", self._name, exc)

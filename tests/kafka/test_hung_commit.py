@@ -56,7 +56,7 @@ class HangingProducer:
         self.released = threading.Event()
         self.finished = threading.Event()
         self.error: BaseException | None = None
-        self.closed_on: str | None = None  # the thread that closed the real producer
+        self.closed_on: str | None = None  # the thread that closed (purged) the real producer
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._real, name)
@@ -77,9 +77,9 @@ class HangingProducer:
 
         return hanging
 
-    def close(self) -> None:
+    def purge(self) -> None:  # the first call of closing it
         self.closed_on = threading.current_thread().name
-        self._real.close()
+        self._real.purge()
 
 
 def hang(session: KafkaSession, call: str) -> HangingProducer:
