@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from processor.errors import TransportError
 from processor.facts.topics import TopicName
+from processor.instance import InstanceClaim, claim_instance
 from processor.loop import Clock, LoopConfig, ProcessorLoop, wall_clock_ms
 from processor.secrets import resume_secret
 from processor.settings import Settings
@@ -73,29 +73,36 @@ class Host:
     app: Application
     workers: int = 2
     clock: Clock = wall_clock_ms
-    instance_id: str = field(default_factory=lambda: f"processor-{uuid.uuid4().hex[:8]}")
+    instance_id: str = ""  # set by ``start``: the id kept in the state directory
     stop_event: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     loop: ProcessorLoop | None = None
     errors: list[BaseException] = field(default_factory=list)
+    _claim: InstanceClaim | None = None
 
     def start(self) -> None:
         settings = self.deployment.settings
         secret = resume_secret(settings)
-        ensure_topics(self.deployment, self.app)
-        config = LoopConfig(
-            state_dir=settings.state_dir,
-            group=settings.group,
-            instance_id=self.instance_id,
-            max_batch=settings.max_batch,
-            poll_timeout_s=settings.poll_timeout_ms / 1000,
-            timer_interval_ms=settings.timer_interval_ms,
-            resume_secret=secret,
-        )
-        self.loop = ProcessorLoop(
-            self.deployment.transport, self.app, self.deployment.topology, config, self.clock
-        )
-        self.loop.start()
+        self._claim = claim_instance(settings.state_dir, settings.instance_id)
+        self.instance_id = self._claim.instance_id
+        try:
+            ensure_topics(self.deployment, self.app)
+            config = LoopConfig(
+                state_dir=settings.state_dir,
+                group=settings.group,
+                instance_id=self.instance_id,
+                max_batch=settings.max_batch,
+                poll_timeout_s=settings.poll_timeout_ms / 1000,
+                timer_interval_ms=settings.timer_interval_ms,
+                resume_secret=secret,
+            )
+            self.loop = ProcessorLoop(
+                self.deployment.transport, self.app, self.deployment.topology, config, self.clock
+            )
+            self.loop.start()
+        except BaseException:
+            self._release()
+            raise
         self._spawn("processor", self._run_loop)
         for index in range(self.workers):
             worker = Worker(
@@ -140,6 +147,13 @@ class Host:
         self.stop_event.set()
         for thread in self._threads:
             thread.join(timeout_s)
+        if not any(thread.is_alive() for thread in self._threads):
+            self._release()  # a thread still running may still use the state directory
+
+    def _release(self) -> None:
+        if self._claim is not None:
+            self._claim.release()
+            self._claim = None
 
     def wait(self) -> None:
         """Block until stopped (by ``stop`` or a crash)."""

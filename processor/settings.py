@@ -25,6 +25,11 @@ class Settings(BaseSettings):
     )
     group: str = Field(default="processor", description="Consumer group of the processors")
     worker_group: str = Field(default="processor-workers", description="Consumer group of workers")
+    instance_id: str | None = Field(
+        default=None,
+        description="This processor's id (its Kafka transactional.id suffix); unset: one "
+        "generated on first start and kept in the state directory",
+    )
     topic_prefix: str = Field(default="", description="Prefix of every physical topic name")
     partitions: int = Field(default=4, ge=1, description="Partitions of topics created by us")
     max_batch: int = Field(default=500, ge=1, description="Input records per transaction")

@@ -41,9 +41,12 @@ def validate(order: dict[str, Any]) -> dict[str, Any]:
 def reserve_stock(order: dict[str, Any]) -> dict[str, Any]:
     order_id = str(order["order_id"])
     if zlib.crc32(order_id.encode()) % 5 == 0:
-        with _lock:
+        with _lock:  # remembered only until the retry: memory stays flat over many runs
             first_time = order_id not in _failed_once
-            _failed_once.add(order_id)
+            if first_time:
+                _failed_once.add(order_id)
+            else:
+                _failed_once.discard(order_id)
         if first_time:
             raise InventoryBusyError(f"inventory busy for order {order_id}")
     return {**order, "reserved": True}

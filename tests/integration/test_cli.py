@@ -183,3 +183,9 @@ def test_nonsense_broker_is_a_clear_error(tmp_path: Path, args: tuple[str, ...])
     assert "broker" in result.stderr
     assert "kafka://" in result.stderr  # says what a broker URL looks like
     assert "Traceback" not in result.stderr
+
+
+def test_a_second_processor_on_the_same_data_dir_is_refused(data_dir: Path) -> None:
+    result = cli(data_dir, "run", "--app", "tests.apps.pipelines:app", timeout_s=60)
+    assert result.returncode == 1
+    assert "another processor is running with the state directory" in result.stderr
