@@ -54,6 +54,8 @@ logger = logging.getLogger(__name__)
 
 #: librdkafka's default ``transaction.timeout.ms``, when the producer config has none.
 _DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+#: How long the lookup of the committed offsets after an assignment may take.
+_COMMITTED_TIMEOUT_S = 10.0
 #: One blocking transactional call (init, send offsets, commit, abort), retries included,
 #: gets the transaction timeout plus this. The broker aborts an expired transaction
 #: within its cleanup interval (``transaction.abort.timed.out.transaction.cleanup.
@@ -320,10 +322,30 @@ class KafkaSession:
         for tp in assigned:
             self._baseline.pop(tp, None)
             self._position.pop(tp, None)
+        # The committed positions, so that even a commit before any record was polled
+        # (timer facts right after the assignment) carries offsets (see _fencing_offsets).
+        self._baseline.update(self._committed(consumer, partitions))
         self._assigned.update(assigned)
         logger.info("%s: assigned %s", self._name, _describe(assigned))
         if assigned and self._on_assign is not None:
             self._on_assign(assigned)
+
+    def _committed(
+        self, consumer: Consumer, partitions: list[KafkaTopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """The group's committed offsets of ``partitions`` (those it has; {} on failure)."""
+        if not partitions:
+            return {}
+        try:
+            found = consumer.committed(partitions, timeout=_COMMITTED_TIMEOUT_S)
+        except KafkaException as exc:
+            logger.warning("%s: committed offsets unknown after assignment: %s", self._name, exc)
+            return {}
+        return {
+            TopicPartition(p.topic, p.partition): p.offset
+            for p in found
+            if p.error is None and p.offset >= 0
+        }
 
     def _revoked_cb(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
         self._revoke(partitions_of(partitions), "revoked")
@@ -370,8 +392,8 @@ class KafkaSession:
         A commit of timer facts consumes nothing, but offsets in the transaction are
         what makes the group coordinator check our generation (KIP-447): without
         any, a member whose partitions were just given away could still commit
-        timer facts. Sending a committed position again changes nothing. (Right
-        after an assignment, before any record was polled, none is known.)
+        timer facts. Sending a committed position again changes nothing. (They are
+        looked up on assignment; only a partition the group never committed has none.)
         """
         if consumed:
             return dict(consumed)

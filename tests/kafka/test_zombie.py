@@ -22,7 +22,8 @@ import pytest
 
 from processor.client import Client, new_submit
 from processor.facts.topics import TopicName
-from processor.transport.base import Outbound, Record, TopicPartition, TopicSpec
+from processor.transport.base import Outbound, Record, TopicPartition, TopicSpec, Transport
+from processor.transport.kafka_session import KafkaSession
 from processor.transport.partitioner import partition_for
 from tests.apps.pipelines import expected_steps3_result
 from tests.apps.support import REPO_ROOT, wait_until
@@ -140,7 +141,7 @@ def test_paused_instance_is_fenced_after_another_took_its_partitions(
     assert_replay_verifies(space, survivor.data_dir)
 
 
-@pytest.mark.parametrize("commits", ["inputs", "timers"])
+@pytest.mark.parametrize("commits", ["inputs", "timers", "fresh"])
 def test_frozen_transaction_cannot_commit_after_a_takeover(
     space: KafkaSpace, tmp_path: Path, commits: str
 ) -> None:
@@ -152,6 +153,9 @@ def test_frozen_transaction_cannot_commit_after_a_takeover(
     member take the input over, wakes it and makes it commit. A commit of timer
     facts consumes nothing, but must be refused all the same: the session sends
     the committed positions it knows, so the group coordinator checks its generation.
+    "fresh": timer facts committed right after the assignment, before any input was
+    polled (the group consumed all of it before): the committed positions come from
+    the lookup on assignment.
     """
     # Longer than the freeze: the group generation refuses the commit, not a broker
     # that already aborted the transaction.
@@ -172,6 +176,8 @@ def test_frozen_transaction_cannot_commit_after_a_takeover(
         producer.close()
 
     group = f"{space.tag}-zombie-session"
+    if commits == "fresh":
+        _consume_all(transport, group, input_topic, 10)
     child = subprocess.Popen(
         [
             *(sys.executable, "-m", "tests.kafka.zombie_session"),
@@ -200,7 +206,8 @@ def test_frozen_transaction_cannot_commit_after_a_takeover(
             lambda tps: owned.update(tp.partition for tp in tps),
             lambda tps: owned.difference_update(tp.partition for tp in tps),
         )
-        wait_until(lambda: takes_over(10), 60, "the survivor to take the input over")
+        expected = 0 if commits == "fresh" else 10
+        wait_until(lambda: takes_over(expected), 60, "the survivor to take the input over")
         child.send_signal(signal.SIGCONT)
         out, _ = child.communicate("commit\n", timeout=60)
         assert child.returncode == 0
@@ -212,9 +219,9 @@ def test_frozen_transaction_cannot_commit_after_a_takeover(
             child.wait()
         survivor.close()
 
-    # The survivor read the input from the start: the zombie's offsets never committed,
-    # and nothing the zombie produced is visible.
-    assert [r.offset for r in taken_over[:10]] == list(range(10))
+    # The survivor read the input from the group's committed position: the zombie's
+    # offsets never committed, and nothing the zombie produced is visible.
+    assert [r.offset for r in taken_over[:10]] == list(range(10 - expected, 10))
     reader = transport.reader()
     try:
         batches = reader.read(TopicPartition(output_topic, 0), 0)
@@ -222,3 +229,56 @@ def test_frozen_transaction_cannot_commit_after_a_takeover(
     finally:
         reader.close()
     assert ZOMBIE_VALUE not in written
+
+
+def _consume_all(transport: Transport, group: str, topic: str, count: int) -> None:
+    """A member of ``group`` consumes ``count`` records of ``topic``, commits and leaves."""
+    session = transport.session(group, "first")
+    consumed: list[Record] = []
+    try:
+        session.subscribe([topic], lambda _: None, lambda _: None)
+        wait_until(
+            lambda: consumed.extend(session.poll(100, 0.1)) or len(consumed) >= count,
+            60,
+            "the first member to consume the input",
+        )
+        session.begin()
+        session.commit({consumed[-1].position: consumed[-1].offset + 1})
+    finally:
+        session.close()
+
+
+def test_a_commit_right_after_assignment_carries_the_committed_positions(
+    space: KafkaSpace, tmp_path: Path
+) -> None:
+    """The generation fence of a timers-only commit needs offsets even before any poll.
+
+    (The frozen "fresh" case above is refused by the membership check as well; this
+    pins the offsets themselves.)
+    """
+    transport = space.deployment(tmp_path / "client").transport
+    topic = f"{space.prefix}assigned.in"
+    admin = transport.admin()
+    try:
+        admin.create_topics([TopicSpec(topic, 1, {})])
+    finally:
+        admin.close()
+    producer = transport.producer()
+    try:
+        for index in range(5):
+            producer.produce(Outbound(topic, b"key", b"%d" % index, (), 0))
+        producer.flush()
+    finally:
+        producer.close()
+    group = f"{space.tag}-assigned"
+    _consume_all(transport, group, topic, 5)
+
+    session = transport.session(group, "second")
+    owned: list[TopicPartition] = []
+    try:
+        session.subscribe([topic], owned.extend, lambda _: None)
+        wait_until(lambda: not session.poll(100, 0.1) and owned, 60, "the assignment")
+        assert isinstance(session, KafkaSession)
+        assert session._fencing_offsets({}) == {TopicPartition(topic, 0): 5}
+    finally:
+        session.close()

@@ -29,13 +29,16 @@ def main(group: str, input_topic: str, output_topic: str, commits: str = "inputs
     transport = open_transport(Settings())
     assert isinstance(transport, KafkaTransport)
     session = transport.session(group, "zombie")
-    session.subscribe([input_topic], lambda _: None, lambda _: None)
+    assigned: list[TopicPartition] = []
+    session.subscribe([input_topic], assigned.extend, lambda _: None)
     consumed: dict[TopicPartition, int] = {}
     deadline = time.monotonic() + _POLL_DEADLINE_S
-    while not consumed:
-        assert time.monotonic() < deadline, "no input to consume"
+    # "fresh": timer facts right after the assignment, before any input was polled.
+    while not (assigned if commits == "fresh" else consumed):
+        assert time.monotonic() < deadline, "no assignment or no input to consume"
         for record in session.poll(100, 0.1):
             consumed[record.position] = record.offset + 1
+    assert commits != "fresh" or not consumed, "the group's input was all consumed before"
     session.begin()
     session.produce(Outbound(output_topic, b"zombie", ZOMBIE_VALUE, (), 0))
     print("READY", flush=True)
