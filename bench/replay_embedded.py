@@ -103,18 +103,27 @@ def replicate(
     return produced
 
 
-def raw_read(transport: EmbeddedTransport, topic: str) -> tuple[int, int, float, float]:
+def raw_read(
+    transport: EmbeddedTransport, topic: str, *, records: bool = False
+) -> tuple[int, int, float, float]:
     """(a) Every value of every partition through Reader.read_values, touching each one.
 
-    ``read_values`` is the leanest read the log offers (restore uses it too); it is
-    faster than ``read``, which builds a Record per value.
+    ``read_values`` is the leanest read the log offers (restore uses it too). With
+    ``records``, through ``Reader.read`` instead, which builds a Record per value
+    (the baseline of the figures before read_values existed).
     Returns (records, bytes, wall seconds, CPU seconds of this process)."""
     reader = transport.reader()
     cpu = time.process_time()
     started = time.perf_counter()
     count = size = 0
     for partition in range(PARTITIONS):
-        for values, _ in reader.read_values(TopicPartition(topic, partition), 0):
+        tp = TopicPartition(topic, partition)
+        batches = (
+            ([r.value for r in batch] for batch in reader.read(tp, 0))
+            if records
+            else (values for values, _ in reader.read_values(tp, 0))
+        )
+        for values in batches:
             for value in values:
                 size += len(value or b"")
             count += len(values)
@@ -204,7 +213,7 @@ def measure(
     """Alternate (a) and (b) in each mode ``--repeat`` times; medians, ratios, digests."""
     topology = Topology(partitions=PARTITIONS)
     topic = topology.name(TopicName.FACTS)
-    reads, cpu_reads = [], []
+    reads, cpu_reads, record_reads = [], [], []
     rates: dict[str, list[float]] = {mode: [] for mode in args.processes}
     cpu_rates: dict[str, list[float]] = {mode: [] for mode in args.processes}
     used: dict[str, int] = {}
@@ -218,6 +227,9 @@ def measure(
             f"(a) raw read: {count:,} records, {size / 1e6:.0f} MB in {seconds:.2f}s "
             f"(CPU {cpu:.2f}s)"
         )
+        count, _, seconds, _ = raw_read(transport, topic, records=True)
+        record_reads.append(count / seconds)
+        say(f"(a') read with Records: {count:,} records in {seconds:.2f}s")
         for mode in args.processes:
             target = root / f"replayed-{mode}" if args.digest and index == 0 else None
             report, cpu = replay_once(transport, topology, target, _processes(mode))
@@ -249,6 +261,11 @@ def measure(
             mode: round(rate / read_rate, 3) for mode, rate in replay_rates.items()
         },
         "target_ratio": 0.5,
+        "record_read_facts_per_s": round(statistics.median(record_reads)),
+        "ratio_replay_to_record_read": {
+            mode: round(rate / statistics.median(record_reads), 3)
+            for mode, rate in replay_rates.items()
+        },
         "raw_read_samples": [round(r) for r in reads],
         "replay_samples": {mode: [round(r) for r in samples] for mode, samples in rates.items()},
         # The machine is shared and noisy: facts per CPU-second is steadier.
