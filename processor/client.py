@@ -20,7 +20,7 @@ from processor.facts.codec import codec, decode_fact, encode
 from processor.facts.models import CancelRun, CommandReply, FactHeader, ResolveAttempt, SubmitRun
 from processor.facts.topics import TopicName
 from processor.model.state import RunState
-from processor.store.rocks import PartitionStore
+from processor.store.rocks import PartitionStore, store_path
 from processor.topology import Topology
 from processor.transport.base import Outbound, Producer, Reader, TopicPartition, Transport
 from processor.transport.partitioner import partition_for
@@ -162,7 +162,7 @@ class Client:
         return self.request(command, wait_s)
 
     def _store(self, run_id: str) -> PartitionStore | None:
-        path = self._state_dir / f"p{self._partition(run_id):04d}"
+        path = store_path(self._state_dir, self._partition(run_id))
         if not (path / "CURRENT").exists():
             return None
         return PartitionStore(path, read_only=True)

@@ -95,6 +95,7 @@ class Host:
                 poll_timeout_s=settings.poll_timeout_ms / 1000,
                 timer_interval_ms=settings.timer_interval_ms,
                 resume_secret=secret,
+                parallel_restore_min_facts=settings.parallel_restore_min_facts,
             )
             self.loop = ProcessorLoop(
                 self.deployment.transport, self.app, self.deployment.topology, config, self.clock

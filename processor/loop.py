@@ -54,7 +54,8 @@ from processor.model.decide import (
 )
 from processor.model.state import RunState
 from processor.restore import catch_up
-from processor.store.rocks import PartitionStore
+from processor.restore_parallel import PARALLEL_MIN_FACTS, catch_up_partitions, worker_count
+from processor.store.rocks import PartitionStore, store_path, stored_facts_offset
 from processor.store.staging import Staging
 from processor.topology import Topology
 from processor.transport.base import (
@@ -89,6 +90,8 @@ class LoopConfig:
     timer_batch: int = 1000
     resume_secret: bytes = b""
     stable_wait_s: float = 120.0  # at least the transaction timeout plus the abort sweep
+    # A restore of this many facts or more, of several partitions, runs in processes.
+    parallel_restore_min_facts: int = PARALLEL_MIN_FACTS
 
 
 @dataclass
@@ -190,25 +193,58 @@ class ProcessorLoop:
     # --- rebalance -----------------------------------------------------------------------
 
     def _on_assign(self, assigned: Sequence[TopicPartition]) -> None:
-        for partition in sorted({tp.partition for tp in assigned}):
-            if partition in self._stagings:
-                continue
-            store = PartitionStore(self._config.state_dir / f"p{partition:04d}")
-            if store.facts_offset() == 0:
-                logger.info(
-                    "partition %d: no store, rebuilding from runs.facts offset 0", partition
-                )
-            facts = TopicPartition(self._facts_topic, partition)
+        partitions = sorted({tp.partition for tp in assigned} - set(self._stagings))
+        for partition in partitions:
             # A crashed writer's open transaction hides facts committed after it; catch
             # up only once the broker has aborted it, or decisions would be made twice.
+            facts = TopicPartition(self._facts_topic, partition)
             if not self._reader.wait_stable(facts, self._config.stable_wait_s):
                 logger.warning(
                     "partition %d: runs.facts still has an open transaction after %.0fs",
                     partition,
                     self._config.stable_wait_s,
                 )
-            catch_up(store, self._reader, facts)
+        self._restore_in_processes(partitions)
+        for partition in partitions:
+            store = PartitionStore(store_path(self._config.state_dir, partition))
+            if store.facts_offset() == 0:
+                logger.info(
+                    "partition %d: no store, rebuilding from runs.facts offset 0", partition
+                )
+            catch_up(store, self._reader, TopicPartition(self._facts_topic, partition))
             self._stagings[partition] = Staging(store)
+
+    def _restore_in_processes(self, partitions: Sequence[int]) -> None:
+        """Catch up a big restore of several partitions in a pool of processes first.
+
+        What is left afterwards (normally nothing) is caught up here, in turn.
+        """
+        ends, lag = {}, 0
+        for partition in partitions:
+            end = self._reader.end_offset(TopicPartition(self._facts_topic, partition))
+            stored = stored_facts_offset(store_path(self._config.state_dir, partition))
+            if end > stored:
+                ends[partition] = end
+                lag += end - stored
+        workers = worker_count(
+            None, lag, len(ends), min_facts=self._config.parallel_restore_min_facts
+        )
+        if workers < 2:
+            return
+        logger.info(
+            "restoring %d facts of partitions %s in %d processes",
+            lag,
+            ", ".join(map(str, sorted(ends))),
+            workers,
+        )
+        catch_up_partitions(
+            self._transport,
+            self._reader,
+            self._facts_topic,
+            self._config.state_dir,
+            ends,
+            processes=workers,
+        )
 
     def _on_revoke(self, revoked: Sequence[TopicPartition]) -> None:
         for partition in sorted({tp.partition for tp in revoked}):

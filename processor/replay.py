@@ -1,30 +1,24 @@
 """Rebuild projections from runs.facts into a fresh store, and verify them.
 
-Partitions are independent (one store each, folded from its own runs.facts
-partition), so they are rebuilt by a pool of processes, each with its own
-reader, the same way one process rebuilds them in turn. By default a replay big
-enough to pay for starting them uses one process per CPU (at most one per
-partition).
+Partitions are independent, so they are rebuilt by a pool of processes
+(``restore_parallel``): by default one per CPU (at most one per partition) for a
+replay big enough to pay for starting them.
 """
 
 from __future__ import annotations
 
 import logging
-import multiprocessing
-import os
-import pickle
 import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
 
 from processor.facts.topics import TopicName
-from processor.restore import catch_up
-from processor.store.rocks import COLUMN_FAMILIES, PartitionStore
+from processor.restore_parallel import catch_up_partitions, worker_count
+from processor.store.rocks import COLUMN_FAMILIES, PartitionStore, store_path
 from processor.topology import Topology
 from processor.transport.base import Reader, TopicPartition, Transport
 
@@ -33,10 +27,6 @@ __all__ = ["ReplayReport", "replay"]
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[int], None]
-
-#: Below this many facts a replay runs in this process: starting a pool process
-#: (a fresh interpreter importing the package) costs about a second.
-PARALLEL_MIN_FACTS = 200_000
 
 
 @dataclass
@@ -81,7 +71,8 @@ def replay(
     With ``processes > 1``, up to that many partitions are rebuilt at once, each
     in a process of its own (progress then advances a partition at a time); a
     transport that cannot be sent to another process is rebuilt here, in turn.
-    ``None`` picks: one per CPU for ``PARALLEL_MIN_FACTS`` facts or more, else 1.
+    ``None`` picks: one per CPU for ``PARALLEL_MIN_FACTS`` facts or more, else 1
+    (``restore_parallel.worker_count``).
     """
     report = ReplayReport()
     facts_topic = topology.name(TopicName.FACTS)
@@ -98,19 +89,19 @@ def replay(
         }
         advance = progress_total(sum(ends.values())) if progress_total else None
         started = time.perf_counter()
-        workers = _workers(processes, ends)
-        rebuilt, report.processes = _rebuild_all(
+        workers = worker_count(processes, sum(ends.values()), len(ends))
+        folded, report.processes = catch_up_partitions(
             transport, reader, facts_topic, root, ends, processes=workers, advance=advance
         )
-        for partition, (facts, runs) in rebuilt.items():
-            report.facts += facts
-            report.runs += runs
-            if verify:
-                fresh = PartitionStore(root / f"p{partition:04d}")
-                try:
+        report.facts = sum(folded.values())
+        for partition in folded:
+            fresh = PartitionStore(store_path(root, partition))
+            try:
+                report.runs += fresh.count("runs")
+                if verify:
                     report.differences.extend(_compare(fresh, live.get(partition), partition))
-                finally:
-                    fresh.close()
+            finally:
+                fresh.close()
         report.seconds = time.perf_counter() - started
         if verify:
             report.verified = not report.differences
@@ -124,90 +115,6 @@ def replay(
     return report
 
 
-def _rebuild_all(
-    transport: Transport,
-    reader: Reader,
-    facts_topic: str,
-    root: Path,
-    ends: dict[int, int],
-    *,
-    processes: int,
-    advance: Progress | None,
-) -> tuple[dict[int, tuple[int, int]], int]:
-    """Rebuild each partition up to its end: (partition -> (facts, runs), processes used)."""
-    shipped = _shippable(transport) if processes > 1 and len(ends) > 1 else None
-    if shipped is None:
-        serial = {
-            partition: _rebuild(reader, facts_topic, root, partition, end, advance=advance)
-            for partition, end in ends.items()
-        }
-        return serial, 1
-    workers = min(processes, len(ends))
-    context = multiprocessing.get_context("spawn")  # no client threads inherited by a fork
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        futures = {
-            partition: pool.submit(_rebuild_in_process, shipped, facts_topic, root, partition, end)
-            for partition, end in ends.items()
-        }
-        rebuilt = {}
-        for partition, future in futures.items():
-            rebuilt[partition] = future.result()
-            if advance is not None:
-                advance(rebuilt[partition][0])
-    return rebuilt, workers
-
-
-def _rebuild(
-    reader: Reader,
-    facts_topic: str,
-    root: Path,
-    partition: int,
-    end: int,
-    *,
-    advance: Progress | None = None,
-) -> tuple[int, int]:
-    """Fold one partition's facts into a fresh store under ``root``; (facts, runs)."""
-    fresh = PartitionStore(root / f"p{partition:04d}")
-    try:
-        tp = TopicPartition(facts_topic, partition)
-        facts = catch_up(fresh, reader, tp, end=end, progress=advance)
-        return facts, fresh.count("runs")
-    finally:
-        fresh.close()
-
-
-def _rebuild_in_process(
-    shipped: bytes, facts_topic: str, root: Path, partition: int, end: int
-) -> tuple[int, int]:
-    """``_rebuild`` in a pool process, with a reader of its own."""
-    transport: Transport = pickle.loads(shipped)
-    reader = transport.reader()
-    try:
-        return _rebuild(reader, facts_topic, root, partition, end)
-    finally:
-        reader.close()
-
-
-def _workers(processes: int | None, ends: dict[int, int]) -> int:
-    """How many processes rebuild the partitions (see ``replay``)."""
-    if processes is not None:
-        if processes < 1:
-            raise ValueError(f"replay needs at least one process, got {processes}")
-        return processes
-    if sum(ends.values()) < PARALLEL_MIN_FACTS:
-        return 1
-    return max(1, min(os.cpu_count() or 1, len(ends)))
-
-
-def _shippable(transport: Transport) -> bytes | None:
-    """``transport`` pickled for a pool process, or None if it cannot be."""
-    try:
-        return pickle.dumps(transport)
-    except Exception as exc:  # any object may refuse pickling in its own way
-        logger.info("replay: transport cannot go to other processes (%s); rebuilding here", exc)
-        return None
-
-
 def _end(reader: Reader, tp: TopicPartition, live: PartitionStore | None, verify: bool) -> int:
     """Where to stop: the live store's applied offset when verifying, else the log's end."""
     if not verify:
@@ -216,7 +123,7 @@ def _end(reader: Reader, tp: TopicPartition, live: PartitionStore | None, verify
 
 
 def _open_live(live: Path, partition: int) -> PartitionStore | None:
-    path = live / f"p{partition:04d}"
+    path = store_path(live, partition)
     return PartitionStore(path, read_only=True) if (path / "CURRENT").exists() else None
 
 

@@ -35,6 +35,12 @@ class Settings(BaseSettings):
     max_batch: int = Field(default=500, ge=1, description="Input records per transaction")
     poll_timeout_ms: int = Field(default=50, ge=1)
     timer_interval_ms: int = Field(default=100, ge=1, description="Due-work scan period")
+    parallel_restore_min_facts: int = Field(
+        default=200_000,
+        ge=1,
+        description="A restore on assignment of this many facts or more, over several "
+        "partitions, runs in one process per CPU",
+    )
     durable_fsync: bool = Field(default=False, description="fsync every embedded-log commit")
     resume_secret: SecretStr | None = Field(
         default=None,

@@ -26,7 +26,13 @@ from processor.model.due import DueEntry
 from processor.model.state import RunState
 from processor.store import keys
 
-__all__ = ["COLUMN_FAMILIES", "PartitionStore"]
+__all__ = [
+    "COLUMN_FAMILIES",
+    "PartitionStore",
+    "StoreBatch",
+    "store_path",
+    "stored_facts_offset",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -177,6 +183,22 @@ class PartitionStore:
         self._cf.clear()
         self._handles.clear()
         self._db.close()
+
+
+def store_path(state_dir: Path, partition: int) -> Path:
+    """Where the store of ``partition`` lives under a state directory."""
+    return state_dir / f"p{partition:04d}"
+
+
+def stored_facts_offset(path: Path) -> int:
+    """The facts offset the store at ``path`` has applied (0 if there is no store)."""
+    if not (path / "CURRENT").exists():
+        return 0
+    store = PartitionStore(path, read_only=True)
+    try:
+        return store.facts_offset()
+    finally:
+        store.close()
 
 
 class StoreBatch:

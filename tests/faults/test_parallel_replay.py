@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
+import shutil
 from pathlib import Path
 
 import pytest
 
 from processor.facts.models import RunSucceeded
-from processor.replay import PARALLEL_MIN_FACTS, _workers, replay
+from processor.loop import LoopConfig, ProcessorLoop
+from processor.replay import replay
+from processor.restore_parallel import PARALLEL_MIN_FACTS, worker_count
 from processor.store.rocks import COLUMN_FAMILIES, PartitionStore
-from tests.apps.support import LoopHarness
+from tests.apps.support import LoopHarness, wait_until
 
 RUNS = 24
 
@@ -30,20 +35,7 @@ def _rows(root: Path, partitions: int) -> dict[tuple[int, str], list[tuple[bytes
 def test_processes_rebuild_the_same_stores_as_one_process(
     harness: LoopHarness, tmp_path: Path
 ) -> None:
-    run_ids = [harness.submit("patient", {"x": n}) for n in range(RUNS)]
-    for item in harness.drive(lambda: harness.new_work() or None, "attempts are dispatched"):
-        harness.complete(item)
-    pending = set(run_ids)
-
-    def all_succeeded() -> bool:
-        for item in harness.new_work():
-            harness.complete(item)
-        pending.difference_update(
-            r for r in list(pending) if any(isinstance(f, RunSucceeded) for f in harness.facts(r))
-        )
-        return not pending
-
-    harness.drive(all_succeeded, "every run succeeds")
+    run_ids = _all_succeed(harness)
     deployment = harness.deployment
     partitions = deployment.topology.partitions
     facts = sum(len(harness.facts(r)) for r in run_ids)
@@ -68,13 +60,62 @@ def test_processes_rebuild_the_same_stores_as_one_process(
     assert two == one
 
 
-def test_by_default_only_big_replays_start_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_by_default_only_big_catch_ups_start_processes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    small = dict.fromkeys(range(4), PARALLEL_MIN_FACTS // 8)
-    big = dict.fromkeys(range(4), PARALLEL_MIN_FACTS // 2)
-    assert _workers(None, small) == 1
-    assert _workers(None, big) == 2
-    assert _workers(None, {0: PARALLEL_MIN_FACTS}) == 1  # one partition: one process
-    assert _workers(3, small) == 3
+    assert worker_count(None, PARALLEL_MIN_FACTS - 1, 4) == 1
+    assert worker_count(None, PARALLEL_MIN_FACTS, 4) == 2
+    assert worker_count(None, PARALLEL_MIN_FACTS, 1) == 1  # one partition: one process
+    assert worker_count(None, 10, 4, min_facts=10) == 2
+    assert worker_count(3, 10, 4) == 3
     with pytest.raises(ValueError, match="at least one process"):
-        _workers(0, big)
+        worker_count(0, PARALLEL_MIN_FACTS, 4)
+
+
+def test_a_lost_store_of_several_partitions_is_restored_in_processes(
+    harness: LoopHarness, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    run_ids = _all_succeed(harness)
+    deployment = harness.deployment
+    settings = deployment.settings
+    harness.loop.close()
+    shutil.rmtree(settings.state_dir)  # every partition's store is lost
+
+    config = LoopConfig(
+        state_dir=settings.state_dir, group=settings.group, parallel_restore_min_facts=1
+    )
+    loop = ProcessorLoop(
+        deployment.transport, harness.app, deployment.topology, config, clock=harness.clock
+    )
+    caplog.set_level(logging.INFO, logger="processor.loop")
+    try:
+        loop.start()
+
+        def restored() -> bool:
+            loop.run_once()
+            return all(loop.run_state(r) is not None for r in run_ids)
+
+        wait_until(restored, 60, "the partitions to be restored")
+        assert all(loop.run_state(r).status == "succeeded" for r in run_ids)  # type: ignore[union-attr]
+        assert re.search(r"restoring \d+ facts of partitions [\d, ]+ in 2 processes", caplog.text)
+    finally:
+        loop.close()
+    report = replay(deployment.transport, deployment.topology, settings.state_dir, verify=True)
+    assert report.verified is True, report.differences
+    assert report.runs == RUNS
+
+
+def _all_succeed(harness: LoopHarness) -> list[str]:
+    """Submit RUNS runs over every partition and drive them all to success."""
+    run_ids = [harness.submit("patient", {"x": n}) for n in range(RUNS)]
+    pending = set(run_ids)
+
+    def all_succeeded() -> bool:
+        for item in harness.new_work():
+            harness.complete(item)
+        pending.difference_update(
+            r for r in list(pending) if any(isinstance(f, RunSucceeded) for f in harness.facts(r))
+        )
+        return not pending
+
+    harness.drive(all_succeeded, "every run succeeds")
+    return run_ids

@@ -279,9 +279,9 @@ def assert_outcomes_once(outcomes: list[RunOutcome], run_ids: Iterable[str]) -> 
     assert {o.status for o in outcomes} == {"succeeded"}
 
 
-def assert_replay_verifies(space: KafkaSpace, data_dir: Path) -> dict[str, Any]:
-    """``processor replay --verify`` on ``data_dir`` passes; return its report."""
-    verify = space.cli(data_dir, "replay", "--verify", "--json")
+def assert_replay_verifies(space: KafkaSpace, data_dir: Path, *options: str) -> dict[str, Any]:
+    """``processor replay --verify [OPTIONS]`` on ``data_dir`` passes; return its report."""
+    verify = space.cli(data_dir, "replay", "--verify", "--json", *options)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     report: dict[str, Any] = json.loads(verify.stdout)
     assert report["verified"] is True, report["differences"]

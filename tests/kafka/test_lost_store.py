@@ -105,3 +105,6 @@ def test_deleted_partition_store_is_rebuilt_from_the_journal(
     assert_outcomes_once(outcomes, inputs)
     report = assert_replay_verifies(space, processor.data_dir)
     assert report["runs"] == BEFORE + AFTER
+    # The same rebuilt by a pool of processes, each with a Kafka reader of its own.
+    in_processes = assert_replay_verifies(space, processor.data_dir, "--processes", "2")
+    assert (in_processes["processes"], in_processes["facts"]) == (2, report["facts"])
