@@ -217,14 +217,16 @@ class ProcessorLoop:
     def _restore_in_processes(self, partitions: Sequence[int]) -> None:
         """Catch up a big restore of several partitions in a pool of processes first.
 
-        What is left afterwards (normally nothing) is caught up here, in turn.
+        What is left afterwards (normally nothing) is caught up here, in turn. (On
+        Kafka the end offset counts transaction markers, so an up-to-date store can
+        look a few offsets behind: the threshold is far above that.)
         """
-        ends, lag = {}, 0
+        ends, starts, lag = {}, {}, 0
         for partition in partitions:
             end = self._reader.end_offset(TopicPartition(self._facts_topic, partition))
             stored = stored_facts_offset(store_path(self._config.state_dir, partition))
             if end > stored:
-                ends[partition] = end
+                ends[partition], starts[partition] = end, stored
                 lag += end - stored
         workers = worker_count(
             None, lag, len(ends), min_facts=self._config.parallel_restore_min_facts
@@ -237,7 +239,7 @@ class ProcessorLoop:
             ", ".join(map(str, sorted(ends))),
             workers,
         )
-        catch_up_partitions(
+        folded, _ = catch_up_partitions(
             self._transport,
             self._reader,
             self._facts_topic,
@@ -245,6 +247,13 @@ class ProcessorLoop:
             ends,
             processes=workers,
         )
+        for partition, count in sorted(folded.items()):
+            logger.info(
+                "partition %s: caught up %d facts from offset %d in a restore process",
+                partition,
+                count,
+                starts[partition],
+            )
 
     def _on_revoke(self, revoked: Sequence[TopicPartition]) -> None:
         for partition in sorted({tp.partition for tp in revoked}):

@@ -154,6 +154,7 @@ class KafkaProcessorProcess(ProcessorProcess):
     def __init__(self, space: KafkaSpace, data_dir: Path, log_path: Path, *, workers: int = 2):
         super().__init__(data_dir, log_path, workers=workers)
         self.space = space
+        self.extra_env: dict[str, str] = {}  # on top of the space's, from the next start
 
     def start(self) -> None:
         assert self.proc is None, "already started"
@@ -165,7 +166,7 @@ class KafkaProcessorProcess(ProcessorProcess):
                 *("--app", self.app, "--workers", str(self.workers)),
             ],
             cwd=REPO_ROOT,
-            env=self.space.env(self.data_dir),
+            env={**self.space.env(self.data_dir), **self.extra_env},
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,

@@ -10,6 +10,7 @@ succeeds exactly once, no (run id, fact key) is in the journal twice.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -49,6 +50,8 @@ def test_survivor_takes_over_the_partitions_of_a_killed_instance(
     space: KafkaSpace, processes: ProcessFactory, tmp_path: Path
 ) -> None:
     survivor, victim = processes("survivor"), processes("victim")
+    # Whatever the size, restore the partitions it takes over in a pool of processes.
+    survivor.extra_env["PROCESSOR_PARALLEL_RESTORE_MIN_FACTS"] = "1"
     everything = set(range(space.partitions))
     deployment = space.deployment(tmp_path / "client")
     topology = deployment.topology
@@ -105,6 +108,9 @@ def test_survivor_takes_over_the_partitions_of_a_killed_instance(
         wait_until(lambda: watch.all_ended(inputs), 120, "every run to end", max_pause_s=0.2)
         survivor.check_alive()
         log = survivor.log_text()
+        restored = re.search(r"restoring \d+ facts of partitions ([\d, ]+) in 2 processes", log)
+        assert restored, log[-3000:]
+        assert victim_owns <= {int(p) for p in restored.group(1).split(", ")}
         assert survivor.stop() == 0, log[-3000:]
     finally:
         client.close()
