@@ -34,6 +34,10 @@ Progress = Callable[[int], None]
 #: starting a pool process (a fresh interpreter importing the package) costs about
 #: a second.
 PARALLEL_MIN_FACTS = 200_000
+#: Facts per batch here: bigger than a live restore's, since these catch-ups run in a
+#: replay or in pool processes whose memory is returned when they end. A run touched
+#: by fewer batches is written fewer times (about 10 % faster than 10,000).
+BATCH_FACTS = 40_000
 
 
 def worker_count(
@@ -101,7 +105,12 @@ def _catch_up(
     store = PartitionStore(store_path(root, partition))
     try:
         return catch_up(
-            store, reader, TopicPartition(facts_topic, partition), end=end, progress=advance
+            store,
+            reader,
+            TopicPartition(facts_topic, partition),
+            end=end,
+            batch_size=BATCH_FACTS,
+            progress=advance,
         )
     finally:
         store.close()
