@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from processor.client import Client, fact_dict, status_dict
 from processor.errors import ProcessorError
+from processor.facts.codec import decode_fact
 from processor.facts.payload import InvalidPayloadError, dumps, loads
 from processor.host import Deployment, Host, ensure_topics
 from processor.settings import Settings
@@ -243,11 +244,13 @@ def status(
     broker: BrokerOption = None,
     data_dir: DataDirOption = None,
 ) -> None:
-    """Show a run's status, result and error."""
+    """Show a run's status, result and error (as of the end of runs.facts)."""
     options = _options(ctx, broker, data_dir)
     deployment = options.deployment()
-    state = Client(deployment.transport, deployment.topology, deployment.settings.state_dir).status(
-        run_id
+    state = (
+        Client(deployment.transport, deployment.topology, deployment.settings.state_dir)
+        .current(run_id)
+        .state
     )
     if state is None:
         _fail(f"no run {run_id}", json_output, code=EXIT_NOT_FOUND)
@@ -266,12 +269,13 @@ def history(
     broker: BrokerOption = None,
     data_dir: DataDirOption = None,
 ) -> None:
-    """Show a run's facts in order."""
+    """Show a run's facts in order (up to the end of runs.facts)."""
     options = _options(ctx, broker, data_dir)
     deployment = options.deployment()
-    facts = Client(
-        deployment.transport, deployment.topology, deployment.settings.state_dir
-    ).history(run_id)
+    view = Client(deployment.transport, deployment.topology, deployment.settings.state_dir).current(
+        run_id
+    )
+    facts = [decode_fact(raw) for raw in view.history]
     if not facts:
         _fail(f"no run {run_id}", json_output, code=EXIT_NOT_FOUND)
     rows = [fact_dict(f) for f in facts]

@@ -1,9 +1,11 @@
 """The Python client: submit runs, query status and history.
 
 Submits go through runs.commands like any producer's; the processor answers on
-runs.replies, which is how ``created`` is known. Status and history read the
-RocksDB projections of the local state directory (read-only, safe while
-``processor run`` has them open).
+runs.replies, which is how ``created`` is known. ``status`` and ``history`` read
+the RocksDB projections of the local state directory (read-only, safe while
+``processor run`` has them open). ``current`` answers from anywhere, as of the
+end of the log: what the local store has applied (if this machine has it), plus
+the run's facts after that offset read from runs.facts and folded on top.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from processor.facts import payload
-from processor.facts.codec import codec, decode_fact, encode
+from processor.facts.codec import codec, decode_fact, decode_facts, encode
 from processor.facts.models import CancelRun, CommandReply, FactHeader, ResolveAttempt, SubmitRun
 from processor.facts.topics import TopicName
+from processor.model.reduce import fold
 from processor.model.state import RunState
 from processor.store.rocks import PartitionStore, store_path
 from processor.topology import Topology
@@ -27,7 +30,16 @@ from processor.transport.partitioner import partition_for
 
 Command = SubmitRun | CancelRun | ResolveAttempt
 
-__all__ = ["Client", "SubmitReceipt", "fact_dict", "new_submit", "status_dict"]
+__all__ = ["Client", "RunView", "SubmitReceipt", "fact_dict", "new_submit", "status_dict"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunView:
+    """A run as of the end of runs.facts (see ``Client.current``)."""
+
+    state: RunState | None
+    history: list[bytes]  # the run's encoded facts in order
+    from_log: int  # facts read from runs.facts (past the local store, or all of them)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +196,39 @@ class Client:
             return [decode_fact(raw) for raw in store.history(run_id)]
         finally:
             store.close()
+
+    def current(self, run_id: str) -> RunView:
+        """The run's projection and history as of the end of runs.facts, from any machine.
+
+        The local store of the run's partition (if any) gives what it has applied,
+        as one consistent snapshot; the run's facts after its offset are read from
+        runs.facts and folded on top. Without a local store (another machine, a
+        client-only host) the whole partition is read: correct, but slower.
+        """
+        state, history, start = None, [], 0
+        store = self._store(run_id)
+        if store is not None:
+            try:
+                state, history, start = (
+                    store.run(run_id),
+                    store.history(run_id),
+                    store.facts_offset(),
+                )
+            finally:
+                store.close()
+        facts = TopicPartition(self._topology.name(TopicName.FACTS), self._partition(run_id))
+        key = run_id.encode()
+        reader = self._transport.reader()
+        try:
+            tail = [
+                record.value
+                for batch in reader.read(facts, start)
+                for record in batch
+                if record.key == key and record.value is not None
+            ]
+        finally:
+            reader.close()
+        return RunView(fold(decode_facts(tail), state), history + tail, len(tail))
 
     def close(self) -> None:
         if self._producer is not None:

@@ -7,6 +7,7 @@ processor finds no store, rebuilds it from runs.facts offset 0, and carries on.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -105,6 +106,18 @@ def test_deleted_partition_store_is_rebuilt_from_the_journal(
     assert_outcomes_once(outcomes, inputs)
     report = assert_replay_verifies(space, processor.data_dir)
     assert report["runs"] == BEFORE + AFTER
+    # From a machine without the stores, status and history read runs.facts.
+    elsewhere = tmp_path / "elsewhere"
+    run_id = lost_runs[0]
+    shown = space.cli(elsewhere, "status", run_id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["status"] == "succeeded"
+    listed = space.cli(elsewhere, "history", run_id, "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [row["seq"] for row in json.loads(listed.stdout)] == list(
+        range(1, len(json.loads(listed.stdout)) + 1)
+    )
+    assert json.loads(listed.stdout)[-1]["type"] == "RunSucceeded"
     # The same rebuilt by a pool of processes, each with a Kafka reader of its own.
     in_processes = assert_replay_verifies(space, processor.data_dir, "--processes", "2")
     assert (in_processes["processes"], in_processes["facts"]) == (2, report["facts"])
