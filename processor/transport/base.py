@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, Self
 
 __all__ = [
     "AdminClient",
+    "Closeable",
     "GroupConsumer",
     "Outbound",
     "PartitionsCallback",
@@ -28,6 +29,19 @@ __all__ = [
 ]
 
 Headers = tuple[tuple[str, bytes], ...]
+
+
+class Closeable:
+    """A client that ``with`` closes at the end of the block."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        raise NotImplementedError
 
 
 class TopicPartition(NamedTuple):

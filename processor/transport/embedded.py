@@ -17,10 +17,16 @@ import json
 import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING
 
-from processor.transport.base import Outbound, Record, TopicPartition, TopicSpec, ValueBatch
+from processor.transport.base import (
+    Closeable,
+    Outbound,
+    Record,
+    TopicPartition,
+    TopicSpec,
+    ValueBatch,
+)
 from processor.transport.embedded_consumer import EmbeddedConsumer
 from processor.transport.embedded_session import EmbeddedSession
 from processor.transport.embedded_sqlite import (
@@ -61,22 +67,11 @@ _SELECT_TOPIC_ID = "SELECT id FROM topics WHERE name = ?"
 _INSERT_PARTITION = "INSERT INTO partitions (topic_id, partition, next_offset) VALUES (?, ?, 0)"
 
 
-class _Client:
+class _Client(Closeable):
     """Owns the connection of one client object; a context manager closing it."""
 
     def __init__(self, db_file: Path, durable: bool) -> None:
         self._log = LogConnection(db_file, durable)
-
-    def __enter__(self) -> _Client:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         """Close the connection."""

@@ -5,9 +5,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 
-from processor.transport.base import Record, TopicPartition
+from processor.transport.base import Closeable, Record, TopicPartition
 from processor.transport.embedded_sqlite import LogConnection, OffsetTable, fair_shares
 
 __all__ = ["EmbeddedConsumer"]
@@ -18,7 +17,7 @@ _CLAIMS = OffsetTable("claims")
 _ACKS = OffsetTable("acks")
 
 
-class EmbeddedConsumer:
+class EmbeddedConsumer(Closeable):
     """A competing consumer of a group on the embedded log (workers, responders).
 
     The members of a group share one *claim position* per partition. ``poll``
@@ -47,17 +46,6 @@ class EmbeddedConsumer:
         self._metas = {meta.name: meta for meta in self._topics}
         self._group = group
         self._rotation = 0
-
-    def __enter__(self) -> EmbeddedConsumer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
         """Claim and return up to ``max_records`` records, waiting up to ``timeout_s``."""

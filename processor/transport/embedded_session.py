@@ -5,10 +5,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 
 from processor.errors import FencedError, TransportError
-from processor.transport.base import Outbound, PartitionsCallback, Record, TopicPartition
+from processor.transport.base import Closeable, Outbound, PartitionsCallback, Record, TopicPartition
 from processor.transport.embedded_sqlite import (
     LogConnection,
     OffsetTable,
@@ -29,7 +28,7 @@ _TAKE_OWNERSHIP = (
 _SELECT_OWNER = "SELECT epoch, instance_id FROM group_owners WHERE grp = ?"
 
 
-class EmbeddedSession:
+class EmbeddedSession(Closeable):
     """A processor instance's consumer and transactional producer on the embedded log.
 
     ``subscribe`` makes this instance the only owner of the group: it bumps the
@@ -67,17 +66,6 @@ class EmbeddedSession:
         self._buffer: list[PendingRecord] | None = None
         self._fenced = False
         self._rotation = 0
-
-    def __enter__(self) -> EmbeddedSession:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def subscribe(
         self, topics: Sequence[str], on_assign: PartitionsCallback, on_revoke: PartitionsCallback

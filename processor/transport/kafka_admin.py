@@ -6,7 +6,6 @@ import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
-from types import TracebackType
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -15,7 +14,7 @@ from confluent_kafka.admin._config import ConfigResource, ConfigSource  # not re
 from confluent_kafka.cimpl import NewTopic  # not re-exported
 
 from processor.errors import TransportError
-from processor.transport.base import TopicSpec
+from processor.transport.base import Closeable, TopicSpec
 from processor.transport.kafka_common import ErrorReporter, kafka_error, translate
 
 __all__ = ["KafkaAdmin"]
@@ -28,7 +27,7 @@ _METADATA_TIMEOUT_S = 10.0
 _MAX_REPLICATION = 3
 
 
-class KafkaAdmin:
+class KafkaAdmin(Closeable):
     """Creates and describes topics (an ``AdminClient``).
 
     Topics are created with replication factor ``min(3, brokers)``; a spec with
@@ -44,17 +43,6 @@ class KafkaAdmin:
         except KafkaException as exc:
             raise translate("create admin client", exc) from exc
         self._default_partitions = default_partitions
-
-    def __enter__(self) -> KafkaAdmin:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def create_topics(self, specs: Sequence[TopicSpec]) -> list[str]:
         """Create the missing topics and wait until they are usable; return the names created."""

@@ -5,13 +5,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from processor.errors import TransportError
-from processor.transport.base import Record, TopicPartition
+from processor.transport.base import Closeable, Record, TopicPartition
 from processor.transport.kafka_common import (
     ErrorReporter,
     kafka_error,
@@ -37,7 +36,7 @@ def _transient(err: KafkaError | None) -> bool:
     return err is not None and (err.retriable() or err.code() in _REBALANCING)
 
 
-class KafkaGroupConsumer:
+class KafkaGroupConsumer(Closeable):
     """A member of consumer group ``group`` reading ``topics`` (read_committed).
 
     Delivery is at least once: offsets are committed only by ``commit``
@@ -64,17 +63,6 @@ class KafkaGroupConsumer:
             self._consumer.close()
             raise
         self._closed = False
-
-    def __enter__(self) -> KafkaGroupConsumer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
         """Records queued for us, else the first to arrive within ``timeout_s``."""

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import logging
 import time
-from types import TracebackType
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from processor.errors import TransportError
-from processor.transport.base import Outbound
+from processor.transport.base import Closeable, Outbound
 from processor.transport.kafka_common import (
     DeliveryCallback,
     ErrorReporter,
@@ -56,7 +55,7 @@ def produce_one(producer: Producer, record: Outbound, on_delivery: DeliveryCallb
             raise translate(f"produce to {record.topic}", exc) from exc
 
 
-class KafkaProducer:
+class KafkaProducer(Closeable):
     """A plain idempotent producer for clients and workers.
 
     ``flush`` raises ``TransportError`` when records are still undelivered after
@@ -72,17 +71,6 @@ class KafkaProducer:
         self._failures: list[str] = []
         self._unserved = 0
         self._closed = False
-
-    def __enter__(self) -> KafkaProducer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def produce(self, record: Outbound) -> None:
         """Queue ``record`` for delivery."""

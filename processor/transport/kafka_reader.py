@@ -20,14 +20,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from types import TracebackType
 from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from processor.errors import TransportError
-from processor.transport.base import Record, TopicPartition, ValueBatch
+from processor.transport.base import Closeable, Record, TopicPartition, ValueBatch
 from processor.transport.kafka_common import RECORD_SETTERS, ErrorReporter, kafka_error, translate
 
 __all__ = ["READER_CONFIG", "KafkaReader"]
@@ -89,7 +88,7 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-class KafkaReader:
+class KafkaReader(Closeable):
     """Reads committed records of one partition at a time (a ``Reader``).
 
     One reader reads one partition at a time: starting a new ``read`` ends the
@@ -109,17 +108,6 @@ class KafkaReader:
             raise translate("create reader", exc) from exc
         self._generation = 0
         self._closed = False
-
-    def __enter__(self) -> KafkaReader:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def end_offset(self, tp: TopicPartition) -> int:
         """The end a read_committed reader reaches: the last stable offset of ``tp``."""

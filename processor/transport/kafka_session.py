@@ -23,14 +23,13 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from processor.errors import FencedError, SessionLostError, TransportError
-from processor.transport.base import Outbound, PartitionsCallback, Record, TopicPartition
+from processor.transport.base import Closeable, Outbound, PartitionsCallback, Record, TopicPartition
 from processor.transport.kafka_common import (
     FENCED_CODES,
     GROUP_FENCED_CODES,
@@ -93,7 +92,7 @@ def _delivered(txn: _Transaction, index: int, err: KafkaError | None, msg: Messa
     txn.produced[index] = (tp, msg.offset() or 0)
 
 
-class KafkaSession:
+class KafkaSession(Closeable):
     """A processor instance's consumer-group member and transactional producer.
 
     - ``subscribe`` initializes the transactional producer (fencing any older
@@ -159,17 +158,6 @@ class KafkaSession:
         self._txn: _Transaction | None = None
         self._fenced = False
         self._closed = False
-
-    def __enter__(self) -> KafkaSession:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # --- protocol ------------------------------------------------------------------------
 
