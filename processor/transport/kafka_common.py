@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -28,6 +30,7 @@ __all__ = [
     "RECORD_SETTERS",
     "DeliveryCallback",
     "ErrorReporter",
+    "RepeatFilter",
     "is_fenced",
     "kafka_error",
     "kafka_offsets",
@@ -43,8 +46,50 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: librdkafka's own log lines (throttled reconnect messages, transaction retries) go here.
+
+class RepeatFilter(logging.Filter):
+    """Lets a line through once per ``window_s`` per shape; counts the repeats it drops.
+
+    The shape is the message with its digits blanked: during a broker outage every
+    client reconnects to every broker every few hundred milliseconds and librdkafka
+    logs each failure ("Connect to ipv4#127.0.0.1:9092 failed ... (after 0ms ...)"),
+    hundreds of lines a minute that say one thing. The next line of a shape after
+    the window says how many were dropped.
+    """
+
+    _MAX_SHAPES = 1_000
+
+    def __init__(self, window_s: float = 30.0, clock: Callable[[], float] = time.monotonic):
+        super().__init__()
+        self._window_s = window_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._shapes: dict[str, tuple[float, int]] = {}  # shape -> (last let through, dropped)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        shape = _DIGITS.sub("#", message)
+        now = self._clock()
+        with self._lock:
+            last, dropped = self._shapes.get(shape, (-math.inf, 0))
+            if now - last < self._window_s:
+                self._shapes[shape] = (last, dropped + 1)
+                return False
+            if len(self._shapes) >= self._MAX_SHAPES:
+                self._shapes.clear()
+            self._shapes[shape] = (now, 0)
+        if dropped:
+            record.msg = f"{message} ({dropped} similar lines dropped in {self._window_s:.0f}s)"
+            record.args = ()
+        return True
+
+
+_DIGITS = re.compile(r"\d+")
+
+#: librdkafka's own log lines (reconnect failures, transaction retries) go here, each
+#: shape at most once per 30 s.
 LIBRDKAFKA_LOGGER = logging.getLogger("processor.transport.librdkafka")
+LIBRDKAFKA_LOGGER.addFilter(RepeatFilter())
 
 #: Another producer with our transactional.id took over (``_FENCED`` is librdkafka's
 #: local fatal code, the two others are what the broker answers).
