@@ -108,7 +108,8 @@ def run_demo(
         admitted, rejected_reasons = _admission_counts(deployment, chaos.forged)
     finally:
         host.stop()
-        responding.join(10)
+        if responding.ident is not None:  # started: the host may have refused to start
+            responding.join(10)
     if host.errors:
         raise host.errors[0]
     report = replay(deployment.transport, deployment.topology, settings.state_dir, verify=True)

@@ -7,6 +7,8 @@ whole module; every CLI call is a fresh ``python -m processor`` process.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +21,7 @@ from processor.host import Deployment
 from processor.settings import Settings
 from processor.transport.base import TopicPartition
 from tests.apps.pipelines import expected_steps3_result
-from tests.apps.support import ProcessorProcess, cli, wait_until
+from tests.apps.support import REPO_ROOT, ProcessorProcess, cli, subprocess_env, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -189,3 +191,19 @@ def test_a_second_processor_on_the_same_data_dir_is_refused(data_dir: Path) -> N
     result = cli(data_dir, "run", "--app", "tests.apps.pipelines:app", timeout_s=60)
     assert result.returncode == 1
     assert "another processor is running with the state directory" in result.stderr
+
+
+def test_demo_that_cannot_start_says_why(tmp_path: Path) -> None:
+    env = {**subprocess_env(tmp_path / "demo"), "PROCESSOR_RESUME_SECRET": "too-short"}
+    result = subprocess.run(
+        [sys.executable, "-m", "processor", "demo", "--runs", "5", "--json"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "PROCESSOR_RESUME_SECRET must be at least 16 characters" in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
