@@ -23,7 +23,7 @@ from processor.facts.models import CancelRun, CommandReply, FactHeader, ResolveA
 from processor.facts.topics import TopicName
 from processor.model.reduce import fold
 from processor.model.state import RunState
-from processor.store.rocks import PartitionStore, store_path
+from processor.store.rocks import PartitionStore, open_existing, store_path
 from processor.topology import Topology
 from processor.transport.base import Outbound, Producer, Reader, TopicPartition, Transport
 from processor.transport.partitioner import partition_for
@@ -174,10 +174,7 @@ class Client:
         return self.request(command, wait_s)
 
     def _store(self, run_id: str) -> PartitionStore | None:
-        path = store_path(self._state_dir, self._partition(run_id))
-        if not (path / "CURRENT").exists():
-            return None
-        return PartitionStore(path, read_only=True)
+        return open_existing(store_path(self._state_dir, self._partition(run_id)))
 
     def status(self, run_id: str) -> RunState | None:
         store = self._store(run_id)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from processor.facts.topics import TopicName
 from processor.restore_parallel import catch_up_partitions, worker_count
-from processor.store.rocks import COLUMN_FAMILIES, PartitionStore, store_path
+from processor.store.rocks import COLUMN_FAMILIES, PartitionStore, open_existing, store_path
 from processor.topology import Topology
 from processor.transport.base import Reader, TopicPartition, Transport
 
@@ -81,7 +81,11 @@ def replay(
     root = Path(tempfile.mkdtemp(prefix="processor-replay-")) if target_dir is None else target_dir
     # Read-only handles are consistent snapshots: each live store's offset and rows
     # are taken at one instant, even while the processor keeps committing.
-    live = {p: _open_live(live_state_dir, p) for p in range(topology.partitions)} if verify else {}
+    live = (
+        {p: open_existing(store_path(live_state_dir, p)) for p in range(topology.partitions)}
+        if verify
+        else {}
+    )
     try:
         ends = {
             p: _end(reader, TopicPartition(facts_topic, p), live.get(p), verify)
@@ -120,11 +124,6 @@ def _end(reader: Reader, tp: TopicPartition, live: PartitionStore | None, verify
     if not verify:
         return reader.end_offset(tp)
     return 0 if live is None else live.facts_offset()
-
-
-def _open_live(live: Path, partition: int) -> PartitionStore | None:
-    path = store_path(live, partition)
-    return PartitionStore(path, read_only=True) if (path / "CURRENT").exists() else None
 
 
 def _compare(fresh: PartitionStore, live: PartitionStore | None, partition: int) -> Iterator[str]:

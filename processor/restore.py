@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import gc
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 from processor.facts.codec import decode_facts
+from processor.gc_pause import gc_paused
 from processor.store.rocks import PartitionStore
 from processor.store.staging import Staging
 from processor.transport.base import Reader, TopicPartition
@@ -15,24 +14,6 @@ from processor.transport.base import Reader, TopicPartition
 __all__ = ["catch_up"]
 
 logger = logging.getLogger(__name__)
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC while one batch is decoded, folded and written.
-
-    A batch allocates tens of thousands of objects (facts, their field values, the
-    runs' intermediate states) that hold no reference cycles; the collections they
-    trigger, which also walk every run carried between batches, are pure overhead.
-    Collections are deferred to the first allocation after the batch, never skipped.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def catch_up(
@@ -56,7 +37,7 @@ def catch_up(
     staging = Staging(store, carry=True)
     applied = 0
     for values, next_offset in reader.read_values(facts, start, end, batch_size=batch_size):
-        with _gc_paused():
+        with gc_paused():
             # Decode the whole batch first (a bad fact raises before anything is staged:
             # nothing of this batch is written), then fold it in one go.
             present = [value for value in values if value is not None]

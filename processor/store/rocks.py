@@ -30,6 +30,7 @@ __all__ = [
     "COLUMN_FAMILIES",
     "PartitionStore",
     "StoreBatch",
+    "open_existing",
     "store_path",
     "stored_facts_offset",
 ]
@@ -190,11 +191,19 @@ def store_path(state_dir: Path, partition: int) -> Path:
     return state_dir / f"p{partition:04d}"
 
 
+def open_existing(path: Path) -> PartitionStore | None:
+    """The store at ``path`` opened read-only (a consistent snapshot), or None if none is there.
+
+    Safe while another process (the processor) has it open for writing.
+    """
+    return PartitionStore(path, read_only=True) if (path / "CURRENT").exists() else None
+
+
 def stored_facts_offset(path: Path) -> int:
     """The facts offset the store at ``path`` has applied (0 if there is no store)."""
-    if not (path / "CURRENT").exists():
+    store = open_existing(path)
+    if store is None:
         return 0
-    store = PartitionStore(path, read_only=True)
     try:
         return store.facts_offset()
     finally:

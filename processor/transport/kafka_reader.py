@@ -14,18 +14,17 @@ read_committed consumer), whatever the last offsets hold.
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from processor.errors import TransportError
+from processor.gc_pause import gc_paused
 from processor.transport.base import Closeable, Record, TopicPartition, ValueBatch
 from processor.transport.kafka_common import RECORD_SETTERS, ErrorReporter, kafka_error, translate
 
@@ -68,24 +67,6 @@ _LEADERSHIP_PAUSE_S = 0.05
 #: A read that receives nothing at all (not even the EOF event) for this long fails.
 _STALL_TIMEOUT_S = 60.0
 _WAIT_STEP_S = 1.0
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC for one batch's worth of allocations (never while blocking).
-
-    A batch allocates tens of thousands of objects (messages, records, header
-    tuples) that hold no reference cycles; the GC passes they trigger are pure
-    overhead, a fifth of the read loop or more. Collections are only deferred
-    to the next allocation after the batch, never skipped.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class KafkaReader(Closeable):
@@ -229,7 +210,7 @@ class KafkaReader(Closeable):
                 if self._generation != generation:
                     raise TransportError(f"read of {tp.topic}[{tp.partition}] was superseded")
                 messages = self._fetch(tp, batch_size)
-                with _gc_paused():
+                with gc_paused():
                     batch, done = convert(messages, tp, stop)
                 if batch is not None:
                     yield batch
@@ -254,7 +235,7 @@ class KafkaReader(Closeable):
         """
         consumer = self._consumer
         try:
-            with _gc_paused():
+            with gc_paused():
                 messages = consumer.consume(batch_size, 0)
             if messages:
                 return messages
@@ -267,7 +248,7 @@ class KafkaReader(Closeable):
                     )
             if batch_size == 1:
                 return [first]
-            with _gc_paused():
+            with gc_paused():
                 return [first, *consumer.consume(batch_size - 1, 0)]
         except KafkaException as exc:
             raise translate(f"read {tp.topic}[{tp.partition}]", exc) from exc
