@@ -24,6 +24,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from processor.client import Client, new_submit
 from processor.facts.codec import codec, decode_fact
 from processor.facts.models import FactHeader, RunFailed, RunOutcome, RunSucceeded
 from processor.facts.topics import TopicName
@@ -31,7 +32,7 @@ from processor.host import Deployment, ensure_topics
 from processor.settings import Settings
 from processor.topology import Topology
 from processor.transport.base import Reader
-from tests.apps.pipelines import app
+from tests.apps.pipelines import app, expected_steps3_result
 from tests.apps.support import REPO_ROOT, ProcessorProcess, TopicTail, read_topic
 
 __all__ = [
@@ -40,9 +41,11 @@ __all__ = [
     "KafkaSpace",
     "assert_exactly_once",
     "assert_replay_verifies",
+    "assert_steps3_once",
     "owned_partitions",
     "read_facts",
     "read_outcomes",
+    "submit_steps3",
 ]
 
 #: The broker refuses session timeouts below group.min.session.timeout.ms (6 s by default).
@@ -278,6 +281,44 @@ def assert_outcomes_once(outcomes: list[RunOutcome], run_ids: Iterable[str]) -> 
     """runs.results holds exactly one "succeeded" outcome per run."""
     assert Counter(o.run_id for o in outcomes) == Counter(dict.fromkeys(run_ids, 1))
     assert {o.status for o in outcomes} == {"succeeded"}
+
+
+def submit_steps3(
+    client: Client,
+    inputs: dict[str, int],
+    count: int,
+    accept: Callable[[str], bool] = lambda run_id: True,
+) -> list[str]:
+    """Send ``count`` ``steps3`` runs (of run ids ``accept`` takes), numbered on from
+    ``len(inputs)`` and recorded in ``inputs``; flush; return their run ids."""
+    run_ids: list[str] = []
+    while len(run_ids) < count:
+        command = new_submit("steps3", {"n": len(inputs)})
+        if not accept(command.run_id):
+            continue
+        inputs[command.run_id] = len(inputs)
+        run_ids.append(command.run_id)
+        client.send(command)
+    client.flush()
+    return run_ids
+
+
+def assert_steps3_once(
+    reader: Reader, topology: Topology, inputs: Mapping[str, Any]
+) -> list[FactHeader]:
+    """Every ``steps3`` run of ``inputs`` succeeded exactly once, in the journal and in
+    runs.results (``assert_exactly_once``, ``assert_outcomes_once``); closes ``reader``.
+
+    Returns the journal's facts.
+    """
+    try:
+        facts = read_facts(reader, topology)
+        outcomes = read_outcomes(reader, topology)
+    finally:
+        reader.close()
+    assert_exactly_once(facts, inputs, result=expected_steps3_result)
+    assert_outcomes_once(outcomes, inputs)
+    return facts
 
 
 def assert_replay_verifies(space: KafkaSpace, data_dir: Path, *options: str) -> dict[str, Any]:

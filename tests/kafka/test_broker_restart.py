@@ -23,19 +23,16 @@ from pathlib import Path
 
 import pytest
 
-from processor.client import Client, new_submit
+from processor.client import Client
 from processor.errors import TransportError
 from processor.transport.kafka import TRANSACTION_TIMEOUT_MS
-from tests.apps.pipelines import expected_steps3_result
 from tests.apps.support import wait_until
 from tests.kafka.support import (
     FactsWatch,
     KafkaSpace,
-    assert_exactly_once,
-    assert_outcomes_once,
     assert_replay_verifies,
-    read_facts,
-    read_outcomes,
+    assert_steps3_once,
+    submit_steps3,
 )
 from tests.kafka_broker import LOCAL_BOOTSTRAP, LOCAL_KAFKA, REPO_ROOT
 
@@ -90,14 +87,10 @@ def test_processor_survives_a_broker_restart(
     reader = deployment.transport.reader()
     watch = FactsWatch(reader, topology)
     inputs: dict[str, int] = {}
-    for _ in range(RUNS):
-        command = new_submit("steps3", {"n": len(inputs)})
-        inputs[command.run_id] = len(inputs)
-        client.send(command)
+    submit_steps3(client, inputs, RUNS)
 
     try:
         processor.start()
-        client.flush()
         target = watch.committed() + 3_000  # about a fifth of the work
         wait_until(lambda: watch.committed() >= target, 60, "progress", max_pause_s=0.01)
         in_flight = len(inputs) - len(watch.refresh())
@@ -126,12 +119,6 @@ def test_processor_survives_a_broker_restart(
         client.close()
         processor.close()
 
-    try:
-        facts = read_facts(reader, topology)
-        outcomes = read_outcomes(reader, topology)
-    finally:
-        reader.close()
-    assert_exactly_once(facts, inputs, result=expected_steps3_result)
-    assert_outcomes_once(outcomes, inputs)
+    assert_steps3_once(reader, topology, inputs)
     report = assert_replay_verifies(space, processor.data_dir)
     assert report["runs"] == len(inputs)

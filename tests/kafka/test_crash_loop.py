@@ -17,18 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from processor.client import Client, new_submit
-from tests.apps.pipelines import expected_steps3_result
+from processor.client import Client
 from tests.apps.support import wait_until
 from tests.kafka.conftest import ProcessFactory
 from tests.kafka.support import (
     FactsWatch,
     KafkaSpace,
-    assert_exactly_once,
-    assert_outcomes_once,
     assert_replay_verifies,
-    read_facts,
-    read_outcomes,
+    assert_steps3_once,
+    submit_steps3,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -51,11 +48,7 @@ def test_kill_9_during_load_on_kafka_loses_and_duplicates_nothing(
     inputs: dict[str, int] = {}
 
     def submit(count: int) -> None:
-        for _ in range(count):
-            command = new_submit("steps3", {"n": len(inputs)})
-            inputs[command.run_id] = len(inputs)
-            client.send(command)
-        client.flush()
+        submit_steps3(client, inputs, count)
 
     def progressed(target: int) -> bool:
         processor.check_alive()
@@ -99,13 +92,7 @@ def test_kill_9_during_load_on_kafka_loses_and_duplicates_nothing(
     finally:
         client.close()
 
-    try:
-        facts = read_facts(reader, topology)
-        outcomes = read_outcomes(reader, topology)
-    finally:
-        reader.close()
-    assert_exactly_once(facts, inputs, result=expected_steps3_result)
-    assert_outcomes_once(outcomes, inputs)
+    facts = assert_steps3_once(reader, topology, inputs)
     report = assert_replay_verifies(space, processor.data_dir)
     assert report["facts"] == len(facts)
     assert report["runs"] == len(inputs)

@@ -13,21 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from processor.client import Client, new_submit
+from processor.client import Client
 from processor.facts.topics import TopicName
 from processor.transport.base import TopicPartition
 from processor.transport.partitioner import partition_for
-from tests.apps.pipelines import expected_steps3_result
 from tests.apps.support import wait_until
 from tests.kafka.conftest import ProcessFactory
 from tests.kafka.support import (
     FactsWatch,
     KafkaSpace,
-    assert_exactly_once,
-    assert_outcomes_once,
     assert_replay_verifies,
-    read_facts,
-    read_outcomes,
+    assert_steps3_once,
+    submit_steps3,
 )
 
 pytestmark = pytest.mark.kafka
@@ -49,14 +46,7 @@ def test_deleted_partition_store_is_rebuilt_from_the_journal(
     store = space.settings(processor.data_dir).state_dir / f"p{LOST:04d}"
 
     def submit(count: int) -> list[str]:
-        run_ids = []
-        for _ in range(count):
-            command = new_submit("steps3", {"n": len(inputs)})
-            inputs[command.run_id] = len(inputs)
-            run_ids.append(command.run_id)
-            client.send(command)
-        client.flush()
-        return run_ids
+        return submit_steps3(client, inputs, count)
 
     def ended(run_ids: list[str]) -> bool:
         processor.check_alive()
@@ -97,13 +87,7 @@ def test_deleted_partition_store_is_rebuilt_from_the_journal(
     finally:
         client.close()
 
-    try:
-        facts = read_facts(reader, topology)
-        outcomes = read_outcomes(reader, topology)
-    finally:
-        reader.close()
-    assert_exactly_once(facts, inputs, result=expected_steps3_result)
-    assert_outcomes_once(outcomes, inputs)
+    assert_steps3_once(reader, topology, inputs)
     report = assert_replay_verifies(space, processor.data_dir)
     assert report["runs"] == BEFORE + AFTER
     # From a machine without the stores, status and history read runs.facts.

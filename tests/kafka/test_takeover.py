@@ -16,20 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from processor.client import Client, new_submit
+from processor.client import Client
 from processor.transport.partitioner import partition_for
-from tests.apps.pipelines import expected_steps3_result
 from tests.apps.support import wait_until
 from tests.kafka.conftest import ProcessFactory
 from tests.kafka.support import (
     FactsWatch,
     KafkaProcessorProcess,
     KafkaSpace,
-    assert_exactly_once,
-    assert_outcomes_once,
     assert_replay_verifies,
-    read_facts,
-    read_outcomes,
+    assert_steps3_once,
+    submit_steps3,
 )
 
 pytestmark = pytest.mark.kafka
@@ -61,14 +58,7 @@ def test_survivor_takes_over_the_partitions_of_a_killed_instance(
     inputs: dict[str, int] = {}
 
     def submit(count: int) -> list[str]:
-        run_ids = []
-        for _ in range(count):
-            command = new_submit("steps3", {"n": len(inputs)})
-            inputs[command.run_id] = len(inputs)
-            run_ids.append(command.run_id)
-            client.send(command)
-        client.flush()
-        return run_ids
+        return submit_steps3(client, inputs, count)
 
     def partition(run_id: str) -> int:
         return partition_for(run_id.encode(), topology.partitions)
@@ -118,13 +108,7 @@ def test_survivor_takes_over_the_partitions_of_a_killed_instance(
     # The survivor caught the victim's partitions up from the journal.
     for p in victim_owns:
         assert f"partition {p}: caught up" in log, f"no catch-up of partition {p}"
-    try:
-        facts = read_facts(reader, topology)
-        outcomes = read_outcomes(reader, topology)
-    finally:
-        reader.close()
-    assert_exactly_once(facts, inputs, result=expected_steps3_result)
-    assert_outcomes_once(outcomes, inputs)
+    assert_steps3_once(reader, topology, inputs)
     report = assert_replay_verifies(space, survivor.data_dir)
     assert report["runs"] == len(inputs)
     assert_replay_verifies(space, victim.data_dir)  # what the victim had applied is consistent

@@ -20,22 +20,19 @@ from pathlib import Path
 
 import pytest
 
-from processor.client import Client, new_submit
+from processor.client import Client
 from processor.facts.topics import TopicName
 from processor.transport.base import Outbound, Record, TopicPartition, TopicSpec, Transport
 from processor.transport.kafka_session import KafkaSession
 from processor.transport.partitioner import partition_for
-from tests.apps.pipelines import expected_steps3_result
 from tests.apps.support import REPO_ROOT, wait_until
 from tests.kafka.conftest import ProcessFactory
 from tests.kafka.support import (
     FactsWatch,
     KafkaSpace,
-    assert_exactly_once,
-    assert_outcomes_once,
     assert_replay_verifies,
-    read_facts,
-    read_outcomes,
+    assert_steps3_once,
+    submit_steps3,
 )
 from tests.kafka.zombie_session import ZOMBIE_VALUE
 
@@ -67,16 +64,7 @@ def test_paused_instance_is_fenced_after_another_took_its_partitions(
     inputs: dict[str, int] = {}
 
     def submit(count: int, partitions: set[int] = everything) -> list[str]:
-        run_ids: list[str] = []
-        while len(run_ids) < count:
-            command = new_submit("steps3", {"n": len(inputs)})
-            if partition(command.run_id) not in partitions:
-                continue
-            inputs[command.run_id] = len(inputs)
-            run_ids.append(command.run_id)
-            client.send(command)
-        client.flush()
-        return run_ids
+        return submit_steps3(client, inputs, count, lambda run_id: partition(run_id) in partitions)
 
     def committed_on(partitions: set[int]) -> int:
         facts = topology.name(TopicName.FACTS)
@@ -130,13 +118,7 @@ def test_paused_instance_is_fenced_after_another_took_its_partitions(
     finally:
         client.close()
 
-    try:
-        facts = read_facts(reader, topology)
-        outcomes = read_outcomes(reader, topology)
-    finally:
-        reader.close()
-    assert_exactly_once(facts, inputs, result=expected_steps3_result)
-    assert_outcomes_once(outcomes, inputs)
+    assert_steps3_once(reader, topology, inputs)
     assert_replay_verifies(space, zombie.data_dir)
     assert_replay_verifies(space, survivor.data_dir)
 
