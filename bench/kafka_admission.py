@@ -42,20 +42,18 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from _support import command_line, percentile
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from kafka_support import (
     broker_pid,
-    command_line,
     committed_consumer,
-    cpus,
     describe_baseline,
     engine,
-    percentile,
     raw_round_trip,
+    summary_head,
     temporary_topics,
     unique_prefix,
 )
@@ -256,14 +254,8 @@ def main() -> None:
         "paced_p99_to_raw_paced": round(paced["p99_ms"] / slow["p99_ms"], 2),
     }
     say(f"ratios to the raw round trip: {ratios}")
-    restarted = broker_pid() != broker
-    if restarted:
-        say("WARNING: the broker restarted during this run; its figures are not valid")
     summary = {
-        "bench": "kafka_admission",
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "cpus": cpus(),
-        "broker_restarted": restarted,
+        **summary_head("kafka_admission", broker, say),
         "burst": {k: round(v, 2) if isinstance(v, float) else v for k, v in burst.items()},
         "paced": {k: round(v, 2) if isinstance(v, float) else v for k, v in paced.items()},
         "baseline": {k: round(base[k], 2) for k in ("records_per_s", "p50_ms", "p95_ms", "p99_ms")},

@@ -36,18 +36,17 @@ import shutil
 import statistics
 import sys
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from _support import command_line
 from kafka_support import (
     broker_pid,
-    command_line,
-    cpus,
     describe_baseline,
     engine,
     measure_runs,
     raw_round_trip,
+    summary_head,
     temporary_topics,
     unique_prefix,
 )
@@ -105,14 +104,8 @@ def main() -> None:
         f"trips); p50 {result['p50_ms'] / raw_p50:.1f}x, p99 {result['p99_ms'] / raw_p99:.1f}x "
         "the raw round trip's"
     )
-    restarted = broker_pid() != broker
-    if restarted:
-        say("WARNING: the broker restarted during this run; its figures are not valid")
     summary = {
-        "bench": "kafka_lifecycle",
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "cpus": cpus(),
-        "broker_restarted": restarted,
+        **summary_head("kafka_lifecycle", broker, say),
         "responder": args.responder,
         "workers": 1,
         **{k: round(v, 3) if isinstance(v, float) else v for k, v in result.items()},

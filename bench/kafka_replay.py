@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import functools
-import hashlib
 import heapq
 import inspect
 import json
@@ -43,27 +42,25 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from _support import command_line, digest
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from kafka_support import (
     broker_pid,
-    command_line,
-    cpus,
     create_topic,
     delete_topics,
     engine,
     measure_runs,
+    summary_head,
     unique_prefix,
 )
 
 from processor.facts.topics import TopicName
 from processor.replay import replay
 from processor.settings import Settings
-from processor.store.rocks import COLUMN_FAMILIES, PartitionStore
 from processor.topology import Topology
 from processor.transport.base import TopicPartition
 from processor.transport.factory import open_transport
@@ -190,23 +187,6 @@ def replay_once(
     return report.facts, report.runs, seconds, cpu_seconds() - cpu
 
 
-def digest(root: Path) -> dict[str, str]:
-    """SHA-256 over every (key, value) of every column family of the rebuilt stores."""
-    out = {}
-    for family in COLUMN_FAMILIES:
-        h = hashlib.sha256()
-        for partition in range(PARTITIONS):
-            store = PartitionStore(root / f"p{partition:04d}", read_only=True)
-            try:
-                for key, value in store.items(family):
-                    h.update(len(key).to_bytes(4, "big") + key)
-                    h.update(len(value).to_bytes(4, "big") + value)
-            finally:
-                store.close()
-        out[family] = h.hexdigest()[:16]
-    return out
-
-
 def prepare(args: argparse.Namespace, prefix: str, root: Path, say: Any) -> int:
     """Fill ``{prefix}runs.facts`` (unless reused); return how many facts it holds."""
     topology = Topology(prefix=prefix, partitions=PARTITIONS)
@@ -264,7 +244,7 @@ def measure(args: argparse.Namespace, prefix: str, root: Path, say: Any) -> dict
                 f"{seconds:.2f}s (CPU {cpu:.2f}s)"
             )
             if target is not None:
-                digests[processes] = digest(target)
+                digests[processes] = {f: h[:16] for f, h in digest(target, PARTITIONS).items()}
                 shutil.rmtree(target, ignore_errors=True)
             if facts != count:
                 raise AssertionError(f"replayed {facts} facts, consumed {count}")
@@ -343,14 +323,8 @@ def main() -> None:
             f"{result['bare_consume_facts_per_s']:,} facts/s: ratio "
             f"{result['ratio_replay_to_bare'][processes]} (target >= 0.5)"
         )
-    restarted = broker_pid() != broker
-    if restarted:
-        say("WARNING: the broker restarted during this run; its figures are not valid")
     summary = {
-        "bench": "kafka_replay",
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "cpus": cpus(),
-        "broker_restarted": restarted,
+        **summary_head("kafka_replay", broker, say),
         "prefix": prefix if args.keep or args.reuse_prefix else None,
         "repeat": args.repeat,
         **result,

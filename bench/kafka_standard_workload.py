@@ -35,18 +35,17 @@ import shutil
 import statistics
 import sys
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from _support import command_line
 from kafka_support import (
     broker_pid,
-    command_line,
-    cpus,
     describe_baseline,
     engine,
     measure_runs,
     raw_round_trip,
+    summary_head,
     temporary_topics,
     unique_prefix,
 )
@@ -113,14 +112,8 @@ def main() -> None:
     }
     say(f"CPU ms per run (saturation): {saturated['cpu_ms_per_run']}")
     say(f"ratios to the raw round trip: {ratios}")
-    restarted = broker_pid() != broker
-    if restarted:
-        say("WARNING: the broker restarted during this run; its figures are not valid")
     summary = {
-        "bench": "kafka_standard_workload",
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "cpus": cpus(),
-        "broker_restarted": restarted,
+        **summary_head("kafka_standard_workload", broker, say),
         "saturation": rounded(saturated),
         "paced": rounded(paced),
         "baseline": {k: round(v, 2) for k, v in raw.items()},

@@ -28,9 +28,11 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from _support import cpus, order, percentile
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -50,23 +52,6 @@ SECRET = "bench-resume-secret-0123456789abcdef"
 REPO = Path(__file__).resolve().parent.parent
 BENCH = Path(__file__).resolve().parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def cpus() -> int:
-    return len(os.sched_getaffinity(0))
-
-
-def command_line(argv: list[str]) -> str:
-    """The command that produced a figure, as it can be pasted from the repo root."""
-    return "PYTHONPATH=. python " + " ".join(argv)
-
-
-def percentile(sorted_values: list[float], fraction: float) -> float:
-    """Nearest-rank percentile of a sorted list (the rule processor.demo uses)."""
-    if not sorted_values:
-        return 0.0
-    index = min(len(sorted_values) - 1, round(fraction * (len(sorted_values) - 1)))
-    return float(sorted_values[index])
 
 
 def unique_prefix(kind: str) -> str:
@@ -235,6 +220,22 @@ def broker_pid() -> int | None:
     return int(words[words.index("pid") + 1]) if "pid" in words else None
 
 
+def summary_head(bench: str, broker: int | None, say: Callable[[str], None]) -> dict[str, Any]:
+    """The first keys of a benchmark's JSON summary; warns if the broker restarted.
+
+    ``broker`` is ``broker_pid()`` taken when the measurements began.
+    """
+    restarted = broker_pid() != broker
+    if restarted:
+        say("WARNING: the broker restarted during this run; its figures are not valid")
+    return {
+        "bench": bench,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "cpus": cpus(),
+        "broker_restarted": restarted,
+    }
+
+
 def wait_for_broker(bootstrap: str, timeout_s: float = 180.0) -> Any:
     """The broker's metadata, once it answers (the shared broker may be restarting)."""
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
@@ -328,11 +329,6 @@ class OutcomeWatcher:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(10)
-
-
-def order(index: int) -> dict[str, Any]:
-    """The demo's order number ``index`` (one in five fails once in reserve_stock)."""
-    return {"order_id": f"order-{index:07d}", "amount": 10 + index % 90}
 
 
 def submit_orders(client: Client, first: int, count: int) -> dict[str, int]:

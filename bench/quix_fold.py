@@ -44,19 +44,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from _support import command_line
 from kafka_replay import PARTITIONS, build_template, replay_once, replicate
 from kafka_support import (
     BENCH,
     REPO,
     broker_pid,
-    command_line,
-    cpus,
     create_topic,
     delete_topics,
+    summary_head,
     unique_prefix,
 )
 
@@ -176,14 +175,8 @@ def main() -> None:
     }
     for mode, ratio in ratios.items():
         say(f"ours {our_rate:,.0f}/s vs quix {mode} {rates[mode]:,.0f}/s: {ratio}x (target >= 2)")
-    restarted = broker_pid() != broker
-    if restarted:
-        say("WARNING: the broker restarted during this run; its figures are not valid")
     summary = {
-        "bench": "quix_fold",
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "cpus": cpus(),
-        "broker_restarted": restarted,
+        **summary_head("quix_fold", broker, say),
         "facts": ours_runs[-1]["records"],
         "our_processes": args.processes,
         "quix_changelog": not args.no_changelog,

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import functools
-import hashlib
 import heapq
 import json
 import resource
@@ -43,12 +42,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _support import Outcomes, command_line, cpus, engine, submit
+from _support import Outcomes, command_line, cpus, digest, engine, submit
 
 from processor.client import Client
 from processor.facts.topics import TopicName
 from processor.replay import ReplayReport, replay
-from processor.store.rocks import COLUMN_FAMILIES, PartitionStore
 from processor.topology import Topology
 from processor.transport.base import Outbound, TopicPartition
 from processor.transport.embedded import EmbeddedTransport
@@ -154,23 +152,6 @@ def _cpu_with_children() -> float:
     return time.process_time() + children.ru_utime + children.ru_stime
 
 
-def digest(root: Path) -> dict[str, str]:
-    """SHA-256 over every (key, value) of every column family of the rebuilt stores."""
-    out = {}
-    for family in COLUMN_FAMILIES:
-        h = hashlib.sha256()
-        for partition in range(PARTITIONS):
-            store = PartitionStore(root / f"p{partition:04d}", read_only=True)
-            try:
-                for key, value in store.items(family):
-                    h.update(len(key).to_bytes(4, "big") + key)
-                    h.update(len(value).to_bytes(4, "big") + value)
-            finally:
-                store.close()
-        out[family] = h.hexdigest()
-    return out
-
-
 def open_log(path: Path, topology: Topology) -> tuple[EmbeddedTransport, int]:
     """The embedded log at ``path`` with the declared topics, and how many facts it holds."""
     transport = EmbeddedTransport(path, default_partitions=PARTITIONS)
@@ -241,7 +222,7 @@ def measure(
                 f"{report.runs:,} runs in {report.seconds:.2f}s (CPU {cpu:.2f}s)"
             )
             if target is not None:
-                digests[mode] = digest(target)
+                digests[mode] = digest(target, PARTITIONS)
     if args.profile:
         profiler = cProfile.Profile()
         profiler.enable()
