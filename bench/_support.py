@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -27,6 +28,7 @@ from processor.facts.codec import codec
 from processor.facts.models import RunOutcome
 from processor.facts.topics import TopicName
 from processor.host import Deployment, Host
+from processor.restore_parallel import BATCH_FACTS
 from processor.settings import Settings
 from processor.store.rocks import COLUMN_FAMILIES, PartitionStore, store_path
 from processor.transport.base import Reader, TopicPartition
@@ -190,3 +192,61 @@ def digest(root: Path, partitions: int) -> dict[str, str]:
                 store.close()
         out[family] = h.hexdigest()
     return out
+
+
+def store_floor(reader: Reader, topic: str, partitions: int, root: Path) -> tuple[int, float]:
+    """What any replay must do at least with this store: read every fact and write its
+    two per-fact rows (history and fact key), nothing else. Closes ``reader``.
+
+    Serial, into fresh stores under ``root`` (removed after), through the product's
+    ``StoreBatch.put_facts`` and ``PartitionStore.write``, one WriteBatch per read
+    batch as catch-up writes. The run id, seq and fact key come from the fact's first
+    three Avro fields, read without decoding the rest; the fold and the runs rows
+    are left out. So its rate over the raw read is the most a replay in one process
+    could reach with this store layout, whatever its decode and fold cost.
+    Returns (facts, wall seconds).
+    """
+    shutil.rmtree(root, ignore_errors=True)
+    started = time.perf_counter()
+    count = 0
+    for partition in range(partitions):
+        store = PartitionStore(store_path(root, partition))
+        try:
+            tp = TopicPartition(topic, partition)
+            for values, next_offset in reader.read_values(tp, 0, batch_size=BATCH_FACTS):
+                batch = store.batch()
+                batch.put_facts(_fact_row(value) for value in values if value is not None)
+                batch.set_facts_offset(next_offset)
+                store.write(batch)
+                count += len(values)
+        finally:
+            store.close()
+    seconds = time.perf_counter() - started
+    reader.close()
+    shutil.rmtree(root, ignore_errors=True)
+    return count, seconds
+
+
+def _fact_row(value: bytes) -> tuple[str, int, str, bytes]:
+    """(run id, seq, fact key, value): every fact's first three fields (string, long,
+    string) after the 10-byte single-object header."""
+    run_id, pos = _avro_string(value, 10)
+    seq, pos = _avro_long(value, pos)
+    fact_key, _ = _avro_string(value, pos)
+    return run_id, seq, fact_key, value
+
+
+def _avro_long(raw: bytes, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        byte = raw[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+
+
+def _avro_string(raw: bytes, pos: int) -> tuple[str, int]:
+    length, pos = _avro_long(raw, pos)
+    return raw[pos : pos + length].decode(), pos + length

@@ -18,7 +18,10 @@ Run: ``PYTHONPATH=. python bench/kafka_replay.py --bootstrap 127.0.0.1:9092
        partition's EOF event;
    (b) ``processor.replay.replay`` of every partition into fresh stores, with each
        ``--processes`` value (1: the serial loop; N > 1: partitions rebuilt by N
-       processes, if this version of replay supports it).
+       processes, if this version of replay supports it);
+   (c) the store floor (bench/_support.py ``store_floor``): the product's reader plus
+       only the two rows every fact adds to the store, no decode past the header, no
+       fold, one process: the most a one-process replay could reach with this store.
    facts/s use wall-clock time around the call; the ratio is replay / bare (medians).
 
 ``--reuse-prefix P`` reuses the runs.facts topic of an earlier ``--keep`` run.
@@ -45,7 +48,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from _support import command_line, digest
+from _support import command_line, digest, store_floor
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from kafka_support import (
@@ -222,6 +225,7 @@ def measure(args: argparse.Namespace, prefix: str, root: Path, say: Any) -> dict
     modes = [p for p in args.processes if p == 1 or supports_processes()]
     bare: list[float] = []
     bare_cpu: list[float] = []
+    floors: list[float] = []
     rates: dict[int, list[float]] = {p: [] for p in modes}
     cpu_rates: dict[int, list[float]] = {p: [] for p in modes}
     digests: dict[int, dict[str, str]] = {}
@@ -234,6 +238,10 @@ def measure(args: argparse.Namespace, prefix: str, root: Path, say: Any) -> dict
             f"(a) bare consume: {count:,} records, {size / 1e6:.0f} MB in {seconds:.2f}s "
             f"(CPU {cpu:.2f}s)"
         )
+        reader = open_transport(settings).reader()
+        floor_count, seconds = store_floor(reader, topic, PARTITIONS, root / "floor")
+        floors.append(floor_count / seconds)
+        say(f"(c) store floor (read + the two per-fact rows): {floor_count:,} in {seconds:.2f}s")
         for processes in modes:
             target = root / f"replayed-{processes}" if args.digest and index == 0 else None
             facts, runs, seconds, cpu = replay_once(settings, topology, processes, target)
@@ -267,6 +275,8 @@ def measure(args: argparse.Namespace, prefix: str, root: Path, say: Any) -> dict
         "replay_facts_per_s": {str(p): round(r) for p, r in medians.items()},
         "ratio_replay_to_bare": {str(p): round(r / bare_rate, 3) for p, r in medians.items()},
         "target_ratio": 0.5,
+        "store_floor_facts_per_s": round(statistics.median(floors)),
+        "ratio_store_floor_to_bare": round(statistics.median(floors) / bare_rate, 3),
         "bare_consume_facts_per_cpu_s": round(bare_cpu_rate),
         "replay_facts_per_cpu_s": {str(p): round(r) for p, r in cpu_medians.items()},
         "cpu_ratio_replay_to_bare": {
@@ -323,6 +333,10 @@ def main() -> None:
             f"{result['bare_consume_facts_per_s']:,} facts/s: ratio "
             f"{result['ratio_replay_to_bare'][processes]} (target >= 0.5)"
         )
+    say(
+        f"store floor {result['store_floor_facts_per_s']:,} facts/s: ratio "
+        f"{result['ratio_store_floor_to_bare']} (the most one process could reach)"
+    )
     summary = {
         **summary_head("kafka_replay", broker, say),
         "prefix": prefix if args.keep or args.reuse_prefix else None,

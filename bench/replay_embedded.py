@@ -16,7 +16,10 @@ Run: ``PYTHONPATH=. python bench/replay_embedded.py [--facts 1000000] [--data-di
    ``transport.reader().read_values()`` (the leanest read of the log), touching each
    one; (b) ``processor.replay.replay`` into fresh stores, once per ``--processes``
    mode (1: serial; auto: replay's default, one process per CPU for a replay this
-   big). Prints facts/s of each and the ratios (b)/(a) (target >= 0.5).
+   big); (c) the store floor: the read plus only the two rows every fact adds to the
+   store (history, fact key), no decode past the header, no fold, one process:
+   the most any replay in one process could reach with this store layout. Prints
+   facts/s of each and the ratios (b)/(a) (target >= 0.5) and (c)/(a).
 
 ``--repeat N`` alternates (a) and (b) N times and reports medians. ``--profile FILE``
 writes cProfile stats of one extra replay. ``--digest`` prints a SHA-256 of every
@@ -42,7 +45,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _support import Outcomes, command_line, cpus, digest, engine, submit
+from _support import Outcomes, command_line, cpus, digest, engine, store_floor, submit
 
 from processor.client import Client
 from processor.facts.topics import TopicName
@@ -194,7 +197,7 @@ def measure(
     """Alternate (a) and (b) in each mode ``--repeat`` times; medians, ratios, digests."""
     topology = Topology(partitions=PARTITIONS)
     topic = topology.name(TopicName.FACTS)
-    reads, cpu_reads, record_reads = [], [], []
+    reads, cpu_reads, record_reads, floors = [], [], [], []
     rates: dict[str, list[float]] = {mode: [] for mode in args.processes}
     cpu_rates: dict[str, list[float]] = {mode: [] for mode in args.processes}
     used: dict[str, int] = {}
@@ -211,6 +214,9 @@ def measure(
         count, _, seconds, _ = raw_read(transport, topic, records=True)
         record_reads.append(count / seconds)
         say(f"(a') read with Records: {count:,} records in {seconds:.2f}s")
+        count, seconds = store_floor(transport.reader(), topic, PARTITIONS, root / "floor")
+        floors.append(count / seconds)
+        say(f"(c) store floor (read + the two per-fact rows): {count:,} facts in {seconds:.2f}s")
         for mode in args.processes:
             target = root / f"replayed-{mode}" if args.digest and index == 0 else None
             report, cpu = replay_once(transport, topology, target, _processes(mode))
@@ -247,6 +253,8 @@ def measure(
             mode: round(rate / statistics.median(record_reads), 3)
             for mode, rate in replay_rates.items()
         },
+        "store_floor_facts_per_s": round(statistics.median(floors)),
+        "ratio_store_floor_to_raw_read": round(statistics.median(floors) / read_rate, 3),
         "raw_read_samples": [round(r) for r in reads],
         "replay_samples": {mode: [round(r) for r in samples] for mode, samples in rates.items()},
         # The machine is shared and noisy: facts per CPU-second is steadier.
@@ -302,6 +310,10 @@ def main() -> None:
             f"raw read {result['raw_read_facts_per_s']:,} facts/s, replay (processes={mode}) "
             f"{rate:,} facts/s: ratio {result['ratio_replay_to_raw_read'][mode]} (target >= 0.5)"
         )
+    say(
+        f"store floor {result['store_floor_facts_per_s']:,} facts/s: ratio "
+        f"{result['ratio_store_floor_to_raw_read']} (the most one process could reach)"
+    )
     summary = {
         "bench": "replay_embedded",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
