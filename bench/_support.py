@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from processor.client import Client, new_submit
-from processor.facts.codec import codec
+from processor.facts.codec import codec, decode_fact
 from processor.facts.models import RunOutcome
 from processor.facts.topics import TopicName
 from processor.host import Deployment, Host
@@ -214,6 +214,7 @@ def store_floor(reader: Reader, topic: str, partitions: int, root: Path) -> tupl
         try:
             tp = TopicPartition(topic, partition)
             for values, next_offset in reader.read_values(tp, 0, batch_size=BATCH_FACTS):
+                _check_header_read(values)
                 batch = store.batch()
                 batch.put_facts(_fact_row(value) for value in values if value is not None)
                 batch.set_facts_offset(next_offset)
@@ -225,6 +226,16 @@ def store_floor(reader: Reader, topic: str, partitions: int, root: Path) -> tupl
     reader.close()
     shutil.rmtree(root, ignore_errors=True)
     return count, seconds
+
+
+def _check_header_read(values: Sequence[bytes | None]) -> None:
+    """Insist ``_fact_row`` reads what the codec decodes, on a batch's first fact."""
+    first = next((value for value in values if value is not None), None)
+    if first is None:
+        return
+    fact = decode_fact(first)
+    if _fact_row(first)[:3] != (fact.run_id, fact.seq, fact.fact_key):
+        raise AssertionError(f"header read {_fact_row(first)[:3]} != decoded {fact!r}")
 
 
 def _fact_row(value: bytes) -> tuple[str, int, str, bytes]:
