@@ -320,6 +320,7 @@ def replay(
         target_dir=target,
         progress_total=progress,
         processes=processes,
+        native_fold=deployment.settings.native_fold,
     )
     for bar in bars:
         bar.close()

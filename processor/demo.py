@@ -112,7 +112,13 @@ def run_demo(
             responding.join(10)
     if host.errors:
         raise host.errors[0]
-    report = replay(deployment.transport, deployment.topology, settings.state_dir, verify=True)
+    report = replay(
+        deployment.transport,
+        deployment.topology,
+        settings.state_dir,
+        verify=True,
+        native_fold=settings.native_fold,
+    )
     shutil.rmtree(scratch, ignore_errors=True)
     latencies = sorted(o.finished_ms - o.submitted_ms for o in outcomes)
     return DemoReport(

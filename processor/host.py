@@ -96,6 +96,7 @@ class Host:
                 timer_interval_ms=settings.timer_interval_ms,
                 resume_secret=secret,
                 parallel_restore_min_facts=settings.parallel_restore_min_facts,
+                native_fold=settings.native_fold,
             )
             self.loop = ProcessorLoop(
                 self.deployment.transport, self.app, self.deployment.topology, config, self.clock

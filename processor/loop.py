@@ -92,6 +92,8 @@ class LoopConfig:
     stable_wait_s: float = 120.0  # at least the transaction timeout plus the abort sweep
     # A restore of this many facts or more, of several partitions, runs in processes.
     parallel_restore_min_facts: int = PARALLEL_MIN_FACTS
+    # Restore folds with the compiled fold when it is installed (store/native_fold.py).
+    native_fold: bool = True
 
 
 @dataclass
@@ -211,7 +213,8 @@ class ProcessorLoop:
                 logger.info(
                     "partition %d: no store, rebuilding from runs.facts offset 0", partition
                 )
-            catch_up(store, self._reader, TopicPartition(self._facts_topic, partition))
+            facts = TopicPartition(self._facts_topic, partition)
+            catch_up(store, self._reader, facts, native=self._config.native_fold)
             self._stagings[partition] = Staging(store)
 
     def _restore_in_processes(self, partitions: Sequence[int]) -> None:
@@ -246,6 +249,7 @@ class ProcessorLoop:
             self._config.state_dir,
             ends,
             processes=workers,
+            native=self._config.native_fold,
         )
         for partition, count in sorted(folded.items()):
             logger.info(

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from processor.facts.topics import TopicName
 from processor.restore_parallel import catch_up_partitions, worker_count
+from processor.store.native_fold import native_fold_available
 from processor.store.rocks import COLUMN_FAMILIES, PartitionStore, open_existing, store_path
 from processor.topology import Topology
 from processor.transport.base import Reader, TopicPartition, Transport
@@ -35,6 +36,7 @@ class ReplayReport:
     runs: int = 0
     seconds: float = 0.0
     processes: int = 1  # processes that rebuilt the partitions
+    compiled_fold: bool = False  # folded with processor_native (store/native_fold.py)
     verified: bool | None = None
     differences: list[str] = field(default_factory=list)
 
@@ -48,6 +50,7 @@ class ReplayReport:
             "runs": self.runs,
             "seconds": round(self.seconds, 3),
             "processes": self.processes,
+            "compiled_fold": self.compiled_fold,
             "facts_per_s": round(self.facts_per_s, 1),
             "verified": self.verified,
             "differences": self.differences[:20],
@@ -63,6 +66,7 @@ def replay(
     target_dir: Path | None = None,
     progress_total: Callable[[int], Progress] | None = None,
     processes: int | None = None,
+    native_fold: bool = True,
 ) -> ReplayReport:
     """Fold runs.facts of every partition into fresh stores under ``target_dir``.
 
@@ -72,9 +76,10 @@ def replay(
     in a process of its own (progress then advances a partition at a time); a
     transport that cannot be sent to another process is rebuilt here, in turn.
     ``None`` picks: one per CPU for ``PARALLEL_MIN_FACTS`` facts or more, else 1
-    (``restore_parallel.worker_count``).
+    (``restore_parallel.worker_count``). ``native_fold``: fold with the compiled
+    fold when it is installed (``store/native_fold.py``).
     """
-    report = ReplayReport()
+    report = ReplayReport(compiled_fold=native_fold and native_fold_available())
     facts_topic = topology.name(TopicName.FACTS)
     reader = transport.reader()
     scratch = target_dir is None
@@ -95,7 +100,14 @@ def replay(
         started = time.perf_counter()
         workers = worker_count(processes, sum(ends.values()), len(ends))
         folded, report.processes = catch_up_partitions(
-            transport, reader, facts_topic, root, ends, processes=workers, advance=advance
+            transport,
+            reader,
+            facts_topic,
+            root,
+            ends,
+            processes=workers,
+            advance=advance,
+            native=native_fold,
         )
         report.facts = sum(folded.values())
         for partition in folded:

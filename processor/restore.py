@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from processor.facts.codec import decode_facts
 from processor.gc_pause import gc_paused
+from processor.store.native_fold import NativeFold, native_fold_available
 from processor.store.rocks import PartitionStore
 from processor.store.staging import Staging
 from processor.transport.base import Reader, TopicPartition
@@ -24,25 +25,37 @@ def catch_up(
     end: int | None = None,
     batch_size: int = 10_000,
     progress: Callable[[int], None] | None = None,
+    native: bool = True,
 ) -> int:
     """Fold every committed fact after the store's offset into it; return the count.
 
     Each read batch is written in one WriteBatch with the offset after its last
-    fact, so a crash mid-way resumes where the last batch ended.
+    fact, so a crash mid-way resumes where the last batch ended. With ``native``
+    (and the extension installed), batches are folded by the compiled fold
+    (``store/native_fold.py``), any batch it declines by the Python reducers.
     """
     start = store.facts_offset()
     if end is not None and start >= end:
         return 0
     # The only writer of ``store`` while catching up: carry each batch's runs to the next.
     staging = Staging(store, carry=True)
+    compiled = NativeFold(store) if native and native_fold_available() else None
     applied = 0
     for values, next_offset in reader.read_values(facts, start, end, batch_size=batch_size):
         with gc_paused():
-            # Decode the whole batch first (a bad fact raises before anything is staged:
-            # nothing of this batch is written), then fold it in one go.
             present = [value for value in values if value is not None]
-            staging.fold_read(list(zip(decode_facts(present), present, strict=True)))
-            staging.flush(next_offset)
+            batch = store.batch()
+            if compiled is not None and compiled.fold(present, batch):
+                batch.set_facts_offset(next_offset)
+                store.write(batch)
+                staging.discard()  # its carried runs are stale now
+            else:
+                if compiled is not None:
+                    compiled.reset()  # Python writes this batch: the kernel's runs go stale
+                # Decode the whole batch first (a bad fact raises before anything is
+                # staged: nothing of this batch is written), then fold it in one go.
+                staging.fold_read(list(zip(decode_facts(present), present, strict=True)))
+                staging.flush(next_offset)
         applied += len(values)
         if progress is not None:
             progress(len(values))

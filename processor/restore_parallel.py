@@ -63,18 +63,22 @@ def catch_up_partitions(
     *,
     processes: int,
     advance: Progress | None = None,
+    native: bool = True,
 ) -> tuple[dict[int, int], int]:
     """Catch the store of each partition under ``root`` up to its end offset.
 
     Returns the facts folded per partition and the number of processes used. With
     one process (or a transport that cannot be sent to another process) ``reader``
     catches the partitions up here, in turn; otherwise a pool does, and progress
-    advances a partition at a time.
+    advances a partition at a time. ``native``: fold with the compiled fold if it is
+    installed (``restore.catch_up``).
     """
     shipped = _shippable(transport) if processes > 1 and len(ends) > 1 else None
     if shipped is None:
         serial = {
-            partition: _catch_up(reader, facts_topic, root, partition, end, advance=advance)
+            partition: _catch_up(
+                reader, facts_topic, root, partition, end, advance=advance, native=native
+            )
             for partition, end in ends.items()
         }
         return serial, 1
@@ -82,7 +86,9 @@ def catch_up_partitions(
     context = multiprocessing.get_context("spawn")  # no client threads inherited by a fork
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         futures = {
-            partition: pool.submit(_catch_up_in_process, shipped, facts_topic, root, partition, end)
+            partition: pool.submit(
+                _catch_up_in_process, shipped, facts_topic, root, partition, end, native=native
+            )
             for partition, end in ends.items()
         }
         folded = {}
@@ -101,6 +107,7 @@ def _catch_up(
     end: int,
     *,
     advance: Progress | None = None,
+    native: bool = True,
 ) -> int:
     store = PartitionStore(store_path(root, partition))
     try:
@@ -111,19 +118,20 @@ def _catch_up(
             end=end,
             batch_size=BATCH_FACTS,
             progress=advance,
+            native=native,
         )
     finally:
         store.close()
 
 
 def _catch_up_in_process(
-    shipped: bytes, facts_topic: str, root: Path, partition: int, end: int
+    shipped: bytes, facts_topic: str, root: Path, partition: int, end: int, *, native: bool
 ) -> int:
     """``_catch_up`` in a pool process, with a reader of its own."""
     transport: Transport = pickle.loads(shipped)
     reader = transport.reader()
     try:
-        return _catch_up(reader, facts_topic, root, partition, end)
+        return _catch_up(reader, facts_topic, root, partition, end, native=native)
     finally:
         reader.close()
 

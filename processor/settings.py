@@ -41,6 +41,11 @@ class Settings(BaseSettings):
         description="A restore on assignment of this many facts or more, over several "
         "partitions, runs in one process per CPU",
     )
+    native_fold: bool = Field(
+        default=True,
+        description="Restore and replay fold facts with the compiled fold (processor_native) "
+        "when it is installed; false: always with the Python reducers",
+    )
     durable_fsync: bool = Field(default=False, description="fsync every embedded-log commit")
     resume_secret: SecretStr | None = Field(
         default=None,

@@ -118,6 +118,14 @@ class PartitionStore:
         validate = RunState.model_validate_json
         return [None if raw is None else validate(raw) for raw in found]
 
+    def raw_runs(self, run_ids: list[str]) -> list[bytes | None]:
+        """The stored JSON of each run (None if absent), in order: one multi-get."""
+        if not run_ids:
+            return []
+        found = self._cf["runs"].get([keys.run_key(run_id) for run_id in run_ids])
+        assert found is not None  # a multi-get answers a list, None per missing key
+        return list(found)
+
     def has_fact_key(self, run_id: str, fact_key: str) -> bool:
         return self._cf["fact_keys"].get(keys.fact_key_key(run_id, fact_key)) is not None
 
@@ -250,6 +258,17 @@ class StoreBatch:
     def put_staged_facts(self, staged: Iterable[tuple[FactHeader, bytes]]) -> None:
         """``put_facts`` of each (fact, encoded bytes): the same rows."""
         self.put_facts((fact.run_id, fact.seq, fact.fact_key, encoded) for fact, encoded in staged)
+
+    def put_rows(self, family: str, keys: Sequence[bytes], values: Sequence[bytes]) -> None:
+        """Put each (key, value) of two parallel sequences in one column family."""
+        put, handle = self.raw.put, self._h[family]
+        for key, value in zip(keys, values, strict=True):
+            put(key, value, handle)
+
+    def delete_rows(self, family: str, keys: Iterable[bytes]) -> None:
+        delete, handle = self.raw.delete, self._h[family]
+        for key in keys:
+            delete(key, handle)
 
     def put_due(self, entry: DueEntry) -> None:
         self.raw.put(keys.due_key(entry), b"", self._h["due"])

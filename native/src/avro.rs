@@ -1,0 +1,188 @@
+//! Avro binary decoding of the fact schemas: records of primitive fields, optional
+//! (null-union) fields and arrays of ints. Anything else is not handled here, and a
+//! value that does not decode exactly (truncated, trailing bytes, bad UTF-8) is an
+//! error: the caller then leaves the batch to the Python codec, which decides.
+
+use serde_json::Value as Json;
+
+#[derive(Clone, Debug)]
+pub enum FieldType {
+    Str,
+    Long,
+    Bytes,
+    Bool,
+    Longs,
+    /// A union of null and one type; the index of the null branch.
+    Optional(Box<FieldType>, u64),
+}
+
+/// A decoded field; strings and bytes borrow from the encoded value.
+#[derive(Clone, Debug)]
+pub enum Value<'a> {
+    Null,
+    Str(&'a str),
+    Long(i64),
+    Bytes(&'a [u8]),
+    Bool(bool),
+    Longs(Vec<i64>),
+}
+
+#[derive(Clone, Debug)]
+pub struct RecordSchema {
+    /// The record's name without its namespace.
+    pub name: String,
+    pub fields: Vec<(String, FieldType)>,
+}
+
+pub type Error = String;
+
+impl RecordSchema {
+    /// The schema of a declared record (its ``.avsc`` JSON), if every field is handled here.
+    pub fn parse(declared: &Json) -> Result<RecordSchema, Error> {
+        if declared.get("type").and_then(Json::as_str) != Some("record") {
+            return Err("not a record".into());
+        }
+        let full_name = declared.get("name").and_then(Json::as_str).ok_or("record without a name")?;
+        let name = full_name.rsplit('.').next().unwrap_or(full_name).to_string();
+        let mut fields = Vec::new();
+        for field in declared.get("fields").and_then(Json::as_array).ok_or("no fields")? {
+            let field_name = field.get("name").and_then(Json::as_str).ok_or("unnamed field")?;
+            let field_type = parse_type(field.get("type").ok_or("field without a type")?)?;
+            fields.push((field_name.to_string(), field_type));
+        }
+        Ok(RecordSchema { name, fields })
+    }
+
+    /// Decode the record body ``raw[start..]``; all of it, nothing more.
+    pub fn decode<'a>(&self, raw: &'a [u8], start: usize) -> Result<Vec<Value<'a>>, Error> {
+        let mut input = Input { raw, pos: start };
+        let mut values = Vec::with_capacity(self.fields.len());
+        for (_, field_type) in &self.fields {
+            values.push(input.value(field_type)?);
+        }
+        if input.pos != raw.len() {
+            return Err("trailing bytes after the Avro body".into());
+        }
+        Ok(values)
+    }
+}
+
+fn parse_type(declared: &Json) -> Result<FieldType, Error> {
+    match declared {
+        Json::String(name) => match name.as_str() {
+            "string" => Ok(FieldType::Str),
+            "long" | "int" => Ok(FieldType::Long),
+            "bytes" => Ok(FieldType::Bytes),
+            "boolean" => Ok(FieldType::Bool),
+            other => Err(format!("type {other} not handled")),
+        },
+        Json::Array(branches) if branches.len() == 2 => {
+            let null_index = branches
+                .iter()
+                .position(|b| b.as_str() == Some("null"))
+                .ok_or("a union without null")?;
+            let other = parse_type(&branches[1 - null_index])?;
+            if matches!(other, FieldType::Optional(..)) {
+                return Err("nested union".into());
+            }
+            Ok(FieldType::Optional(Box::new(other), null_index as u64))
+        }
+        Json::Object(spec) => match spec.get("type").and_then(Json::as_str) {
+            Some("array") => match spec.get("items").and_then(Json::as_str) {
+                Some("int") | Some("long") => Ok(FieldType::Longs),
+                _ => Err("array items not handled".into()),
+            },
+            Some(simple @ ("string" | "long" | "int" | "bytes" | "boolean")) => {
+                if spec.contains_key("logicalType") {
+                    return Err("logical type not handled".into());
+                }
+                parse_type(&Json::String(simple.to_string()))
+            }
+            _ => Err("complex type not handled".into()),
+        },
+        _ => Err("type not handled".into()),
+    }
+}
+
+struct Input<'a> {
+    raw: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Input<'a> {
+    fn value(&mut self, field_type: &FieldType) -> Result<Value<'a>, Error> {
+        Ok(match field_type {
+            FieldType::Str => Value::Str(self.string()?),
+            FieldType::Long => Value::Long(self.long()?),
+            FieldType::Bytes => Value::Bytes(self.bytes()?),
+            FieldType::Bool => match self.byte()? {
+                0 => Value::Bool(false),
+                1 => Value::Bool(true),
+                _ => return Err("boolean byte not 0 or 1".into()),
+            },
+            FieldType::Longs => {
+                let mut items = Vec::new();
+                loop {
+                    let count = self.long()?;
+                    if count == 0 {
+                        break;
+                    }
+                    if count < 0 {
+                        self.long()?; // a negative count is followed by the block's size
+                    }
+                    for _ in 0..count.unsigned_abs() {
+                        items.push(self.long()?);
+                    }
+                }
+                Value::Longs(items)
+            }
+            FieldType::Optional(inner, null_index) => {
+                let branch = self.long()?;
+                if branch < 0 || branch > 1 {
+                    return Err("union branch out of range".into());
+                }
+                if branch as u64 == *null_index {
+                    Value::Null
+                } else {
+                    self.value(inner)?
+                }
+            }
+        })
+    }
+
+    fn byte(&mut self) -> Result<u8, Error> {
+        let byte = *self.raw.get(self.pos).ok_or("truncated")?;
+        self.pos += 1;
+        Ok(byte)
+    }
+
+    fn long(&mut self) -> Result<i64, Error> {
+        let mut result: u64 = 0;
+        let mut shift = 0;
+        loop {
+            let byte = self.byte()?;
+            if shift >= 64 {
+                return Err("varint too long".into());
+            }
+            result |= u64::from(byte & 0x7f) << shift;
+            if byte < 0x80 {
+                return Ok((result >> 1) as i64 ^ -((result & 1) as i64));
+            }
+            shift += 7;
+        }
+    }
+
+    fn bytes(&mut self) -> Result<&'a [u8], Error> {
+        let length = self.long()?;
+        let length = usize::try_from(length).map_err(|_| "negative length")?;
+        let end = self.pos.checked_add(length).ok_or("length overflow")?;
+        let slice = self.raw.get(self.pos..end).ok_or("truncated")?;
+        self.pos = end;
+        Ok(slice)
+    }
+
+    fn string(&mut self) -> Result<&'a str, Error> {
+        let bytes = self.bytes()?;
+        std::str::from_utf8(bytes).map_err(|_| "string not UTF-8".into())
+    }
+}

@@ -1,0 +1,209 @@
+//! ``processor_native``: the replay fold compiled. ``Kernel.fold_batch`` turns a batch
+//! of encoded facts into the rows ``Staging.fold_read`` + ``flush`` would write, or
+//! raises ``ValueError`` for anything it does not handle exactly (the caller then
+//! folds that batch in Python, the reference).
+
+mod avro;
+mod reduce;
+mod rows;
+mod state;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
+
+use avro::RecordSchema;
+use reduce::{Fact, Schemas, FOLDED, HEADER};
+use state::RunState;
+
+const MAGIC: [u8; 2] = [0xC3, 0x01];
+const HEADER_LEN: usize = 10;
+
+/// The rows of one batch, by column family; history values are the facts' own bytes,
+/// in the order given.
+#[pyclass(frozen, get_all)]
+struct BatchRows {
+    history_keys: Py<PyList>,
+    fact_key_keys: Py<PyList>,
+    fact_key_values: Py<PyList>,
+    run_keys: Py<PyList>,
+    run_values: Py<PyList>,
+    due_puts: Py<PyList>,
+    due_deletes: Py<PyList>,
+    claim_keys: Py<PyList>,
+    claim_values: Py<PyList>,
+}
+
+#[derive(Default)]
+struct Rows {
+    history_keys: Vec<Vec<u8>>,
+    fact_key_keys: Vec<Vec<u8>>,
+    fact_key_values: Vec<[u8; 8]>,
+    run_keys: Vec<Vec<u8>>,
+    run_values: Vec<Vec<u8>>,
+    due_puts: Vec<Vec<u8>>,
+    due_deletes: Vec<Vec<u8>>,
+    claim_keys: Vec<Vec<u8>>,
+    claim_values: Vec<Vec<u8>>,
+}
+
+/// Folds batches of one partition's facts, in log order, carrying the runs of each
+/// batch to the next (as ``Staging(carry=True)`` does).
+#[pyclass]
+struct Kernel {
+    schemas: Schemas,
+    carried: HashMap<String, RunState>,
+}
+
+#[pymethods]
+impl Kernel {
+    /// ``schemas``: (8-byte fingerprint, declared schema JSON) of each current fact schema.
+    #[new]
+    fn new(schemas: Vec<(Vec<u8>, String)>) -> PyResult<Self> {
+        let mut parsed = Schemas::new();
+        for (fingerprint, declared) in schemas {
+            let fingerprint: [u8; 8] = fingerprint
+                .try_into()
+                .map_err(|_| PyValueError::new_err("a fingerprint has 8 bytes"))?;
+            let json: serde_json::Value = serde_json::from_str(&declared)
+                .map_err(|e| PyValueError::new_err(e.to_string()))?;
+            let schema = RecordSchema::parse(&json).map_err(PyValueError::new_err)?;
+            if !FOLDED.contains(&schema.name.as_str()) {
+                return Err(PyValueError::new_err(format!("{} is not folded here", schema.name)));
+            }
+            let names = schema.fields.iter().map(|(name, _)| name.as_str());
+            if !names.take(HEADER.len()).eq(HEADER) {
+                return Err(PyValueError::new_err(format!("{} lacks the fact header", schema.name)));
+            }
+            parsed.insert(fingerprint, Arc::new(schema));
+        }
+        Ok(Kernel { schemas: parsed, carried: HashMap::new() })
+    }
+
+    /// Forget the carried runs (after a batch folded elsewhere changed the store).
+    fn reset(&mut self) {
+        self.carried.clear();
+    }
+
+    /// The rows of a batch of encoded facts. ``load(run_ids)`` answers the stored JSON
+    /// (or None) of runs not carried. Raises ValueError, and forgets the carried runs,
+    /// for any value or stored run not handled exactly here.
+    fn fold_batch(
+        &mut self,
+        py: Python<'_>,
+        values: &Bound<'_, PyList>,
+        load: &Bound<'_, PyAny>,
+    ) -> PyResult<BatchRows> {
+        let raws: Vec<Bound<'_, PyBytes>> = values
+            .iter()
+            .map(|value| value.downcast_into::<PyBytes>().map_err(PyErr::from))
+            .collect::<PyResult<_>>()?;
+        let slices: Vec<&[u8]> = raws.iter().map(|raw| raw.as_bytes()).collect();
+        let result = self.fold(py, &slices, load);
+        if result.is_err() {
+            self.carried.clear();
+        }
+        let rows = result?;
+        Ok(BatchRows {
+            history_keys: bytes_list(py, &rows.history_keys)?,
+            fact_key_keys: bytes_list(py, &rows.fact_key_keys)?,
+            fact_key_values: bytes_list(py, &rows.fact_key_values)?,
+            run_keys: bytes_list(py, &rows.run_keys)?,
+            run_values: bytes_list(py, &rows.run_values)?,
+            due_puts: bytes_list(py, &rows.due_puts)?,
+            due_deletes: bytes_list(py, &rows.due_deletes)?,
+            claim_keys: bytes_list(py, &rows.claim_keys)?,
+            claim_values: bytes_list(py, &rows.claim_values)?,
+        })
+    }
+}
+
+impl Kernel {
+    fn decode<'a>(&self, raw: &'a [u8]) -> Result<Fact<'a>, String> {
+        if raw.len() < HEADER_LEN || raw[..2] != MAGIC {
+            return Err("not an Avro single-object value".into());
+        }
+        let fingerprint: [u8; 8] = raw[2..HEADER_LEN].try_into().map_err(|_| "header")?;
+        let schema = self.schemas.get(&fingerprint).ok_or("fingerprint not folded here")?;
+        let values = schema.decode(raw, HEADER_LEN)?;
+        Fact::new(Arc::clone(schema), values)
+    }
+
+    fn fold(&mut self, py: Python<'_>, values: &[&[u8]], load: &Bound<'_, PyAny>) -> PyResult<Rows> {
+        let invalid = |e: String| PyValueError::new_err(e);
+        // Decode everything first: a value not handled here stages nothing.
+        let facts = values.iter().map(|raw| self.decode(raw)).collect::<Result<Vec<_>, _>>();
+        let facts = facts.map_err(invalid)?;
+        let mut by_run: IndexMap<&str, Vec<&Fact>> = IndexMap::new();
+        for fact in &facts {
+            by_run.entry(fact.run_id).or_default().push(fact);
+        }
+        let missing: Vec<&str> =
+            by_run.keys().copied().filter(|run_id| !self.carried.contains_key(*run_id)).collect();
+        let mut stored: HashMap<&str, Option<RunState>> = HashMap::new();
+        if !missing.is_empty() {
+            let answered: Vec<Option<Vec<u8>>> = load.call1((missing.clone(),))?.extract()?;
+            if answered.len() != missing.len() {
+                return Err(invalid("load answered a different number of runs".into()));
+            }
+            for (run_id, raw) in missing.iter().zip(answered) {
+                let state = raw.map(|raw| RunState::from_json(&raw)).transpose().map_err(invalid)?;
+                stored.insert(run_id, state);
+            }
+        }
+        let mut rows = Rows::default();
+        for fact in &facts {
+            rows.history_keys.push(rows::history_key(fact.run_id, fact.seq).map_err(invalid)?);
+            rows.fact_key_keys.push(rows::fact_key_key(fact.run_id, fact.fact_key));
+            rows.fact_key_values.push(rows::u64_bytes(fact.seq).map_err(invalid)?);
+        }
+        let mut carried = HashMap::with_capacity(by_run.len());
+        for (run_id, run_facts) in &by_run {
+            let before = match self.carried.remove(*run_id) {
+                Some(state) => Some(state),
+                None => stored.remove(run_id).flatten(),
+            };
+            let was_new = before.is_none();
+            let old_due = rows::due_entries(before.as_ref());
+            let (after, changed) = reduce::fold(run_facts, before).map_err(invalid)?;
+            if let (Some(state), true) = (&after, changed) {
+                rows.run_keys.push(rows::run_key(run_id));
+                rows.run_values.push(state.to_json().map_err(invalid)?);
+                let new_due = rows::due_entries(Some(state));
+                for entry in old_due.difference(&new_due) {
+                    rows.due_deletes.push(rows::due_key(entry).map_err(invalid)?);
+                }
+                for entry in new_due.difference(&old_due) {
+                    rows.due_puts.push(rows::due_key(entry).map_err(invalid)?);
+                }
+                if let (Some(key), true) = (&state.idempotency_key, was_new) {
+                    rows.claim_keys.push(rows::run_key(key));
+                    let fingerprint = state.fingerprint.as_deref();
+                    rows.claim_values.push(rows::claim_value(&state.run_id, fingerprint));
+                }
+            }
+            if let Some(state) = after {
+                carried.insert(run_id.to_string(), state);
+            }
+        }
+        self.carried = carried;
+        let _ = py;
+        Ok(rows)
+    }
+}
+
+fn bytes_list<T: AsRef<[u8]>>(py: Python<'_>, items: &[T]) -> PyResult<Py<PyList>> {
+    let list = PyList::new(py, items.iter().map(|item| PyBytes::new(py, item.as_ref())))?;
+    Ok(list.unbind())
+}
+
+#[pymodule]
+fn processor_native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_class::<Kernel>()?;
+    module.add_class::<BatchRows>()?;
+    Ok(())
+}

@@ -1,0 +1,450 @@
+//! The fold of ``processor/model/reduce.py``, fact type by fact type. The Python
+//! reducers are the reference: tests fold the same facts both ways and compare
+//! every row.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+
+use crate::avro::{RecordSchema, Value};
+use crate::state::{Interaction, RecordedResolution, RunState, UnknownAttempt, B64};
+
+pub type Error = String;
+
+/// One decoded fact: its header, its type and every field by name.
+pub struct Fact<'a> {
+    pub run_id: &'a str,
+    pub seq: i64,
+    pub fact_key: &'a str,
+    pub time_ms: i64,
+    pub cause_id: &'a str,
+    pub schema: Arc<RecordSchema>,
+    pub values: Vec<Value<'a>>,
+}
+
+/// Every fact schema begins with these fields, in this order (``FactHeader``).
+pub const HEADER: [&str; 5] = ["run_id", "seq", "fact_key", "time_ms", "cause_id"];
+
+impl<'a> Fact<'a> {
+    /// The fact of a decoded record whose schema begins with ``HEADER``.
+    pub fn new(schema: Arc<RecordSchema>, mut values: Vec<Value<'a>>) -> Result<Fact<'a>, Error> {
+        let mut header = values.drain(..HEADER.len());
+        let (Some(Value::Str(run_id)), Some(Value::Long(seq)), Some(Value::Str(fact_key))) =
+            (header.next(), header.next(), header.next())
+        else {
+            return Err("a fact header is run_id, seq, fact_key".into());
+        };
+        let (Some(Value::Long(time_ms)), Some(Value::Str(cause_id))) = (header.next(), header.next())
+        else {
+            return Err("a fact header goes on with time_ms, cause_id".into());
+        };
+        drop(header);
+        Ok(Fact { run_id, seq, fact_key, time_ms, cause_id, schema, values })
+    }
+
+    fn get(&self, name: &str) -> Result<&Value<'a>, Error> {
+        self.schema.fields[HEADER.len()..]
+            .iter()
+            .position(|(field, _)| field == name)
+            .map(|index| &self.values[index])
+            .ok_or_else(|| format!("{} has no field {name}", self.schema.name))
+    }
+
+    fn string(&self, name: &str) -> Result<String, Error> {
+        match self.get(name)? {
+            Value::Str(text) => Ok((*text).to_string()),
+            _ => Err(format!("{name} is not a string")),
+        }
+    }
+
+    fn opt_string(&self, name: &str) -> Result<Option<String>, Error> {
+        match self.get(name)? {
+            Value::Null => Ok(None),
+            Value::Str(text) => Ok(Some((*text).to_string())),
+            _ => Err(format!("{name} is not an optional string")),
+        }
+    }
+
+    fn long(&self, name: &str) -> Result<i64, Error> {
+        match self.get(name)? {
+            Value::Long(number) => Ok(*number),
+            _ => Err(format!("{name} is not a number")),
+        }
+    }
+
+    fn opt_long(&self, name: &str) -> Result<Option<i64>, Error> {
+        match self.get(name)? {
+            Value::Null => Ok(None),
+            Value::Long(number) => Ok(Some(*number)),
+            _ => Err(format!("{name} is not an optional number")),
+        }
+    }
+
+    fn bytes(&self, name: &str) -> Result<B64, Error> {
+        match self.get(name)? {
+            Value::Bytes(bytes) => Ok(B64(bytes.to_vec())),
+            _ => Err(format!("{name} is not bytes")),
+        }
+    }
+
+    fn boolean(&self, name: &str) -> Result<bool, Error> {
+        match self.get(name)? {
+            Value::Bool(flag) => Ok(*flag),
+            _ => Err(format!("{name} is not a boolean")),
+        }
+    }
+
+    fn longs(&self, name: &str) -> Result<Vec<i64>, Error> {
+        match self.get(name)? {
+            Value::Longs(items) => Ok(items.clone()),
+            _ => Err(format!("{name} is not a list of numbers")),
+        }
+    }
+
+    fn kind(&self) -> &str {
+        &self.schema.name
+    }
+}
+
+/// The fact types folded here: every other type is left to Python.
+pub const FOLDED: [&str; 25] = [
+    "RunSubmitted",
+    "SegmentAttemptStarted",
+    "StepCompleted",
+    "SegmentCompleted",
+    "SegmentFailed",
+    "RetryScheduled",
+    "SegmentSuspended",
+    "BoundaryInteractionDispatched",
+    "BoundaryDispatchCompleted",
+    "BoundaryCompletionAdmitted",
+    "InteractionTimedOut",
+    "ContinuationSegmentCreated",
+    "TerminalPublicationPrepared",
+    "TerminalPublicationCompleted",
+    "RunSucceeded",
+    "RunFailed",
+    "RunStopRequested",
+    "AttemptOutcomeUnknown",
+    "AttemptResolved",
+    "CompensationStarted",
+    "CompensationAttemptStarted",
+    "CompensationStepCompleted",
+    "CompensationStepSkipped",
+    "CompensationAttemptFailed",
+    "RunStopped",
+];
+
+/// ``reduce.fold``: the run after ``facts`` (in order), and whether it changed.
+pub fn fold(facts: &[&Fact], state: Option<RunState>) -> Result<(Option<RunState>, bool), Error> {
+    let mut state = state;
+    let mut changed = false;
+    for fact in facts {
+        match state.as_mut() {
+            None => {
+                state = start(fact)?;
+                changed = state.is_some();
+            }
+            Some(run) => {
+                if fact.seq <= run.version {
+                    continue; // already folded: duplicates change nothing
+                }
+                apply(fact, run)?;
+                run.version = fact.seq;
+                run.updated_ms = fact.time_ms;
+                changed = true;
+            }
+        }
+    }
+    Ok((state, changed))
+}
+
+fn start(fact: &Fact) -> Result<Option<RunState>, Error> {
+    if fact.kind() != "RunSubmitted" {
+        return Ok(None); // a run begins with its submission; anything else is orphaned
+    }
+    let input = fact.bytes("input")?;
+    Ok(Some(RunState {
+        run_id: fact.run_id.to_string(),
+        pipeline: fact.string("pipeline")?,
+        pipeline_version: fact.long("pipeline_version")?,
+        status: "running".into(),
+        version: fact.seq,
+        input: input.clone(),
+        submitted_ms: fact.long("submitted_ms")?,
+        created_ms: fact.time_ms,
+        updated_ms: fact.time_ms,
+        idempotency_key: fact.opt_string("idempotency_key")?,
+        fingerprint: fact.opt_string("fingerprint")?,
+        submit_command_id: fact.cause_id.to_string(),
+        segment: 0,
+        attempt: 0,
+        generation: 0,
+        next_step: 0,
+        step_attempts: 0,
+        last_output: input,
+        phase: "idle".into(),
+        attempt_expires_ms: None,
+        retry_due_ms: None,
+        completed_steps: Vec::new(),
+        boundary: 0,
+        boundary_step: None,
+        boundary_kind: "await".into(),
+        boundary_itemized: false,
+        boundary_items: 0,
+        boundary_on_timeout: "fail".into(),
+        boundary_dispatched: false,
+        interactions: IndexMap::new(),
+        publications: IndexMap::new(),
+        publication_key: None,
+        publication_due_ms: None,
+        result: None,
+        error: None,
+        error_type: None,
+        failed_step: None,
+        failed_attempts: 0,
+        deadline_ms: fact.opt_long("deadline_ms")?,
+        stop_reason: None,
+        stop_detail: None,
+        unknown: None,
+        step_outputs: IndexMap::new(),
+        resolutions: IndexMap::new(),
+        unwind: Vec::new(),
+        compensation_started: false,
+        compensating_step: None,
+        compensation_attempt: 0,
+        compensation_generation: 0,
+        compensation_expires_ms: None,
+        compensation_retry_due_ms: None,
+        compensated: 0,
+        skipped: 0,
+        compensation_failed: false,
+        execution: None,
+        recovery: None,
+    }))
+}
+
+/// One fact's changes, applied to the run in place (each reducer reads the run as
+/// the earlier facts left it, as the Python draft does).
+fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
+    match fact.kind() {
+        "SegmentAttemptStarted" => {
+            s.segment = fact.long("segment")?;
+            s.attempt = fact.long("attempt")?;
+            s.generation = fact.long("generation")?;
+            s.next_step = fact.long("first_step")?;
+            s.step_attempts += 1;
+            s.phase = "dispatched".into();
+            s.attempt_expires_ms = Some(fact.long("expires_ms")?);
+            s.retry_due_ms = None;
+        }
+        "StepCompleted" => {
+            let step = fact.long("step")?;
+            let output = fact.bytes("output")?;
+            s.next_step = step + 1;
+            s.step_attempts = 1;
+            s.last_output = output.clone();
+            s.completed_steps.push(step);
+            s.step_outputs.insert(step, output);
+        }
+        "SegmentCompleted" => {
+            s.phase = "idle".into();
+            s.attempt_expires_ms = None;
+            s.unknown = None;
+        }
+        "SegmentFailed" => {
+            s.phase = "idle".into();
+            s.unknown = None;
+            s.attempt_expires_ms = None;
+            s.error = Some(fact.string("error")?);
+            s.error_type = Some(fact.string("error_type")?);
+            s.failed_step = Some(fact.long("step")?);
+        }
+        "RetryScheduled" => {
+            s.phase = "retry_wait".into();
+            s.retry_due_ms = Some(fact.long("due_ms")?);
+        }
+        "SegmentSuspended" => {
+            let step = fact.long("step")?;
+            s.phase = "suspended".into();
+            s.unknown = None;
+            s.attempt_expires_ms = None;
+            s.next_step = step;
+            s.boundary = fact.long("boundary")?;
+            s.boundary_step = Some(step);
+            s.boundary_kind = fact.string("kind")?;
+            s.boundary_itemized = fact.boolean("itemized")?;
+            s.boundary_items = fact.long("items")?;
+            s.boundary_on_timeout = fact.string("on_timeout")?;
+            s.boundary_dispatched = false;
+        }
+        "BoundaryInteractionDispatched" => {
+            let interaction = Interaction {
+                boundary: fact.long("boundary")?,
+                item_index: fact.long("item_index")?,
+                kind: s.boundary_kind.clone(),
+                target: fact.string("target")?,
+                deadline_ms: fact.long("deadline_ms")?,
+                token_digest: fact.bytes("token_digest")?,
+                status: "open".into(),
+                outcome: None,
+                digest: None,
+                output: None,
+                error: None,
+            };
+            s.interactions.insert(fact.string("interaction")?, interaction);
+        }
+        "BoundaryDispatchCompleted" => s.boundary_dispatched = true,
+        "BoundaryCompletionAdmitted" => {
+            if let Some(current) = s.interactions.get_mut(&fact.string("interaction")?) {
+                let outcome = fact.string("outcome")?;
+                current.status = "admitted".into();
+                current.output =
+                    if outcome == "success" { Some(fact.bytes("payload")?) } else { None };
+                current.outcome = Some(outcome);
+                current.digest = Some(fact.bytes("payload_digest")?);
+                current.error = fact.opt_string("error")?;
+            }
+        }
+        "InteractionTimedOut" => {
+            if let Some(current) = s.interactions.get_mut(&fact.string("interaction")?) {
+                current.status = "timed_out".into();
+            }
+        }
+        "ContinuationSegmentCreated" => {
+            let boundary = fact.long("boundary")?;
+            for interaction in s.interactions.values_mut() {
+                if interaction.boundary == boundary {
+                    interaction.output = None;
+                }
+            }
+            s.phase = "idle".into();
+            s.segment = fact.long("segment")?;
+            s.attempt = 0;
+            s.next_step = fact.long("first_step")?;
+            s.step_attempts = 0;
+            s.last_output = fact.bytes("input")?;
+        }
+        "TerminalPublicationPrepared" => {
+            s.phase = "publishing".into();
+            s.publications.insert(fact.string("topic")?, "prepared".into());
+            s.publication_key = Some(fact.string("idempotency_key")?);
+            s.publication_due_ms = Some(fact.time_ms);
+        }
+        "TerminalPublicationCompleted" => {
+            s.publications.insert(fact.string("topic")?, "completed".into());
+        }
+        "RunSucceeded" => {
+            s.status = "succeeded".into();
+            s.execution = Some("Completed".into());
+            s.recovery = Some("NotRequired".into());
+            s.phase = "idle".into();
+            s.result = Some(fact.bytes("result")?);
+            s.error = None;
+            s.error_type = None;
+            s.failed_step = None;
+        }
+        "RunFailed" => {
+            s.status = "failed".into();
+            s.execution = Some("Failed".into());
+            s.recovery = Some(fact.string("recovery")?);
+            s.failed_attempts = fact.long("attempts")?;
+            s.phase = "idle".into();
+            s.retry_due_ms = None;
+            s.error = Some(fact.string("error")?);
+            s.error_type = Some(fact.string("error_type")?);
+            s.failed_step = Some(fact.long("step")?);
+        }
+        "RunStopRequested" => {
+            let fenced = s.phase == "retry_wait" || s.phase == "suspended";
+            s.stop_reason = Some(fact.string("reason")?);
+            s.stop_detail = Some(fact.string("detail")?);
+            if fenced {
+                s.phase = "idle".into();
+            }
+            s.retry_due_ms = None;
+        }
+        "AttemptOutcomeUnknown" => {
+            s.phase = "unknown".into();
+            s.unknown = Some(UnknownAttempt {
+                kind: fact.string("kind")?,
+                segment: fact.long("segment")?,
+                attempt: fact.long("attempt")?,
+                generation: fact.long("generation")?,
+                step: fact.long("step")?,
+            });
+            s.attempt_expires_ms = None;
+            s.compensation_expires_ms = None;
+        }
+        "AttemptResolved" => {
+            s.phase = "idle".into();
+            s.unknown = None;
+            let recorded = RecordedResolution {
+                fingerprint: fact.string("fingerprint")?,
+                response: fact.string("response")?,
+            };
+            s.resolutions.insert(fact.string("idempotency_key")?, recorded);
+        }
+        "CompensationStarted" => {
+            s.phase = "compensating".into();
+            s.unwind = fact.longs("steps")?;
+            s.compensation_started = true;
+        }
+        "CompensationAttemptStarted" => {
+            s.phase = "compensating".into();
+            s.compensating_step = Some(fact.long("step")?);
+            s.compensation_attempt = fact.long("attempt")?;
+            s.compensation_generation = fact.long("generation")?;
+            s.compensation_expires_ms = Some(fact.long("expires_ms")?);
+            s.compensation_retry_due_ms = None;
+        }
+        "CompensationStepCompleted" => {
+            unwound(s);
+            s.compensated += 1;
+        }
+        "CompensationStepSkipped" => {
+            unwound(s);
+            s.skipped += 1;
+        }
+        "CompensationAttemptFailed" => match fact.opt_long("retry_due_ms")? {
+            Some(due) => {
+                s.phase = "compensation_retry_wait".into();
+                s.compensation_retry_due_ms = Some(due);
+                s.compensation_expires_ms = None;
+            }
+            None => {
+                s.compensation_failed = true;
+                s.unwind = Vec::new();
+                s.compensation_expires_ms = None;
+                s.phase = "idle".into();
+            }
+        },
+        "RunStopped" => {
+            let execution = fact.string("execution")?;
+            s.status = if execution == "Cancelled" { "cancelled" } else { "timed_out" }.into();
+            s.execution = Some(execution);
+            s.recovery = Some(fact.string("recovery")?);
+            s.phase = "idle".into();
+            s.attempt_expires_ms = None;
+            s.retry_due_ms = None;
+        }
+        "RunSubmitted" => {} // a second submission of a run only advances its version
+        other => return Err(format!("fact type {other} not folded here")),
+    }
+    Ok(())
+}
+
+fn unwound(s: &mut RunState) {
+    if !s.unwind.is_empty() {
+        s.unwind.remove(0);
+    }
+    s.compensating_step = None;
+    s.compensation_attempt = 0;
+    s.compensation_generation = 0;
+    s.compensation_expires_ms = None;
+    s.phase = "compensating".into();
+}
+
+/// Schemas by fingerprint, for the fact types folded here.
+pub type Schemas = HashMap<[u8; 8], Arc<RecordSchema>>;

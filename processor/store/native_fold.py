@@ -1,0 +1,102 @@
+"""The replay fold compiled: ``processor_native`` (the Rust crate in ``native/``).
+
+Catch-up folds every fact of a partition; in Python, decoding and folding a fact
+costs several times reading it. The extension decodes a batch of encoded facts,
+folds them and builds the rows that ``Staging.fold_read`` and ``flush`` would
+write (history, fact keys, runs, due-work changes, claims) in one call. It handles
+the current fact schemas exactly and refuses (ValueError) anything else: a value
+from an older schema, a malformed one, a stored run it cannot read. That batch is
+then folded by the Python reducers, which stay the reference; the tests fold the
+same facts both ways and compare every row.
+
+It is optional: without the extension (no Rust toolchain at install), or with
+``PROCESSOR_NATIVE_FOLD=false``, catch-up folds in Python, only slower.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from processor.facts.codec import SCHEMA_DIR, codec
+from processor.facts.models import FACT_TYPES
+from processor.store.rocks import PartitionStore, StoreBatch
+
+__all__ = ["NativeFold", "native_fold_available"]
+
+logger = logging.getLogger(__name__)
+
+
+class _Rows(Protocol):
+    history_keys: list[bytes]
+    fact_key_keys: list[bytes]
+    fact_key_values: list[bytes]
+    run_keys: list[bytes]
+    run_values: list[bytes]
+    due_puts: list[bytes]
+    due_deletes: list[bytes]
+    claim_keys: list[bytes]
+    claim_values: list[bytes]
+
+
+class _Kernel(Protocol):
+    def reset(self) -> None: ...
+
+    def fold_batch(
+        self, values: Sequence[bytes], load: Callable[[list[str]], list[bytes | None]]
+    ) -> _Rows: ...
+
+
+def _extension() -> Any | None:
+    try:
+        return importlib.import_module("processor_native")
+    except ImportError:
+        return None
+
+
+_EXTENSION = _extension()
+
+
+def native_fold_available() -> bool:
+    """Whether the compiled fold is installed."""
+    return _EXTENSION is not None
+
+
+class NativeFold:
+    """Folds one partition's batches, in log order, into its store with the extension.
+
+    Like ``Staging(carry=True)``, it keeps each batch's runs for the next batch, so
+    it must be the store's only writer between ``reset`` calls.
+    """
+
+    def __init__(self, store: PartitionStore) -> None:
+        if _EXTENSION is None:
+            raise RuntimeError("processor_native is not installed")
+        fact_schemas = [
+            (codec().fingerprint_of(model), (SCHEMA_DIR / f"{model.__name__}.avsc").read_text())
+            for model in FACT_TYPES
+        ]
+        self._kernel: _Kernel = _EXTENSION.Kernel(fact_schemas)
+        self._store = store
+
+    def fold(self, values: Sequence[bytes], batch: StoreBatch) -> bool:
+        """Add the rows of ``values`` to ``batch``; False (nothing added) if the
+        extension does not handle this batch, which must then be folded in Python."""
+        try:
+            rows = self._kernel.fold_batch(values, self._store.raw_runs)
+        except ValueError as exc:
+            logger.debug("compiled fold declined a batch (%s); folding it in Python", exc)
+            return False
+        batch.put_rows("history", rows.history_keys, values)
+        batch.put_rows("fact_keys", rows.fact_key_keys, rows.fact_key_values)
+        batch.put_rows("runs", rows.run_keys, rows.run_values)
+        batch.delete_rows("due", rows.due_deletes)
+        batch.put_rows("due", rows.due_puts, [b""] * len(rows.due_puts))
+        batch.put_rows("claims", rows.claim_keys, rows.claim_values)
+        return True
+
+    def reset(self) -> None:
+        """Forget the carried runs: the store was written by someone else meanwhile."""
+        self._kernel.reset()

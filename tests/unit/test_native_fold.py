@@ -1,0 +1,458 @@
+"""The compiled fold (processor_native) writes exactly the rows the Python reducers write.
+
+Every scenario catches the same log up into two fresh stores, once with the Python
+reducers (the reference) and once with the compiled fold, and compares every row of
+every column family; it also checks the compiled fold really folded (a fold that
+declined every batch would pass the comparison by falling back to Python).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from processor.facts.codec import SCHEMA_DIR, decode_fact, encode
+from processor.facts.models import (
+    FACT_TYPES,
+    AttemptOutcomeUnknown,
+    AttemptResolved,
+    BoundaryCompletionAdmitted,
+    BoundaryDispatchCompleted,
+    BoundaryInteractionDispatched,
+    CompensationAttemptFailed,
+    CompensationAttemptStarted,
+    CompensationStarted,
+    CompensationStepCompleted,
+    CompensationStepSkipped,
+    ContinuationSegmentCreated,
+    FactHeader,
+    InteractionTimedOut,
+    RetryScheduled,
+    RunFailed,
+    RunStopped,
+    RunStopRequested,
+    RunSubmitted,
+    RunSucceeded,
+    SegmentAttemptStarted,
+    SegmentCompleted,
+    SegmentFailed,
+    SegmentSuspended,
+    StepCompleted,
+    TerminalPublicationCompleted,
+    TerminalPublicationPrepared,
+)
+from processor.restore import catch_up
+from processor.store import native_fold
+from processor.store.rocks import COLUMN_FAMILIES, PartitionStore
+from processor.transport.base import Outbound, TopicPartition, TopicSpec
+from processor.transport.embedded import EmbeddedTransport
+from tests.unit.test_reduce_laws import Event, events, simulate
+
+TOPIC = "runs.facts"
+FACTS = TopicPartition(TOPIC, 0)
+
+requires_native = pytest.mark.skipif(
+    not native_fold.native_fold_available() and os.environ.get("CI") != "true",
+    reason="processor_native is not installed (make installs it where cargo is found)",
+)
+
+
+def test_the_compiled_fold_is_installed_in_ci() -> None:
+    if os.environ.get("CI") != "true":
+        pytest.skip("only CI insists on the compiled fold")
+    assert native_fold.native_fold_available(), "make must install native/ (cargo missing?)"
+
+
+class _Header:
+    """Header fields for a run's next fact."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id, self.seq = run_id, 0
+
+    def __call__(self, key: str) -> dict[str, Any]:
+        self.seq += 1
+        return {
+            "run_id": self.run_id,
+            "seq": self.seq,
+            "fact_key": key,
+            "time_ms": 1_000 + self.seq * 10,
+            "cause_id": f"cause-{self.seq}",
+        }
+
+
+def _every_fact_type() -> list[FactHeader]:
+    """Runs that between them use every fact type, every timer kind and a claim."""
+    a = _Header("run-a-\u00e9\u6f22")
+    run_a: list[FactHeader] = [
+        RunSubmitted(
+            **a("submitted"),
+            pipeline="p",
+            pipeline_version=1,
+            input=b"in\x00\xff",
+            idempotency_key='key "\u00e9\U0001f600"\n',
+            fingerprint="fp",
+            submitted_ms=900,
+            deadline_ms=10_000_000,
+        ),
+        SegmentAttemptStarted(
+            **a("a1"), segment=0, attempt=1, generation=1, first_step=0, expires_ms=5_000
+        ),
+        StepCompleted(**a("s0"), segment=0, attempt=1, generation=1, step=0, output=b"o0"),
+        SegmentFailed(
+            **a("f1"),
+            segment=0,
+            attempt=1,
+            generation=1,
+            step=1,
+            error="boom\n\u00e9",
+            error_type="E",
+            retryable=True,
+        ),
+        RetryScheduled(**a("r1"), segment=0, attempt=2, due_ms=6_000),
+        SegmentAttemptStarted(
+            **a("a2"), segment=0, attempt=2, generation=2, first_step=1, expires_ms=7_000
+        ),
+        StepCompleted(**a("s1"), segment=0, attempt=2, generation=2, step=1, output=b"o1"),
+        SegmentSuspended(
+            **a("susp"),
+            segment=0,
+            attempt=2,
+            generation=2,
+            step=2,
+            boundary=1,
+            kind="await",
+            target="pay",
+            itemized=True,
+            items=2,
+            on_timeout="fail",
+        ),
+        *(
+            BoundaryInteractionDispatched(
+                **a(f"i{item}"),
+                boundary=1,
+                interaction=f"i{item}",
+                item_index=item,
+                target="pay",
+                request=b"r",
+                deadline_ms=9_000 + item,
+                token_digest=bytes([item, 255]),
+                epoch=1,
+            )
+            for item in (0, 1)
+        ),
+        BoundaryDispatchCompleted(**a("dispatched"), boundary=1, interactions=2),
+        BoundaryCompletionAdmitted(
+            **a("c0"),
+            boundary=1,
+            interaction="i0",
+            item_index=0,
+            source="s",
+            outcome="success",
+            payload=b"paid",
+            content_type="application/json",
+            payload_digest=b"\x01\x02",
+        ),
+        InteractionTimedOut(**a("t1"), boundary=1, interaction="i1", item_index=1, deadline_ms=1),
+        BoundaryCompletionAdmitted(
+            **a("c-unknown"),
+            boundary=1,
+            interaction="nope",
+            item_index=5,
+            source="s",
+            outcome="failure",
+            payload=b"",
+            content_type="text/plain",
+            error="late",
+            payload_digest=b"",
+        ),
+        ContinuationSegmentCreated(**a("cont"), boundary=1, segment=1, first_step=2, input=b"c"),
+        SegmentAttemptStarted(
+            **a("a3"), segment=1, attempt=1, generation=3, first_step=2, expires_ms=9_500
+        ),
+        StepCompleted(**a("s2"), segment=1, attempt=1, generation=3, step=2, output=b"o2"),
+        SegmentCompleted(**a("done"), segment=1, attempt=1, generation=3, last_step=2),
+        TerminalPublicationPrepared(**a("pub"), topic="out", idempotency_key="pub-1"),
+        TerminalPublicationCompleted(**a("pubd"), topic="out", idempotency_key="pub-1"),
+        RunSucceeded(**a("ok"), result=b"res"),
+    ]
+    b = _Header("run-b")
+    run_b: list[FactHeader] = [
+        RunSubmitted(**b("submitted"), pipeline="p", pipeline_version=2, input=b"", submitted_ms=1),
+        SegmentAttemptStarted(
+            **b("a1"), segment=0, attempt=1, generation=1, first_step=0, expires_ms=5_000
+        ),
+        AttemptOutcomeUnknown(
+            **b("unknown"), kind="step", segment=0, attempt=1, generation=1, step=0
+        ),
+        AttemptResolved(
+            **b("resolved"),
+            kind="step",
+            segment=0,
+            attempt=1,
+            generation=1,
+            action="retry",
+            idempotency_key="op-1",
+            fingerprint="f",
+            response='{"ok": true}',
+        ),
+        RunStopRequested(**b("stop"), reason="cancelled", detail="by user"),
+        CompensationStarted(**b("comp"), steps=(1, 0)),
+        CompensationAttemptStarted(**b("ca1"), step=1, attempt=1, generation=1, expires_ms=8_000),
+        CompensationAttemptFailed(
+            **b("cf1"),
+            step=1,
+            attempt=1,
+            generation=1,
+            error="x",
+            error_type="E",
+            retry_due_ms=8_500,
+        ),
+        CompensationAttemptStarted(**b("ca2"), step=1, attempt=2, generation=2, expires_ms=9_000),
+        CompensationStepCompleted(**b("cc1"), step=1, attempt=2, generation=2),
+        CompensationStepSkipped(**b("cs0"), step=0, reason="no compensator"),
+        RunStopped(**b("stopped"), execution="Cancelled", recovery="Compensated", detail="d"),
+    ]
+    c = _Header("run-c")
+    run_c: list[FactHeader] = [
+        RunSubmitted(
+            **c("submitted"),
+            pipeline="p",
+            pipeline_version=1,
+            input=b"x",
+            idempotency_key="key-c",
+            submitted_ms=1,
+        ),
+        SegmentAttemptStarted(
+            **c("a1"), segment=0, attempt=1, generation=1, first_step=0, expires_ms=5_000
+        ),
+        CompensationStarted(**c("comp"), steps=(0,)),
+        CompensationAttemptStarted(**c("ca1"), step=0, attempt=1, generation=1, expires_ms=1),
+        CompensationAttemptFailed(
+            **c("cf1"), step=0, attempt=1, generation=1, error="x", error_type="E"
+        ),
+        RunFailed(
+            **c("failed"),
+            error="e",
+            error_type="E",
+            step=0,
+            attempts=3,
+            recovery="PartiallyCompensated",
+        ),
+    ]
+    d = _Header("run-d")
+    orphan = StepCompleted(**d("orphan"), segment=0, attempt=1, generation=1, step=0, output=b"")
+    run_d: list[FactHeader] = [
+        orphan,  # before its run's submission: folded by nobody, kept in history
+        RunSubmitted(**d("submitted"), pipeline="p", pipeline_version=1, input=b"", submitted_ms=1),
+        SegmentAttemptStarted(
+            **d("a1"), segment=0, attempt=1, generation=1, first_step=0, expires_ms=5_000
+        ),
+        RetryScheduled(**d("r1"), segment=0, attempt=2, due_ms=6_000),
+        RunStopRequested(**d("stop"), reason="timed_out", detail="deadline"),
+        RunSubmitted(  # a second submission only advances the version
+            **d("again"), pipeline="p", pipeline_version=1, input=b"", submitted_ms=1
+        ),
+        run_a[2],  # another run's fact, folded into its own run (a duplicate there)
+    ]
+    e = _Header("run-e")
+    run_e: list[FactHeader] = [  # left waiting: its timers stay in the due index
+        RunSubmitted(
+            **e("submitted"),
+            pipeline="p",
+            pipeline_version=1,
+            input=b"",
+            submitted_ms=1,
+            deadline_ms=99_000,
+        ),
+        SegmentAttemptStarted(
+            **e("a1"), segment=0, attempt=1, generation=1, first_step=0, expires_ms=5_000
+        ),
+        SegmentSuspended(
+            **e("susp"),
+            segment=0,
+            attempt=1,
+            generation=1,
+            step=0,
+            boundary=1,
+            kind="await",
+            target="t",
+            itemized=False,
+            items=1,
+            on_timeout="fail",
+        ),
+        BoundaryInteractionDispatched(
+            **e("i0"),
+            boundary=1,
+            interaction="i0",
+            item_index=0,
+            target="t",
+            request=b"",
+            deadline_ms=12_345,
+            token_digest=b"\x00",
+            epoch=1,
+        ),
+        StepCompleted(**e("s0"), segment=0, attempt=1, generation=1, step=0, output=b"x"),
+    ]
+    run_e.append(run_e[-1])  # the same fact twice: the second changes nothing
+    runs = [run_a, run_b, run_c, run_d, run_e]
+    interleaved = []
+    for index in range(max(map(len, runs))):
+        interleaved += [run[index] for run in runs if index < len(run)]
+    return interleaved
+
+
+def _log(tmp_path: Path, values: list[bytes]) -> EmbeddedTransport:
+    transport = EmbeddedTransport(tmp_path / "log", default_partitions=1)
+    admin = transport.admin()
+    admin.create_topics([TopicSpec(TOPIC, 1)])
+    admin.close()
+    producer = transport.producer()
+    for value in values:
+        producer.produce(Outbound(TOPIC, b"k", value))
+    producer.close()
+    return transport
+
+
+def _rows(store: PartitionStore) -> dict[str, list[tuple[bytes, bytes]]]:
+    return {family: list(store.items(family)) for family in COLUMN_FAMILIES}
+
+
+class _Counting:
+    """Counts the batches the compiled fold folded (and those it declined)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.folded = self.declined = 0
+        original = native_fold.NativeFold.fold
+
+        def counting(fold: native_fold.NativeFold, values: Any, batch: Any) -> bool:
+            done = original(fold, values, batch)
+            self.folded += done
+            self.declined += not done
+            return done
+
+        monkeypatch.setattr(native_fold.NativeFold, "fold", counting)
+
+
+def _catch_up(
+    transport: EmbeddedTransport, path: Path, plan: list[tuple[int, bool]], batch_size: int
+) -> dict[str, list[tuple[bytes, bytes]]]:
+    """Catch a fresh store up in steps: (end offset, native) each; then its rows."""
+    reader = transport.reader()
+    store = PartitionStore(path)
+    try:
+        for end, native in plan:
+            catch_up(store, reader, FACTS, end=end, batch_size=batch_size, native=native)
+        return _rows(store)
+    finally:
+        store.close()
+        reader.close()
+
+
+def _reference(transport: EmbeddedTransport, path: Path) -> dict[str, list[tuple[bytes, bytes]]]:
+    return _catch_up(transport, path, [(10**9, False)], batch_size=7)
+
+
+@requires_native
+@pytest.mark.parametrize("batch_size", [1, 3, 1000])
+def test_every_fact_type_folds_to_the_same_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch_size: int
+) -> None:
+    facts = _every_fact_type()
+    assert {type(fact) for fact in facts} >= set(FACT_TYPES)
+    transport = _log(tmp_path, [encode(fact) for fact in facts])
+    expected = _reference(transport, tmp_path / "python")
+    assert expected["due"] and expected["claims"] and expected["runs"]
+    counting = _Counting(monkeypatch)
+    rebuilt = _catch_up(transport, tmp_path / "native", [(10**9, True)], batch_size)
+    assert rebuilt == expected
+    assert counting.folded == -(-len(facts) // batch_size) and counting.declined == 0
+
+
+@requires_native
+def test_a_store_written_in_python_goes_on_with_the_compiled_fold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compiled fold reads runs stored by pydantic (not carried), and the reverse."""
+    facts = _every_fact_type()
+    transport = _log(tmp_path, [encode(fact) for fact in facts])
+    expected = _reference(transport, tmp_path / "python")
+    counting = _Counting(monkeypatch)
+    thirds = [len(facts) // 3, 2 * len(facts) // 3, len(facts)]
+    plan = [(thirds[0], False), (thirds[1], True), (thirds[2], False)]
+    assert _catch_up(transport, tmp_path / "mixed", plan, batch_size=4) == expected
+    assert counting.folded > 0
+
+
+def _old_run_submitted(run_id: str) -> bytes:
+    """A RunSubmitted in the schema RunSubmitted had before (kept in schemas/history)."""
+    path = next((SCHEMA_DIR / "history").glob("RunSubmitted.*.avsc"))
+    schema = fastavro.parse_schema(json.loads(path.read_text()))
+    record = {
+        "run_id": run_id,
+        "seq": 1,
+        "fact_key": "submitted",
+        "time_ms": 5,
+        "cause_id": "c",
+        "pipeline": "p",
+        "pipeline_version": 1,
+        "input": b"old",
+        "idempotency_key": None,
+        "fingerprint": None,
+        "submitted_ms": 5,
+    }
+    names = {field["name"] for field in schema["fields"]}
+    out = io.BytesIO()
+    out.write(b"\xc3\x01" + bytes.fromhex(path.name.split(".")[1]))
+    fastavro.schemaless_writer(out, schema, {k: v for k, v in record.items() if k in names})
+    return out.getvalue()
+
+
+@requires_native
+def test_a_batch_it_does_not_handle_is_folded_in_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fact in an older schema: that batch falls back to Python, the next ones do not."""
+    old = _old_run_submitted("run-old")
+    assert decode_fact(old).run_id == "run-old"  # the codec still reads it
+    later = StepCompleted(
+        run_id="run-old",
+        seq=2,
+        fact_key="s0",
+        time_ms=9,
+        cause_id="c",
+        segment=0,
+        attempt=1,
+        generation=1,
+        step=0,
+        output=b"o",
+    )
+    values = [encode(fact) for fact in _every_fact_type()[:10]]
+    values += [old] + [encode(later)] + [encode(fact) for fact in _every_fact_type()[10:]]
+    transport = _log(tmp_path, values)
+    expected = _reference(transport, tmp_path / "python")
+    counting = _Counting(monkeypatch)
+    assert _catch_up(transport, tmp_path / "native", [(10**9, True)], batch_size=5) == expected
+    assert counting.declined == 1 and counting.folded == -(-len(values) // 5) - 1
+
+
+@requires_native
+@given(events, st.integers(1, 12))
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_simulated_runs_fold_to_the_same_rows(
+    tmp_path_factory: pytest.TempPathFactory, script: list[Event], batch_size: int
+) -> None:
+    sim = simulate(script)
+    root = tmp_path_factory.mktemp("sim")
+    transport = _log(root, [encode(fact) for fact in sim.facts])
+    expected = _reference(transport, root / "python")
+    assert _catch_up(transport, root / "native", [(10**9, True)], batch_size) == expected
