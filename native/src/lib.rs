@@ -23,21 +23,6 @@ use state::RunState;
 const MAGIC: [u8; 2] = [0xC3, 0x01];
 const HEADER_LEN: usize = 10;
 
-/// The rows of one batch, by column family; history values are the facts' own bytes,
-/// in the order given.
-#[pyclass(frozen, get_all)]
-struct BatchRows {
-    history_keys: Py<PyList>,
-    fact_key_keys: Py<PyList>,
-    fact_key_values: Py<PyList>,
-    run_keys: Py<PyList>,
-    run_values: Py<PyList>,
-    due_puts: Py<PyList>,
-    due_deletes: Py<PyList>,
-    claim_keys: Py<PyList>,
-    claim_values: Py<PyList>,
-}
-
 #[derive(Default)]
 struct Rows {
     history_keys: Vec<Vec<u8>>,
@@ -89,15 +74,21 @@ impl Kernel {
         self.carried.clear();
     }
 
-    /// The rows of a batch of encoded facts. ``load(run_ids)`` answers the stored JSON
-    /// (or None) of runs not carried. Raises ValueError, and forgets the carried runs,
-    /// for any value or stored run not handled exactly here.
-    fn fold_batch(
+    /// Fold a batch of encoded facts and put its rows with ``put(key, value, family)``
+    /// and ``delete(key, family)`` (a WriteBatch's methods); ``families`` are the
+    /// history, fact_keys, runs, due and claims column families. ``load(run_ids)``
+    /// answers the stored JSON (or None) of runs not carried. Raises ValueError before
+    /// writing anything, and forgets the carried runs, for any value or stored run not
+    /// handled exactly here.
+    fn fold_into(
         &mut self,
         py: Python<'_>,
         values: &Bound<'_, PyList>,
         load: &Bound<'_, PyAny>,
-    ) -> PyResult<BatchRows> {
+        put: &Bound<'_, PyAny>,
+        delete: &Bound<'_, PyAny>,
+        families: [PyObject; 5],
+    ) -> PyResult<()> {
         let raws: Vec<Bound<'_, PyBytes>> = values
             .iter()
             .map(|value| value.downcast_into::<PyBytes>().map_err(PyErr::from))
@@ -108,17 +99,31 @@ impl Kernel {
             self.carried.clear();
         }
         let rows = result?;
-        Ok(BatchRows {
-            history_keys: bytes_list(py, &rows.history_keys)?,
-            fact_key_keys: bytes_list(py, &rows.fact_key_keys)?,
-            fact_key_values: bytes_list(py, &rows.fact_key_values)?,
-            run_keys: bytes_list(py, &rows.run_keys)?,
-            run_values: bytes_list(py, &rows.run_values)?,
-            due_puts: bytes_list(py, &rows.due_puts)?,
-            due_deletes: bytes_list(py, &rows.due_deletes)?,
-            claim_keys: bytes_list(py, &rows.claim_keys)?,
-            claim_values: bytes_list(py, &rows.claim_values)?,
-        })
+        let [history, fact_keys, runs, due, claims] = families;
+        let bytes = |data: &[u8]| PyBytes::new(py, data);
+        for ((key, raw), (fk_key, seq)) in rows
+            .history_keys
+            .iter()
+            .zip(&raws)
+            .zip(rows.fact_key_keys.iter().zip(&rows.fact_key_values))
+        {
+            put.call1((bytes(key), raw, &history))?;
+            put.call1((bytes(fk_key), bytes(seq), &fact_keys))?;
+        }
+        for (key, value) in rows.run_keys.iter().zip(&rows.run_values) {
+            put.call1((bytes(key), bytes(value), &runs))?;
+        }
+        for key in &rows.due_deletes {
+            delete.call1((bytes(key), &due))?;
+        }
+        let empty = bytes(b"");
+        for key in &rows.due_puts {
+            put.call1((bytes(key), &empty, &due))?;
+        }
+        for (key, value) in rows.claim_keys.iter().zip(&rows.claim_values) {
+            put.call1((bytes(key), bytes(value), &claims))?;
+        }
+        Ok(())
     }
 }
 
@@ -196,14 +201,8 @@ impl Kernel {
     }
 }
 
-fn bytes_list<T: AsRef<[u8]>>(py: Python<'_>, items: &[T]) -> PyResult<Py<PyList>> {
-    let list = PyList::new(py, items.iter().map(|item| PyBytes::new(py, item.as_ref())))?;
-    Ok(list.unbind())
-}
-
 #[pymodule]
 fn processor_native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Kernel>()?;
-    module.add_class::<BatchRows>()?;
     Ok(())
 }

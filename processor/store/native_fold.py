@@ -2,8 +2,9 @@
 
 Catch-up folds every fact of a partition; in Python, decoding and folding a fact
 costs several times reading it. The extension decodes a batch of encoded facts,
-folds them and builds the rows that ``Staging.fold_read`` and ``flush`` would
-write (history, fact keys, runs, due-work changes, claims) in one call. It handles
+folds them and puts into the WriteBatch the rows that ``Staging.fold_read`` and
+``flush`` would write (history, fact keys, runs, due-work changes, claims), in one
+call. It handles
 the current fact schemas exactly and refuses (ValueError) anything else: a value
 from an older schema, a malformed one, a stored run it cannot read. That batch is
 then folded by the Python reducers, which stay the reference; the tests fold the
@@ -26,27 +27,23 @@ from processor.store.rocks import PartitionStore, StoreBatch
 
 __all__ = ["NativeFold", "native_fold_available"]
 
+#: The column families the compiled fold writes, in the order it takes them.
+_FAMILIES = ("history", "fact_keys", "runs", "due", "claims")
+
 logger = logging.getLogger(__name__)
-
-
-class _Rows(Protocol):
-    history_keys: list[bytes]
-    fact_key_keys: list[bytes]
-    fact_key_values: list[bytes]
-    run_keys: list[bytes]
-    run_values: list[bytes]
-    due_puts: list[bytes]
-    due_deletes: list[bytes]
-    claim_keys: list[bytes]
-    claim_values: list[bytes]
 
 
 class _Kernel(Protocol):
     def reset(self) -> None: ...
 
-    def fold_batch(
-        self, values: Sequence[bytes], load: Callable[[list[str]], list[bytes | None]]
-    ) -> _Rows: ...
+    def fold_into(
+        self,
+        values: Sequence[bytes],
+        load: Callable[[list[str]], list[bytes | None]],
+        put: Callable[[bytes, bytes, Any], None],
+        delete: Callable[[bytes, Any], None],
+        families: tuple[Any, ...],
+    ) -> None: ...
 
 
 def _extension() -> Any | None:
@@ -84,17 +81,12 @@ class NativeFold:
     def fold(self, values: Sequence[bytes], batch: StoreBatch) -> bool:
         """Add the rows of ``values`` to ``batch``; False (nothing added) if the
         extension does not handle this batch, which must then be folded in Python."""
+        put, delete, families = batch.writer(_FAMILIES)
         try:
-            rows = self._kernel.fold_batch(values, self._store.raw_runs)
-        except ValueError as exc:
+            self._kernel.fold_into(values, self._store.raw_runs, put, delete, families)
+        except ValueError as exc:  # raised before it put anything
             logger.debug("compiled fold declined a batch (%s); folding it in Python", exc)
             return False
-        batch.put_rows("history", rows.history_keys, values)
-        batch.put_rows("fact_keys", rows.fact_key_keys, rows.fact_key_values)
-        batch.put_rows("runs", rows.run_keys, rows.run_values)
-        batch.delete_rows("due", rows.due_deletes)
-        batch.put_rows("due", rows.due_puts, [b""] * len(rows.due_puts))
-        batch.put_rows("claims", rows.claim_keys, rows.claim_values)
         return True
 
     def reset(self) -> None:

@@ -259,16 +259,11 @@ class StoreBatch:
         """``put_facts`` of each (fact, encoded bytes): the same rows."""
         self.put_facts((fact.run_id, fact.seq, fact.fact_key, encoded) for fact, encoded in staged)
 
-    def put_rows(self, family: str, keys: Sequence[bytes], values: Sequence[bytes]) -> None:
-        """Put each (key, value) of two parallel sequences in one column family."""
-        put, handle = self.raw.put, self._h[family]
-        for key, value in zip(keys, values, strict=True):
-            put(key, value, handle)
-
-    def delete_rows(self, family: str, keys: Iterable[bytes]) -> None:
-        delete, handle = self.raw.delete, self._h[family]
-        for key in keys:
-            delete(key, handle)
+    def writer(self, families: Sequence[str]) -> tuple[Any, Any, tuple[Any, ...]]:
+        """This batch's raw ``put(key, value, family)`` and ``delete(key, family)``, and
+        the handles of ``families``: for a writer that builds rows itself (the
+        compiled fold)."""
+        return self.raw.put, self.raw.delete, tuple(self._h[name] for name in families)
 
     def put_due(self, entry: DueEntry) -> None:
         self.raw.put(keys.due_key(entry), b"", self._h["due"])
