@@ -24,6 +24,9 @@ Run: ``PYTHONPATH=. python bench/kafka_replay.py --bootstrap 127.0.0.1:9092
        fold, one process: the most a one-process replay could reach with this store.
    facts/s use wall-clock time around the call; the ratio is replay / bare (medians).
 
+Replay folds with the compiled fold (``processor_native``) when it is installed;
+``PROCESSOR_NATIVE_FOLD=false`` measures the Python reducers instead.
+
 ``--reuse-prefix P`` reuses the runs.facts topic of an earlier ``--keep`` run.
 ``--digest`` hashes every column family of the stores rebuilt by each mode (they must
 be equal, and equal across code versions). ``--profile FILE`` writes cProfile stats
@@ -64,6 +67,7 @@ from kafka_support import (
 from processor.facts.topics import TopicName
 from processor.replay import replay
 from processor.settings import Settings
+from processor.store.native_fold import native_fold_available
 from processor.topology import Topology
 from processor.transport.base import TopicPartition
 from processor.transport.factory import open_transport
@@ -183,6 +187,8 @@ def replay_once(
         shutil.rmtree(target, ignore_errors=True)
     transport = open_transport(settings)
     extra: dict[str, Any] = {"processes": processes} if supports_processes() else {}
+    if "native_fold" in inspect.signature(replay).parameters:
+        extra["native_fold"] = settings.native_fold  # PROCESSOR_NATIVE_FOLD=false: Python
     cpu = cpu_seconds()
     started = time.perf_counter()
     report = replay(transport, topology, Path("/nonexistent"), target_dir=target, **extra)
@@ -275,6 +281,7 @@ def measure(args: argparse.Namespace, prefix: str, root: Path, say: Any) -> dict
         "replay_facts_per_s": {str(p): round(r) for p, r in medians.items()},
         "ratio_replay_to_bare": {str(p): round(r / bare_rate, 3) for p, r in medians.items()},
         "target_ratio": 0.5,
+        "compiled_fold": settings.native_fold and native_fold_available(),
         "store_floor_facts_per_s": round(statistics.median(floors)),
         "ratio_store_floor_to_bare": round(statistics.median(floors) / bare_rate, 3),
         "bare_consume_facts_per_cpu_s": round(bare_cpu_rate),

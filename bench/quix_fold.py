@@ -10,8 +10,10 @@ engine's, replicated with fresh run ids; see bench/kafka_replay.py), or the one 
 earlier ``--keep`` run with ``--reuse-prefix``. Both sides read the same topic, one
 after the other, in one process each, from offset 0 to the end.
 
-Ours, ``processor.replay.replay`` (restore's ``catch_up`` of each partition in turn):
-per record, decode the fact (``decode_facts``: Avro single-object into the pydantic
+Ours, ``processor.replay.replay`` (restore's ``catch_up`` of each partition in turn),
+with the compiled fold (``processor_native``, Rust) when it is installed, else (or
+with ``PROCESSOR_NATIVE_FOLD=false``) the Python reducers; either way: per record,
+decode the fact (``decode_facts``: Avro single-object into the pydantic
 model), fold it into the run's RunState with ``processor.model.reduce`` (states of
 the runs in the batch are staged in memory); per 10,000 records, one RocksDB
 WriteBatch with each fact's history and fact-key rows, each touched run's RunState

@@ -21,6 +21,9 @@ Run: ``PYTHONPATH=. python bench/replay_embedded.py [--facts 1000000] [--data-di
    the most any replay in one process could reach with this store layout. Prints
    facts/s of each and the ratios (b)/(a) (target >= 0.5) and (c)/(a).
 
+Replay folds with the compiled fold (``processor_native``) when it is installed;
+``PROCESSOR_NATIVE_FOLD=false`` measures the Python reducers instead.
+
 ``--repeat N`` alternates (a) and (b) N times and reports medians. ``--profile FILE``
 writes cProfile stats of one extra replay. ``--digest`` prints a SHA-256 of every
 column family of the rebuilt stores, to prove an optimization writes the same bytes
@@ -50,6 +53,7 @@ from _support import Outcomes, command_line, cpus, digest, engine, store_floor, 
 from processor.client import Client
 from processor.facts.topics import TopicName
 from processor.replay import ReplayReport, replay
+from processor.settings import Settings
 from processor.topology import Topology
 from processor.transport.base import Outbound, TopicPartition
 from processor.transport.embedded import EmbeddedTransport
@@ -145,7 +149,12 @@ def replay_once(
         shutil.rmtree(target, ignore_errors=True)
     cpu = _cpu_with_children()
     report = replay(
-        transport, topology, Path("/nonexistent"), target_dir=target, processes=processes
+        transport,
+        topology,
+        Path("/nonexistent"),
+        target_dir=target,
+        processes=processes,
+        native_fold=Settings().native_fold,  # PROCESSOR_NATIVE_FOLD=false: the Python fold
     )
     return report, _cpu_with_children() - cpu
 
@@ -243,6 +252,7 @@ def measure(
         "facts_per_run": round(report.facts / report.runs, 2) if report.runs else None,
         "raw_read_facts_per_s": round(read_rate),
         "replay_processes": used,
+        "compiled_fold": report.compiled_fold,
         "replay_facts_per_s": {mode: round(rate) for mode, rate in replay_rates.items()},
         "ratio_replay_to_raw_read": {
             mode: round(rate / read_rate, 3) for mode, rate in replay_rates.items()
