@@ -8,10 +8,10 @@ mod reduce;
 mod rows;
 mod state;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use indexmap::IndexMap;
+use rustc_hash::{FxBuildHasher, FxHashMap};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
@@ -41,7 +41,7 @@ struct Rows {
 #[pyclass]
 struct Kernel {
     schemas: Schemas,
-    carried: HashMap<String, RunState>,
+    carried: FxHashMap<String, RunState>,
 }
 
 #[pymethods]
@@ -66,7 +66,7 @@ impl Kernel {
             }
             parsed.insert(fingerprint, Arc::new(schema));
         }
-        Ok(Kernel { schemas: parsed, carried: HashMap::new() })
+        Ok(Kernel { schemas: parsed, carried: FxHashMap::default() })
     }
 
     /// Forget the carried runs (after a batch folded elsewhere changed the store).
@@ -143,13 +143,13 @@ impl Kernel {
         // Decode everything first: a value not handled here stages nothing.
         let facts = values.iter().map(|raw| self.decode(raw)).collect::<Result<Vec<_>, _>>();
         let facts = facts.map_err(invalid)?;
-        let mut by_run: IndexMap<&str, Vec<&Fact>> = IndexMap::new();
+        let mut by_run: IndexMap<&str, Vec<&Fact>, FxBuildHasher> = IndexMap::default();
         for fact in &facts {
             by_run.entry(fact.run_id).or_default().push(fact);
         }
         let missing: Vec<&str> =
             by_run.keys().copied().filter(|run_id| !self.carried.contains_key(*run_id)).collect();
-        let mut stored: HashMap<&str, Option<RunState>> = HashMap::new();
+        let mut stored: FxHashMap<&str, Option<RunState>> = FxHashMap::default();
         if !missing.is_empty() {
             let answered: Vec<Option<Vec<u8>>> = load.call1((missing.clone(),))?.extract()?;
             if answered.len() != missing.len() {
@@ -166,7 +166,8 @@ impl Kernel {
             rows.fact_key_keys.push(rows::fact_key_key(fact.run_id, fact.fact_key));
             rows.fact_key_values.push(rows::u64_bytes(fact.seq).map_err(invalid)?);
         }
-        let mut carried = HashMap::with_capacity(by_run.len());
+        let mut carried = FxHashMap::default();
+        carried.reserve(by_run.len());
         for (run_id, run_facts) in &by_run {
             let before = match self.carried.remove(*run_id) {
                 Some(state) => Some(state),

@@ -235,7 +235,7 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.generation = fact.long("generation")?;
             s.next_step = fact.long("first_step")?;
             s.step_attempts += 1;
-            s.phase = "dispatched".into();
+            set(&mut s.phase, "dispatched");
             s.attempt_expires_ms = Some(fact.long("expires_ms")?);
             s.retry_due_ms = None;
         }
@@ -249,12 +249,12 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.step_outputs.insert(step, output);
         }
         "SegmentCompleted" => {
-            s.phase = "idle".into();
+            set(&mut s.phase, "idle");
             s.attempt_expires_ms = None;
             s.unknown = None;
         }
         "SegmentFailed" => {
-            s.phase = "idle".into();
+            set(&mut s.phase, "idle");
             s.unknown = None;
             s.attempt_expires_ms = None;
             s.error = Some(fact.string("error")?);
@@ -262,12 +262,12 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.failed_step = Some(fact.long("step")?);
         }
         "RetryScheduled" => {
-            s.phase = "retry_wait".into();
+            set(&mut s.phase, "retry_wait");
             s.retry_due_ms = Some(fact.long("due_ms")?);
         }
         "SegmentSuspended" => {
             let step = fact.long("step")?;
-            s.phase = "suspended".into();
+            set(&mut s.phase, "suspended");
             s.unknown = None;
             s.attempt_expires_ms = None;
             s.next_step = step;
@@ -319,7 +319,7 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
                     interaction.output = None;
                 }
             }
-            s.phase = "idle".into();
+            set(&mut s.phase, "idle");
             s.segment = fact.long("segment")?;
             s.attempt = 0;
             s.next_step = fact.long("first_step")?;
@@ -327,7 +327,7 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.last_output = fact.bytes("input")?;
         }
         "TerminalPublicationPrepared" => {
-            s.phase = "publishing".into();
+            set(&mut s.phase, "publishing");
             s.publications.insert(fact.string("topic")?, "prepared".into());
             s.publication_key = Some(fact.string("idempotency_key")?);
             s.publication_due_ms = Some(fact.time_ms);
@@ -336,21 +336,21 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.publications.insert(fact.string("topic")?, "completed".into());
         }
         "RunSucceeded" => {
-            s.status = "succeeded".into();
+            set(&mut s.status, "succeeded");
             s.execution = Some("Completed".into());
             s.recovery = Some("NotRequired".into());
-            s.phase = "idle".into();
+            set(&mut s.phase, "idle");
             s.result = Some(fact.bytes("result")?);
             s.error = None;
             s.error_type = None;
             s.failed_step = None;
         }
         "RunFailed" => {
-            s.status = "failed".into();
+            set(&mut s.status, "failed");
             s.execution = Some("Failed".into());
             s.recovery = Some(fact.string("recovery")?);
             s.failed_attempts = fact.long("attempts")?;
-            s.phase = "idle".into();
+            set(&mut s.phase, "idle");
             s.retry_due_ms = None;
             s.error = Some(fact.string("error")?);
             s.error_type = Some(fact.string("error_type")?);
@@ -361,12 +361,12 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.stop_reason = Some(fact.string("reason")?);
             s.stop_detail = Some(fact.string("detail")?);
             if fenced {
-                s.phase = "idle".into();
+                set(&mut s.phase, "idle");
             }
             s.retry_due_ms = None;
         }
         "AttemptOutcomeUnknown" => {
-            s.phase = "unknown".into();
+            set(&mut s.phase, "unknown");
             s.unknown = Some(UnknownAttempt {
                 kind: fact.string("kind")?,
                 segment: fact.long("segment")?,
@@ -378,7 +378,7 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.compensation_expires_ms = None;
         }
         "AttemptResolved" => {
-            s.phase = "idle".into();
+            set(&mut s.phase, "idle");
             s.unknown = None;
             let recorded = RecordedResolution {
                 fingerprint: fact.string("fingerprint")?,
@@ -387,12 +387,12 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.resolutions.insert(fact.string("idempotency_key")?, recorded);
         }
         "CompensationStarted" => {
-            s.phase = "compensating".into();
+            set(&mut s.phase, "compensating");
             s.unwind = fact.longs("steps")?;
             s.compensation_started = true;
         }
         "CompensationAttemptStarted" => {
-            s.phase = "compensating".into();
+            set(&mut s.phase, "compensating");
             s.compensating_step = Some(fact.long("step")?);
             s.compensation_attempt = fact.long("attempt")?;
             s.compensation_generation = fact.long("generation")?;
@@ -409,7 +409,7 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
         }
         "CompensationAttemptFailed" => match fact.opt_long("retry_due_ms")? {
             Some(due) => {
-                s.phase = "compensation_retry_wait".into();
+                set(&mut s.phase, "compensation_retry_wait");
                 s.compensation_retry_due_ms = Some(due);
                 s.compensation_expires_ms = None;
             }
@@ -417,15 +417,15 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
                 s.compensation_failed = true;
                 s.unwind = Vec::new();
                 s.compensation_expires_ms = None;
-                s.phase = "idle".into();
+                set(&mut s.phase, "idle");
             }
         },
         "RunStopped" => {
             let execution = fact.string("execution")?;
-            s.status = if execution == "Cancelled" { "cancelled" } else { "timed_out" }.into();
+            set(&mut s.status, if execution == "Cancelled" { "cancelled" } else { "timed_out" });
             s.execution = Some(execution);
             s.recovery = Some(fact.string("recovery")?);
-            s.phase = "idle".into();
+            set(&mut s.phase, "idle");
             s.attempt_expires_ms = None;
             s.retry_due_ms = None;
         }
@@ -433,6 +433,12 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
         other => return Err(format!("fact type {other} not folded here")),
     }
     Ok(())
+}
+
+/// Overwrite a string field in place (its buffer is reused: no allocation per fact).
+fn set(field: &mut String, value: &str) {
+    field.clear();
+    field.push_str(value);
 }
 
 fn unwound(s: &mut RunState) {
@@ -443,7 +449,7 @@ fn unwound(s: &mut RunState) {
     s.compensation_attempt = 0;
     s.compensation_generation = 0;
     s.compensation_expires_ms = None;
-    s.phase = "compensating".into();
+    set(&mut s.phase, "compensating");
 }
 
 /// Schemas by fingerprint, for the fact types folded here.

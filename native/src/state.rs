@@ -132,7 +132,9 @@ impl RunState {
     }
 
     pub fn to_json(&self) -> Result<Vec<u8>, String> {
-        serde_json::to_vec(self).map_err(|e| e.to_string())
+        let mut out = Vec::with_capacity(2048); // a run's JSON is 1-2 KiB
+        serde_json::to_writer(&mut out, self).map_err(|e| e.to_string())?;
+        Ok(out)
     }
 
     pub fn from_json(raw: &[u8]) -> Result<RunState, String> {
