@@ -40,7 +40,7 @@ def catch_up(
     # The only writer of ``store`` while catching up: carry each batch's runs to the next.
     staging = Staging(store, carry=True)
     compiled = NativeFold(store) if native and native_fold_available() else None
-    applied = 0
+    applied = in_python = 0
     for values, next_offset in reader.read_values(facts, start, end, batch_size=batch_size):
         with gc_paused():
             present = [value for value in values if value is not None]
@@ -52,6 +52,7 @@ def catch_up(
             else:
                 if compiled is not None:
                     compiled.reset()  # Python writes this batch: the kernel's runs go stale
+                    in_python += 1
                 # Decode the whole batch first (a bad fact raises before anything is
                 # staged: nothing of this batch is written), then fold it in one go.
                 staging.fold_read(list(zip(decode_facts(present), present, strict=True)))
@@ -61,6 +62,10 @@ def catch_up(
             progress(len(values))
     if applied:
         logger.info(
-            "partition %s: caught up %d facts from offset %d", facts.partition, applied, start
+            "partition %s: caught up %d facts from offset %d%s",
+            facts.partition,
+            applied,
+            start,
+            f" ({in_python} batches declined by the compiled fold)" if in_python else "",
         )
     return applied

@@ -4,11 +4,11 @@ Catch-up folds every fact of a partition; in Python, decoding and folding a fact
 costs several times reading it. The extension decodes a batch of encoded facts,
 folds them and puts into the WriteBatch the rows that ``Staging.fold_read`` and
 ``flush`` would write (history, fact keys, runs, due-work changes, claims), in one
-call. It handles
-the current fact schemas exactly and refuses (ValueError) anything else: a value
-from an older schema, a malformed one, a stored run it cannot read. That batch is
-then folded by the Python reducers, which stay the reference; the tests fold the
-same facts both ways and compare every row.
+call. It handles the current fact schemas exactly and refuses (ValueError, before
+putting anything) whatever else: a value in an older schema, a malformed one, a
+stored run it cannot read. That batch is then folded by the Python reducers, which
+stay the reference; tests/unit/test_native_fold.py folds the same facts both ways
+and compares every row.
 
 It is optional: without the extension (no Rust toolchain at install), or with
 ``PROCESSOR_NATIVE_FOLD=false``, catch-up folds in Python, only slower.
