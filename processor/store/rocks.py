@@ -111,14 +111,10 @@ class PartitionStore:
 
     def runs(self, run_ids: Sequence[str]) -> list[RunState | None]:
         """``run`` of each id, in order, with one multi-get instead of a get per run."""
-        if not run_ids:
-            return []
-        found = self._cf["runs"].get([keys.run_key(run_id) for run_id in run_ids])
-        assert found is not None  # a multi-get answers a list, None per missing key
         validate = RunState.model_validate_json
-        return [None if raw is None else validate(raw) for raw in found]
+        return [None if raw is None else validate(raw) for raw in self.raw_runs(run_ids)]
 
-    def raw_runs(self, run_ids: list[str]) -> list[bytes | None]:
+    def raw_runs(self, run_ids: Sequence[str]) -> list[bytes | None]:
         """The stored JSON of each run (None if absent), in order: one multi-get."""
         if not run_ids:
             return []
