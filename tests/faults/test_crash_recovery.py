@@ -93,9 +93,12 @@ def test_kill_9_during_load_loses_and_duplicates_nothing(
                 processor_process.wait_running()
                 when = "at start"
             else:
-                # Kill after a random amount of committed progress since the last kill
-                # (less than the chunk just submitted needs, so runs are in flight).
-                target = committed_facts() + rng.randint(1, 1_200)
+                # Kill after a random amount of committed progress since the last kill:
+                # at most two facts per run of the chunk just submitted (each run needs
+                # several). The processor commits up to 500 inputs per transaction,
+                # so progress comes in jumps, and a target near the chunk's end can be
+                # passed by the very commit that ends its last runs (none in flight).
+                target = committed_facts() + rng.randint(1, chunk * 2)
                 wait_until(lambda t=target: progressed(t), 90, f"{target} facts", max_pause_s=0.01)
                 when = f"at {target} facts"
             all_ended()
