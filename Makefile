@@ -34,6 +34,10 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check processor tests bench
 	$(VENV)/bin/ruff format --check processor tests bench
 	$(VENV)/bin/mypy processor
+	if command -v cargo >/dev/null; then \
+		cargo fmt --manifest-path native/Cargo.toml --check && \
+		cargo clippy --quiet --release --manifest-path native/Cargo.toml -- -D warnings; \
+	fi
 
 kafka-start:
 	compose/local-kafka start >/dev/null

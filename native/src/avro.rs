@@ -42,11 +42,25 @@ impl RecordSchema {
         if declared.get("type").and_then(Json::as_str) != Some("record") {
             return Err("not a record".into());
         }
-        let full_name = declared.get("name").and_then(Json::as_str).ok_or("record without a name")?;
-        let name = full_name.rsplit('.').next().unwrap_or(full_name).to_string();
+        let full_name = declared
+            .get("name")
+            .and_then(Json::as_str)
+            .ok_or("record without a name")?;
+        let name = full_name
+            .rsplit('.')
+            .next()
+            .unwrap_or(full_name)
+            .to_string();
         let mut fields = Vec::new();
-        for field in declared.get("fields").and_then(Json::as_array).ok_or("no fields")? {
-            let field_name = field.get("name").and_then(Json::as_str).ok_or("unnamed field")?;
+        for field in declared
+            .get("fields")
+            .and_then(Json::as_array)
+            .ok_or("no fields")?
+        {
+            let field_name = field
+                .get("name")
+                .and_then(Json::as_str)
+                .ok_or("unnamed field")?;
             let field_type = parse_type(field.get("type").ok_or("field without a type")?)?;
             fields.push((field_name.to_string(), field_type));
         }
@@ -138,7 +152,7 @@ impl<'a> Input<'a> {
             }
             FieldType::Optional(inner, null_index) => {
                 let branch = self.long()?;
-                if branch < 0 || branch > 1 {
+                if !(0..=1).contains(&branch) {
                     return Err("union branch out of range".into());
                 }
                 if branch as u64 == *null_index {

@@ -1,7 +1,8 @@
-//! ``processor_native``: the replay fold compiled. ``Kernel.fold_batch`` turns a batch
-//! of encoded facts into the rows ``Staging.fold_read`` + ``flush`` would write, or
-//! raises ``ValueError`` for anything it does not handle exactly (the caller then
-//! folds that batch in Python, the reference).
+//! ``processor_native``: the replay fold compiled. ``Kernel.fold_into`` turns a batch
+//! of encoded facts into the rows ``Staging.fold_read`` + ``flush`` would write and
+//! puts them into a WriteBatch, or raises ``ValueError`` (before putting anything) for
+//! whatever it does not handle exactly: the caller then folds that batch in Python,
+//! the reference (``processor/store/native_fold.py``).
 
 mod avro;
 mod reduce;
@@ -11,10 +12,10 @@ mod state;
 use std::sync::Arc;
 
 use indexmap::IndexMap;
-use rustc_hash::{FxBuildHasher, FxHashMap};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
+use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use avro::RecordSchema;
 use reduce::{Fact, Schemas, FOLDED, HEADER};
@@ -58,15 +59,24 @@ impl Kernel {
                 .map_err(|e| PyValueError::new_err(e.to_string()))?;
             let schema = RecordSchema::parse(&json).map_err(PyValueError::new_err)?;
             if !FOLDED.contains(&schema.name.as_str()) {
-                return Err(PyValueError::new_err(format!("{} is not folded here", schema.name)));
+                return Err(PyValueError::new_err(format!(
+                    "{} is not folded here",
+                    schema.name
+                )));
             }
             let names = schema.fields.iter().map(|(name, _)| name.as_str());
             if !names.take(HEADER.len()).eq(HEADER) {
-                return Err(PyValueError::new_err(format!("{} lacks the fact header", schema.name)));
+                return Err(PyValueError::new_err(format!(
+                    "{} lacks the fact header",
+                    schema.name
+                )));
             }
             parsed.insert(fingerprint, Arc::new(schema));
         }
-        Ok(Kernel { schemas: parsed, carried: FxHashMap::default() })
+        Ok(Kernel {
+            schemas: parsed,
+            carried: FxHashMap::default(),
+        })
     }
 
     /// Forget the carried runs (after a batch folded elsewhere changed the store).
@@ -94,7 +104,7 @@ impl Kernel {
             .map(|value| value.downcast_into::<PyBytes>().map_err(PyErr::from))
             .collect::<PyResult<_>>()?;
         let slices: Vec<&[u8]> = raws.iter().map(|raw| raw.as_bytes()).collect();
-        let result = self.fold(py, &slices, load);
+        let result = self.fold(&slices, load);
         if result.is_err() {
             self.carried.clear();
         }
@@ -133,22 +143,31 @@ impl Kernel {
             return Err("not an Avro single-object value".into());
         }
         let fingerprint: [u8; 8] = raw[2..HEADER_LEN].try_into().map_err(|_| "header")?;
-        let schema = self.schemas.get(&fingerprint).ok_or("fingerprint not folded here")?;
+        let schema = self
+            .schemas
+            .get(&fingerprint)
+            .ok_or("fingerprint not folded here")?;
         let values = schema.decode(raw, HEADER_LEN)?;
         Fact::new(Arc::clone(schema), values)
     }
 
-    fn fold(&mut self, py: Python<'_>, values: &[&[u8]], load: &Bound<'_, PyAny>) -> PyResult<Rows> {
+    fn fold(&mut self, values: &[&[u8]], load: &Bound<'_, PyAny>) -> PyResult<Rows> {
         let invalid = |e: String| PyValueError::new_err(e);
         // Decode everything first: a value not handled here stages nothing.
-        let facts = values.iter().map(|raw| self.decode(raw)).collect::<Result<Vec<_>, _>>();
+        let facts = values
+            .iter()
+            .map(|raw| self.decode(raw))
+            .collect::<Result<Vec<_>, _>>();
         let facts = facts.map_err(invalid)?;
         let mut by_run: IndexMap<&str, Vec<&Fact>, FxBuildHasher> = IndexMap::default();
         for fact in &facts {
             by_run.entry(fact.run_id).or_default().push(fact);
         }
-        let missing: Vec<&str> =
-            by_run.keys().copied().filter(|run_id| !self.carried.contains_key(*run_id)).collect();
+        let missing: Vec<&str> = by_run
+            .keys()
+            .copied()
+            .filter(|run_id| !self.carried.contains_key(*run_id))
+            .collect();
         let mut stored: FxHashMap<&str, Option<RunState>> = FxHashMap::default();
         if !missing.is_empty() {
             let answered: Vec<Option<Vec<u8>>> = load.call1((missing.clone(),))?.extract()?;
@@ -156,15 +175,21 @@ impl Kernel {
                 return Err(invalid("load answered a different number of runs".into()));
             }
             for (run_id, raw) in missing.iter().zip(answered) {
-                let state = raw.map(|raw| RunState::from_json(&raw)).transpose().map_err(invalid)?;
+                let state = raw
+                    .map(|raw| RunState::from_json(&raw))
+                    .transpose()
+                    .map_err(invalid)?;
                 stored.insert(run_id, state);
             }
         }
         let mut rows = Rows::default();
         for fact in &facts {
-            rows.history_keys.push(rows::history_key(fact.run_id, fact.seq).map_err(invalid)?);
-            rows.fact_key_keys.push(rows::fact_key_key(fact.run_id, fact.fact_key));
-            rows.fact_key_values.push(rows::u64_bytes(fact.seq).map_err(invalid)?);
+            rows.history_keys
+                .push(rows::history_key(fact.run_id, fact.seq).map_err(invalid)?);
+            rows.fact_key_keys
+                .push(rows::fact_key_key(fact.run_id, fact.fact_key));
+            rows.fact_key_values
+                .push(rows::u64_bytes(fact.seq).map_err(invalid)?);
         }
         let mut carried = FxHashMap::default();
         carried.reserve(by_run.len());
@@ -181,15 +206,17 @@ impl Kernel {
                 rows.run_values.push(state.to_json().map_err(invalid)?);
                 let new_due = rows::due_entries(Some(state));
                 for entry in old_due.difference(&new_due) {
-                    rows.due_deletes.push(rows::due_key(entry).map_err(invalid)?);
+                    rows.due_deletes
+                        .push(rows::due_key(entry).map_err(invalid)?);
                 }
                 for entry in new_due.difference(&old_due) {
                     rows.due_puts.push(rows::due_key(entry).map_err(invalid)?);
                 }
                 if let (Some(key), true) = (&state.idempotency_key, was_new) {
-                    rows.claim_keys.push(rows::run_key(key));
+                    rows.claim_keys.push(rows::claim_key(key));
                     let fingerprint = state.fingerprint.as_deref();
-                    rows.claim_values.push(rows::claim_value(&state.run_id, fingerprint));
+                    rows.claim_values
+                        .push(rows::claim_value(&state.run_id, fingerprint));
                 }
             }
             if let Some(state) = after {
@@ -197,7 +224,6 @@ impl Kernel {
             }
         }
         self.carried = carried;
-        let _ = py;
         Ok(rows)
     }
 }

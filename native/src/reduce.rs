@@ -35,12 +35,21 @@ impl<'a> Fact<'a> {
         else {
             return Err("a fact header is run_id, seq, fact_key".into());
         };
-        let (Some(Value::Long(time_ms)), Some(Value::Str(cause_id))) = (header.next(), header.next())
+        let (Some(Value::Long(time_ms)), Some(Value::Str(cause_id))) =
+            (header.next(), header.next())
         else {
             return Err("a fact header goes on with time_ms, cause_id".into());
         };
         drop(header);
-        Ok(Fact { run_id, seq, fact_key, time_ms, cause_id, schema, values })
+        Ok(Fact {
+            run_id,
+            seq,
+            fact_key,
+            time_ms,
+            cause_id,
+            schema,
+            values,
+        })
     }
 
     fn get(&self, name: &str) -> Result<&Value<'a>, Error> {
@@ -293,15 +302,19 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
                 output: None,
                 error: None,
             };
-            s.interactions.insert(fact.string("interaction")?, interaction);
+            s.interactions
+                .insert(fact.string("interaction")?, interaction);
         }
         "BoundaryDispatchCompleted" => s.boundary_dispatched = true,
         "BoundaryCompletionAdmitted" => {
             if let Some(current) = s.interactions.get_mut(&fact.string("interaction")?) {
                 let outcome = fact.string("outcome")?;
                 current.status = "admitted".into();
-                current.output =
-                    if outcome == "success" { Some(fact.bytes("payload")?) } else { None };
+                current.output = if outcome == "success" {
+                    Some(fact.bytes("payload")?)
+                } else {
+                    None
+                };
                 current.outcome = Some(outcome);
                 current.digest = Some(fact.bytes("payload_digest")?);
                 current.error = fact.opt_string("error")?;
@@ -328,12 +341,14 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
         }
         "TerminalPublicationPrepared" => {
             set(&mut s.phase, "publishing");
-            s.publications.insert(fact.string("topic")?, "prepared".into());
+            s.publications
+                .insert(fact.string("topic")?, "prepared".into());
             s.publication_key = Some(fact.string("idempotency_key")?);
             s.publication_due_ms = Some(fact.time_ms);
         }
         "TerminalPublicationCompleted" => {
-            s.publications.insert(fact.string("topic")?, "completed".into());
+            s.publications
+                .insert(fact.string("topic")?, "completed".into());
         }
         "RunSucceeded" => {
             set(&mut s.status, "succeeded");
@@ -384,7 +399,8 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
                 fingerprint: fact.string("fingerprint")?,
                 response: fact.string("response")?,
             };
-            s.resolutions.insert(fact.string("idempotency_key")?, recorded);
+            s.resolutions
+                .insert(fact.string("idempotency_key")?, recorded);
         }
         "CompensationStarted" => {
             set(&mut s.phase, "compensating");
@@ -422,7 +438,14 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
         },
         "RunStopped" => {
             let execution = fact.string("execution")?;
-            set(&mut s.status, if execution == "Cancelled" { "cancelled" } else { "timed_out" });
+            set(
+                &mut s.status,
+                if execution == "Cancelled" {
+                    "cancelled"
+                } else {
+                    "timed_out"
+                },
+            );
             s.execution = Some(execution);
             s.recovery = Some(fact.string("recovery")?);
             set(&mut s.phase, "idle");

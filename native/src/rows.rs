@@ -32,6 +32,12 @@ pub fn run_key(run_id: &str) -> Vec<u8> {
     key
 }
 
+pub fn claim_key(idempotency_key: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(idempotency_key.len() + 4);
+    string_key(idempotency_key, &mut key);
+    key
+}
+
 pub fn u64_bytes(value: i64) -> Result<[u8; 8], Error> {
     u64::try_from(value)
         .map(u64::to_be_bytes)
@@ -83,7 +89,13 @@ pub fn due_entries(state: Option<&RunState>) -> BTreeSet<Due> {
         "suspended" => {
             for i in s.interactions.values() {
                 if i.boundary == s.boundary && i.status == "open" && i.deadline_ms > 0 {
-                    let entry = (i.deadline_ms, run_id(), INTERACTION_TIMEOUT, i.boundary, i.item_index);
+                    let entry = (
+                        i.deadline_ms,
+                        run_id(),
+                        INTERACTION_TIMEOUT,
+                        i.boundary,
+                        i.item_index,
+                    );
                     entries.insert(entry);
                 }
             }
