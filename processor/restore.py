@@ -44,10 +44,7 @@ def catch_up(
     for values, next_offset in reader.read_values(facts, start, end, batch_size=batch_size):
         with gc_paused():
             present = [value for value in values if value is not None]
-            batch = store.batch()
-            if compiled is not None and compiled.fold(present, batch):
-                batch.set_facts_offset(next_offset)
-                store.write(batch)
+            if compiled is not None and compiled.fold(present, next_offset):
                 staging.discard()  # its carried runs are stale now
             else:
                 if compiled is not None:

@@ -16,6 +16,7 @@ It is optional: without the extension (no Rust toolchain at install), or with
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 from collections.abc import Callable, Sequence
@@ -23,7 +24,7 @@ from typing import Any, Protocol
 
 from processor.facts.codec import SCHEMA_DIR, codec
 from processor.facts.models import FACT_TYPES
-from processor.store.rocks import PartitionStore, StoreBatch
+from processor.store.rocks import PartitionStore
 
 __all__ = ["NativeFold", "native_fold_available"]
 
@@ -61,6 +62,15 @@ def native_fold_available() -> bool:
     return _EXTENSION is not None
 
 
+@functools.cache
+def _fact_schemas() -> list[tuple[bytes, str]]:
+    """(fingerprint, declared schema JSON) of every current fact schema, read once."""
+    return [
+        (codec().fingerprint_of(model), (SCHEMA_DIR / f"{model.__name__}.avsc").read_text())
+        for model in FACT_TYPES
+    ]
+
+
 class NativeFold:
     """Folds one partition's batches, in log order, into its store with the extension.
 
@@ -71,22 +81,22 @@ class NativeFold:
     def __init__(self, store: PartitionStore) -> None:
         if _EXTENSION is None:
             raise RuntimeError("processor_native is not installed")
-        fact_schemas = [
-            (codec().fingerprint_of(model), (SCHEMA_DIR / f"{model.__name__}.avsc").read_text())
-            for model in FACT_TYPES
-        ]
-        self._kernel: _Kernel = _EXTENSION.Kernel(fact_schemas)
+        self._kernel: _Kernel = _EXTENSION.Kernel(_fact_schemas())
         self._store = store
 
-    def fold(self, values: Sequence[bytes], batch: StoreBatch) -> bool:
-        """Add the rows of ``values`` to ``batch``; False (nothing added) if the
+    def fold(self, values: Sequence[bytes], facts_offset: int) -> bool:
+        """Fold ``values`` and write their rows with ``facts_offset`` in one WriteBatch
+        (what ``Staging.fold_read`` + ``flush`` do); False, with nothing written, if the
         extension does not handle this batch, which must then be folded in Python."""
+        batch = self._store.batch()
         put, delete, families = batch.writer(_FAMILIES)
         try:
             self._kernel.fold_into(values, self._store.raw_runs, put, delete, families)
         except ValueError as exc:  # raised before it put anything
             logger.debug("compiled fold declined a batch (%s); folding it in Python", exc)
             return False
+        batch.set_facts_offset(facts_offset)
+        self._store.write(batch)
         return True
 
     def reset(self) -> None:

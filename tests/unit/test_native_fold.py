@@ -332,8 +332,8 @@ class _Counting:
         self.folded = self.declined = 0
         original = native_fold.NativeFold.fold
 
-        def counting(fold: native_fold.NativeFold, values: Any, batch: Any) -> bool:
-            done = original(fold, values, batch)
+        def counting(fold: native_fold.NativeFold, values: Any, facts_offset: int) -> bool:
+            done = original(fold, values, facts_offset)
             self.folded += done
             self.declined += not done
             return done
