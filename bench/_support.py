@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from processor.client import Client, new_submit
-from processor.facts.codec import codec, decode_fact
+from processor.facts.codec import codec, decode_fact, fact_header
 from processor.facts.models import RunOutcome
 from processor.facts.topics import TopicName
 from processor.host import Deployment, Host
@@ -229,35 +229,15 @@ def store_floor(reader: Reader, topic: str, partitions: int, root: Path) -> tupl
 
 
 def _check_header_read(values: Sequence[bytes | None]) -> None:
-    """Insist ``_fact_row`` reads what the codec decodes, on a batch's first fact."""
+    """Insist ``fact_header`` reads what the codec decodes, on a batch's first fact."""
     first = next((value for value in values if value is not None), None)
     if first is None:
         return
     fact = decode_fact(first)
-    if _fact_row(first)[:3] != (fact.run_id, fact.seq, fact.fact_key):
-        raise AssertionError(f"header read {_fact_row(first)[:3]} != decoded {fact!r}")
+    if fact_header(first) != (fact.run_id, fact.seq, fact.fact_key):
+        raise AssertionError(f"header read {fact_header(first)} != decoded {fact!r}")
 
 
 def _fact_row(value: bytes) -> tuple[str, int, str, bytes]:
-    """(run id, seq, fact key, value): every fact's first three fields (string, long,
-    string) after the 10-byte single-object header."""
-    run_id, pos = _avro_string(value, 10)
-    seq, pos = _avro_long(value, pos)
-    fact_key, _ = _avro_string(value, pos)
-    return run_id, seq, fact_key, value
-
-
-def _avro_long(raw: bytes, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        byte = raw[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-
-
-def _avro_string(raw: bytes, pos: int) -> tuple[str, int]:
-    length, pos = _avro_long(raw, pos)
-    return raw[pos : pos + length].decode(), pos + length
+    """(run id, seq, fact key, value): what ``put_facts`` takes for one fact."""
+    return (*fact_header(value), value)
