@@ -184,12 +184,11 @@ impl Kernel {
         }
         let mut rows = Rows::default();
         for fact in &facts {
-            rows.history_keys
-                .push(rows::history_key(fact.run_id, fact.seq).map_err(invalid)?);
+            let seq = rows::u64_bytes(fact.seq).map_err(invalid)?;
+            rows.history_keys.push(rows::history_key(fact.run_id, &seq));
             rows.fact_key_keys
                 .push(rows::fact_key_key(fact.run_id, fact.fact_key));
-            rows.fact_key_values
-                .push(rows::u64_bytes(fact.seq).map_err(invalid)?);
+            rows.fact_key_values.push(seq);
         }
         let mut carried = FxHashMap::default();
         carried.reserve(by_run.len());
@@ -202,7 +201,7 @@ impl Kernel {
             let old_due = rows::due_entries(before.as_ref());
             let (after, changed) = reduce::fold(run_facts, before).map_err(invalid)?;
             if let (Some(state), true) = (&after, changed) {
-                rows.run_keys.push(rows::run_key(run_id));
+                rows.run_keys.push(rows::string_key_of(run_id));
                 rows.run_values.push(state.to_json().map_err(invalid)?);
                 let new_due = rows::due_entries(Some(state));
                 for entry in old_due.difference(&new_due) {
@@ -213,7 +212,7 @@ impl Kernel {
                     rows.due_puts.push(rows::due_key(entry).map_err(invalid)?);
                 }
                 if let (Some(key), true) = (&state.idempotency_key, was_new) {
-                    rows.claim_keys.push(rows::claim_key(key));
+                    rows.claim_keys.push(rows::string_key_of(key));
                     let fingerprint = state.fingerprint.as_deref();
                     rows.claim_values
                         .push(rows::claim_value(&state.run_id, fingerprint));

@@ -12,29 +12,25 @@ pub fn string_key(value: &str, out: &mut Vec<u8>) {
     out.extend_from_slice(value.as_bytes());
 }
 
-pub fn history_key(run_id: &str, seq: i64) -> Result<Vec<u8>, Error> {
+/// ``keys.string_key``: a run's key, a claim's key.
+pub fn string_key_of(value: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(value.len() + 4);
+    string_key(value, &mut key);
+    key
+}
+
+/// ``keys.history_key``, with the seq already packed (it is also the fact-key row's value).
+pub fn history_key(run_id: &str, seq: &[u8; 8]) -> Vec<u8> {
     let mut key = Vec::with_capacity(run_id.len() + 12);
     string_key(run_id, &mut key);
-    key.extend_from_slice(&u64_bytes(seq)?);
-    Ok(key)
+    key.extend_from_slice(seq);
+    key
 }
 
 pub fn fact_key_key(run_id: &str, fact_key: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(run_id.len() + fact_key.len() + 8);
     string_key(run_id, &mut key);
     string_key(fact_key, &mut key);
-    key
-}
-
-pub fn run_key(run_id: &str) -> Vec<u8> {
-    let mut key = Vec::with_capacity(run_id.len() + 4);
-    string_key(run_id, &mut key);
-    key
-}
-
-pub fn claim_key(idempotency_key: &str) -> Vec<u8> {
-    let mut key = Vec::with_capacity(idempotency_key.len() + 4);
-    string_key(idempotency_key, &mut key);
     key
 }
 
@@ -67,25 +63,21 @@ pub fn due_entries(state: Option<&RunState>) -> BTreeSet<Due> {
         entries.insert((deadline, run_id(), RUN_DEADLINE, 0, 0));
     }
     let step = s.compensating_step.unwrap_or(0);
-    match s.phase.as_str() {
-        "compensating" if s.compensation_expires_ms.is_some() => {
-            let expiry = s.compensation_expires_ms.unwrap_or_default();
-            let generation = s.compensation_generation;
-            entries.insert((expiry, run_id(), COMPENSATION_TIMEOUT, step, generation));
-        }
-        "compensation_retry_wait" if s.compensation_retry_due_ms.is_some() => {
-            let due = s.compensation_retry_due_ms.unwrap_or_default();
-            let generation = s.compensation_generation;
-            entries.insert((due, run_id(), COMPENSATION_RETRY, step, generation));
-        }
-        "dispatched" if s.attempt_expires_ms.is_some() => {
-            let expiry = s.attempt_expires_ms.unwrap_or_default();
-            entries.insert((expiry, run_id(), ATTEMPT_TIMEOUT, s.segment, s.generation));
-        }
-        "retry_wait" if s.retry_due_ms.is_some() => {
-            let due = s.retry_due_ms.unwrap_or_default();
-            entries.insert((due, run_id(), RETRY, s.segment, s.generation));
-        }
+    let generation = s.compensation_generation;
+    let timer = match s.phase.as_str() {
+        "compensating" => s
+            .compensation_expires_ms
+            .map(|expiry| (expiry, COMPENSATION_TIMEOUT, step, generation)),
+        "compensation_retry_wait" => s
+            .compensation_retry_due_ms
+            .map(|due| (due, COMPENSATION_RETRY, step, generation)),
+        "dispatched" => s
+            .attempt_expires_ms
+            .map(|expiry| (expiry, ATTEMPT_TIMEOUT, s.segment, s.generation)),
+        "retry_wait" => s
+            .retry_due_ms
+            .map(|due| (due, RETRY, s.segment, s.generation)),
+        "publishing" => s.publication_due_ms.map(|due| (due, PUBLICATION, 0, 0)),
         "suspended" => {
             for i in s.interactions.values() {
                 if i.boundary == s.boundary && i.status == "open" && i.deadline_ms > 0 {
@@ -99,12 +91,12 @@ pub fn due_entries(state: Option<&RunState>) -> BTreeSet<Due> {
                     entries.insert(entry);
                 }
             }
+            None
         }
-        "publishing" if s.publication_due_ms.is_some() => {
-            let due = s.publication_due_ms.unwrap_or_default();
-            entries.insert((due, run_id(), PUBLICATION, 0, 0));
-        }
-        _ => {}
+        _ => None,
+    };
+    if let Some((due_ms, kind, scope, ordinal)) = timer {
+        entries.insert((due_ms, run_id(), kind, scope, ordinal));
     }
     entries
 }
