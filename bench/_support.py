@@ -195,16 +195,16 @@ def digest(root: Path, partitions: int) -> dict[str, str]:
 
 
 def store_floor(reader: Reader, topic: str, partitions: int, root: Path) -> tuple[int, float]:
-    """What any replay must do at least with this store: read every fact and write its
-    two per-fact rows (history and fact key), nothing else. Closes ``reader``.
+    """What any replay must do at least with this store: read every fact and write the
+    history rows, nothing else. Closes ``reader``.
 
     Serial, into fresh stores under ``root`` (removed after), through the product's
-    ``StoreBatch.put_facts`` and ``PartitionStore.write``, one WriteBatch per read
-    batch as catch-up writes. The run id, seq and fact key come from the fact's first
-    three Avro fields, read without decoding the rest; the fold and the runs rows
-    are left out. So its rate over the raw read is the most a replay in one process
-    could reach with this store layout, whatever its decode and fold cost.
-    Returns (facts, wall seconds).
+    ``StoreBatch.put_history`` and ``PartitionStore.write`` (without the WAL, then
+    ``persist``, as catch-up writes): one WriteBatch per read batch, with one history
+    chunk per run in it. The run id, seq and fact key come from ``fact_header``,
+    without decoding the rest; the fold and the runs rows are left out. So its rate
+    over the raw read is the most a replay in one process could reach with this store
+    layout, whatever its decode and fold cost. Returns (facts, wall seconds).
     """
     shutil.rmtree(root, ignore_errors=True)
     started = time.perf_counter()
@@ -216,10 +216,12 @@ def store_floor(reader: Reader, topic: str, partitions: int, root: Path) -> tupl
             for values, next_offset in reader.read_values(tp, 0, batch_size=BATCH_FACTS):
                 _check_header_read(values)
                 batch = store.batch()
-                batch.put_facts(_fact_row(value) for value in values if value is not None)
+                for run_id, (first_seq, entries) in _chunks(values).items():
+                    batch.put_history(run_id, first_seq, entries)
                 batch.set_facts_offset(next_offset)
-                store.write(batch)
+                store.write(batch, wal=False)
                 count += len(values)
+            store.persist()
         finally:
             store.close()
     seconds = time.perf_counter() - started
@@ -238,6 +240,16 @@ def _check_header_read(values: Sequence[bytes | None]) -> None:
         raise AssertionError(f"header read {fact_header(first)} != decoded {fact!r}")
 
 
-def _fact_row(value: bytes) -> tuple[str, int, str, bytes]:
-    """(run id, seq, fact key, value): what ``put_facts`` takes for one fact."""
-    return (*fact_header(value), value)
+def _chunks(values: Sequence[bytes | None]) -> dict[str, tuple[int, list[tuple[str, bytes]]]]:
+    """run id -> (first seq, [(fact key, value)]) of a batch of encoded facts."""
+    chunks: dict[str, tuple[int, list[tuple[str, bytes]]]] = {}
+    for value in values:
+        if value is None:
+            continue
+        run_id, seq, fact_key = fact_header(value)
+        chunk = chunks.get(run_id)
+        if chunk is None:
+            chunks[run_id] = (seq, [(fact_key, value)])
+        else:
+            chunk[1].append((fact_key, value))
+    return chunks

@@ -9,6 +9,7 @@ __all__ = [
     "FencedError",
     "ProcessorError",
     "SessionLostError",
+    "StoreFormatError",
     "TransportError",
     "UnknownPipelineError",
 ]
@@ -33,6 +34,17 @@ class FactDecodeError(ProcessorError):
 
 class AppendConflictError(ProcessorError):
     """New facts were appended against a stale expected run version."""
+
+
+class StoreFormatError(ProcessorError):
+    """A partition store written in another format, by another release."""
+
+    def __init__(self, path: object, found: str) -> None:
+        super().__init__(
+            f"the store at {path} is in another format ({found}); "
+            "the processor rebuilds it from runs.facts when it starts"
+        )
+        self.path = path
 
 
 class TransportError(ProcessorError):

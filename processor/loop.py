@@ -55,7 +55,7 @@ from processor.model.decide import (
 from processor.model.state import RunState
 from processor.restore import catch_up
 from processor.restore_parallel import PARALLEL_MIN_FACTS, catch_up_partitions, worker_count
-from processor.store.rocks import PartitionStore, store_path, stored_facts_offset
+from processor.store.rocks import open_store, store_path, stored_facts_offset
 from processor.store.staging import Staging
 from processor.topology import Topology
 from processor.transport.base import (
@@ -208,7 +208,7 @@ class ProcessorLoop:
                 )
         self._restore_in_processes(partitions)
         for partition in partitions:
-            store = PartitionStore(store_path(self._config.state_dir, partition))
+            store = open_store(store_path(self._config.state_dir, partition))
             if store.facts_offset() == 0:
                 logger.info(
                     "partition %d: no store, rebuilding from runs.facts offset 0", partition

@@ -30,7 +30,9 @@ def catch_up(
     """Fold every committed fact after the store's offset into it; return the count.
 
     Each read batch is written in one WriteBatch with the offset after its last
-    fact, so a crash mid-way resumes where the last batch ended. With ``native``
+    fact, without the write-ahead log (a bulk load); the store is persisted at the
+    end, and RocksDB's atomic flushes keep every column family at one batch, so a
+    crash mid-way resumes where the last flushed batch ended. With ``native``
     (and the extension installed), batches are folded by the compiled fold
     (``store/native_fold.py``), any batch it declines by the Python reducers.
     """
@@ -53,11 +55,12 @@ def catch_up(
                 # Decode the whole batch first (a bad fact raises before anything is
                 # staged: nothing of this batch is written), then fold it in one go.
                 staging.fold_read(list(zip(decode_facts(present), present, strict=True)))
-                staging.flush(next_offset)
+                staging.flush(next_offset, wal=False)
         applied += len(values)
         if progress is not None:
             progress(len(values))
     if applied:
+        store.persist()  # before anything is written with the log on top of this
         logger.info(
             "partition %s: caught up %d facts from offset %d%s",
             facts.partition,

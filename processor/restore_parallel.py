@@ -21,7 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from processor.restore import catch_up
-from processor.store.rocks import PartitionStore, store_path
+from processor.store.rocks import open_store, store_path
 from processor.transport.base import Reader, TopicPartition, Transport
 
 __all__ = ["PARALLEL_MIN_FACTS", "catch_up_partitions", "worker_count"]
@@ -109,7 +109,7 @@ def _catch_up(
     advance: Progress | None = None,
     native: bool = True,
 ) -> int:
-    store = PartitionStore(store_path(root, partition))
+    store = open_store(store_path(root, partition))
     try:
         return catch_up(
             store,

@@ -5,6 +5,7 @@
 //! the reference (``processor/store/native_fold.py``).
 
 mod avro;
+mod json;
 mod reduce;
 mod rows;
 mod state;
@@ -27,8 +28,7 @@ const HEADER_LEN: usize = 10;
 #[derive(Default)]
 struct Rows {
     history_keys: Vec<Vec<u8>>,
-    fact_key_keys: Vec<Vec<u8>>,
-    fact_key_values: Vec<[u8; 8]>,
+    history_chunks: Vec<Vec<u8>>,
     run_keys: Vec<Vec<u8>>,
     run_values: Vec<Vec<u8>>,
     due_puts: Vec<Vec<u8>>,
@@ -86,7 +86,7 @@ impl Kernel {
 
     /// Fold a batch of encoded facts and put its rows with ``put(key, value, family)``
     /// and ``delete(key, family)`` (a WriteBatch's methods); ``families`` are the
-    /// history, fact_keys, runs, due and claims column families. ``load(run_ids)``
+    /// history, runs, due and claims column families. ``load(run_ids)``
     /// answers the stored JSON (or None) of runs not carried. Raises ValueError before
     /// writing anything, and forgets the carried runs, for any value or stored run not
     /// handled exactly here.
@@ -97,7 +97,7 @@ impl Kernel {
         load: &Bound<'_, PyAny>,
         put: &Bound<'_, PyAny>,
         delete: &Bound<'_, PyAny>,
-        families: [PyObject; 5],
+        families: [PyObject; 4],
     ) -> PyResult<()> {
         let raws: Vec<Bound<'_, PyBytes>> = values
             .iter()
@@ -109,16 +109,10 @@ impl Kernel {
             self.carried.clear();
         }
         let rows = result?;
-        let [history, fact_keys, runs, due, claims] = families;
+        let [history, runs, due, claims] = families;
         let bytes = |data: &[u8]| PyBytes::new(py, data);
-        for ((key, raw), (fk_key, seq)) in rows
-            .history_keys
-            .iter()
-            .zip(&raws)
-            .zip(rows.fact_key_keys.iter().zip(&rows.fact_key_values))
-        {
-            put.call1((bytes(key), raw, &history))?;
-            put.call1((bytes(fk_key), bytes(seq), &fact_keys))?;
+        for (key, chunk) in rows.history_keys.iter().zip(&rows.history_chunks) {
+            put.call1((bytes(key), bytes(chunk), &history))?;
         }
         for (key, value) in rows.run_keys.iter().zip(&rows.run_values) {
             put.call1((bytes(key), bytes(value), &runs))?;
@@ -159,9 +153,9 @@ impl Kernel {
             .map(|raw| self.decode(raw))
             .collect::<Result<Vec<_>, _>>();
         let facts = facts.map_err(invalid)?;
-        let mut by_run: IndexMap<&str, Vec<&Fact>, FxBuildHasher> = IndexMap::default();
-        for fact in &facts {
-            by_run.entry(fact.run_id).or_default().push(fact);
+        let mut by_run: IndexMap<&str, Vec<(&Fact, &[u8])>, FxBuildHasher> = IndexMap::default();
+        for (fact, raw) in facts.iter().zip(values) {
+            by_run.entry(fact.run_id).or_default().push((fact, raw));
         }
         let missing: Vec<&str> = by_run
             .keys()
@@ -183,13 +177,6 @@ impl Kernel {
             }
         }
         let mut rows = Rows::default();
-        for fact in &facts {
-            let seq = rows::u64_bytes(fact.seq).map_err(invalid)?;
-            rows.history_keys.push(rows::history_key(fact.run_id, &seq));
-            rows.fact_key_keys
-                .push(rows::fact_key_key(fact.run_id, fact.fact_key));
-            rows.fact_key_values.push(seq);
-        }
         let mut carried = FxHashMap::default();
         carried.reserve(by_run.len());
         for (run_id, run_facts) in &by_run {
@@ -199,10 +186,17 @@ impl Kernel {
             };
             let was_new = before.is_none();
             let old_due = rows::due_entries(before.as_ref());
-            let (after, changed) = reduce::fold(run_facts, before).map_err(invalid)?;
+            let new = reduce::journal_facts(run_facts, before.as_ref());
+            if let Some((first, _)) = new.first() {
+                let seq = rows::u64_bytes(first.seq).map_err(invalid)?;
+                rows.history_keys.push(rows::history_key(run_id, &seq));
+                rows.history_chunks.push(rows::history_chunk(&new));
+            }
+            let new_facts: Vec<&Fact> = new.iter().map(|(fact, _)| *fact).collect();
+            let (after, changed) = reduce::fold(&new_facts, before).map_err(invalid)?;
             if let (Some(state), true) = (&after, changed) {
                 rows.run_keys.push(rows::string_key_of(run_id));
-                rows.run_values.push(state.to_json().map_err(invalid)?);
+                rows.run_values.push(json::run_json(state));
                 let new_due = rows::due_entries(Some(state));
                 for entry in old_due.difference(&new_due) {
                     rows.due_deletes

@@ -111,7 +111,7 @@ impl<'a> Fact<'a> {
         }
     }
 
-    fn kind(&self) -> &str {
+    pub fn kind(&self) -> &str {
         &self.schema.name
     }
 }
@@ -146,6 +146,26 @@ pub const FOLDED: [&str; 25] = [
 ];
 
 /// ``reduce.fold``: the run after ``facts`` (in order), and whether it changed.
+/// ``reduce.journal_facts``: the facts new to the run's journal after ``state`` (all but
+/// duplicates at or below its version; before the run starts, every fact).
+pub fn journal_facts<'f, 'a, T: Copy>(
+    facts: &[(&'f Fact<'a>, T)],
+    state: Option<&RunState>,
+) -> Vec<(&'f Fact<'a>, T)> {
+    let mut version = state.map(|run| run.version);
+    let mut new = Vec::with_capacity(facts.len());
+    for &(fact, extra) in facts {
+        if version.is_some_and(|v| fact.seq <= v) {
+            continue;
+        }
+        new.push((fact, extra));
+        if version.is_some() || fact.kind() == "RunSubmitted" {
+            version = Some(fact.seq);
+        }
+    }
+    new
+}
+
 pub fn fold(facts: &[&Fact], state: Option<RunState>) -> Result<(Option<RunState>, bool), Error> {
     let mut state = state;
     let mut changed = false;

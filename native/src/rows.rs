@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 
+use crate::reduce::Fact;
 use crate::state::RunState;
 
 pub type Error = String;
@@ -19,7 +20,7 @@ pub fn string_key_of(value: &str) -> Vec<u8> {
     key
 }
 
-/// ``keys.history_key``, with the seq already packed (it is also the fact-key row's value).
+/// ``keys.history_key``: (run id, seq of the chunk's first fact).
 pub fn history_key(run_id: &str, seq: &[u8; 8]) -> Vec<u8> {
     let mut key = Vec::with_capacity(run_id.len() + 12);
     string_key(run_id, &mut key);
@@ -27,11 +28,20 @@ pub fn history_key(run_id: &str, seq: &[u8; 8]) -> Vec<u8> {
     key
 }
 
-pub fn fact_key_key(run_id: &str, fact_key: &str) -> Vec<u8> {
-    let mut key = Vec::with_capacity(run_id.len() + fact_key.len() + 8);
-    string_key(run_id, &mut key);
-    string_key(fact_key, &mut key);
-    key
+/// ``history.encode_chunk``: each fact's key (length-prefixed), then its encoded bytes
+/// (length-prefixed), in journal order.
+pub fn history_chunk(facts: &[(&Fact, &[u8])]) -> Vec<u8> {
+    let size: usize = facts
+        .iter()
+        .map(|(fact, raw)| fact.fact_key.len() + raw.len() + 8)
+        .sum();
+    let mut chunk = Vec::with_capacity(size);
+    for (fact, raw) in facts {
+        string_key(fact.fact_key, &mut chunk);
+        chunk.extend_from_slice(&(raw.len() as u32).to_be_bytes());
+        chunk.extend_from_slice(raw);
+    }
+    chunk
 }
 
 pub fn u64_bytes(value: i64) -> Result<[u8; 8], Error> {

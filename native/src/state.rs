@@ -1,27 +1,20 @@
 //! The run projection, field for field as ``processor/model/state.py`` declares it,
-//! and its JSON exactly as pydantic writes it (declaration order, URL-safe base64
-//! bytes with padding, integer dict keys as strings, every field present).
+//! read from the JSON pydantic writes (``json.rs`` writes it back).
 
 use base64::engine::general_purpose::URL_SAFE;
 use base64::Engine;
 use indexmap::IndexMap;
 use serde::de::Error as _;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Deserializer};
 
-/// Bytes, written as pydantic's ``ser_json_bytes="base64"`` writes them.
+/// Bytes, in JSON as pydantic's ``ser_json_bytes="base64"`` writes them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct B64(pub Vec<u8>);
-
-impl Serialize for B64 {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&URL_SAFE.encode(&self.0))
-    }
-}
 
 impl<'de> Deserialize<'de> for B64 {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
-        // Only what this serializer writes; anything else is left to pydantic.
+        // Only what ``json.rs`` writes; anything else is left to pydantic.
         let decoded = URL_SAFE.decode(text.as_bytes()).map_err(D::Error::custom)?;
         if URL_SAFE.encode(&decoded) != text {
             return Err(D::Error::custom("not canonical URL-safe base64"));
@@ -30,7 +23,7 @@ impl<'de> Deserialize<'de> for B64 {
     }
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Interaction {
     pub boundary: i64,
@@ -46,7 +39,7 @@ pub struct Interaction {
     pub error: Option<String>,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UnknownAttempt {
     pub kind: String,
@@ -56,14 +49,14 @@ pub struct UnknownAttempt {
     pub step: i64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RecordedResolution {
     pub fingerprint: String,
     pub response: String,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunState {
     pub run_id: String,
@@ -129,12 +122,6 @@ pub const TERMINAL: [&str; 4] = ["succeeded", "failed", "cancelled", "timed_out"
 impl RunState {
     pub fn terminal(&self) -> bool {
         TERMINAL.contains(&self.status.as_str())
-    }
-
-    pub fn to_json(&self) -> Result<Vec<u8>, String> {
-        let mut out = Vec::with_capacity(2048); // a run's JSON is 1-2 KiB
-        serde_json::to_writer(&mut out, self).map_err(|e| e.to_string())?;
-        Ok(out)
     }
 
     pub fn from_json(raw: &[u8]) -> Result<RunState, String> {

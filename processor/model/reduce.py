@@ -48,7 +48,7 @@ from processor.model.state import (
     UnknownAttempt,
 )
 
-__all__ = ["fold", "reduce"]
+__all__ = ["fold", "journal_facts", "reduce"]
 
 
 def reduce(state: RunState | None, fact: FactHeader) -> RunState | None:
@@ -99,6 +99,24 @@ class _Draft:
         # Only what is not a field: RunState's properties and methods, on a built copy.
         state = RunState.model_construct(**{f: self.__dict__[f] for f in RunState.model_fields})
         return getattr(state, name)
+
+
+def journal_facts(facts: Iterable[F], state: RunState | None) -> list[F]:
+    """The facts of one run, in order, that are new to its journal after ``state``.
+
+    ``fold`` skips a fact at or below the run's version: a duplicate. Before the run
+    starts (no state, no RunSubmitted yet) every fact is new, though the fold keeps
+    none of those orphans. The store records exactly these in the run's history.
+    """
+    version = None if state is None else state.version
+    new = []
+    for fact in facts:
+        if version is not None and fact.seq <= version:
+            continue
+        new.append(fact)
+        if version is not None or isinstance(fact, RunSubmitted):
+            version = fact.seq
+    return new
 
 
 def _start(fact: FactHeader) -> RunState | None:

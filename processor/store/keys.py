@@ -13,7 +13,6 @@ from processor.model.due import DueEntry, TimerKind
 __all__ = [
     "decode_due",
     "due_key",
-    "fact_key_key",
     "history_key",
     "history_prefix",
     "run_key",
@@ -55,10 +54,6 @@ def history_prefix(run_id: str) -> bytes:
 
 def history_key(run_id: str, seq: int) -> bytes:
     return string_key(run_id) + _U64.pack(seq)
-
-
-def fact_key_key(run_id: str, fact_key: str) -> bytes:
-    return string_key(run_id) + string_key(fact_key)
 
 
 def due_key(entry: DueEntry) -> bytes:

@@ -29,7 +29,7 @@ from processor.store.rocks import PartitionStore
 __all__ = ["NativeFold", "native_fold_available"]
 
 #: The column families the compiled fold writes, in the order it takes them.
-_FAMILIES = ("history", "fact_keys", "runs", "due", "claims")
+_FAMILIES = ("history", "runs", "due", "claims")
 
 logger = logging.getLogger(__name__)
 
@@ -85,9 +85,10 @@ class NativeFold:
         self._store = store
 
     def fold(self, values: Sequence[bytes], facts_offset: int) -> bool:
-        """Fold ``values`` and write their rows with ``facts_offset`` in one WriteBatch
-        (what ``Staging.fold_read`` + ``flush`` do); False, with nothing written, if the
-        extension does not handle this batch, which must then be folded in Python."""
+        """Fold ``values`` and write their rows with ``facts_offset`` in one WriteBatch,
+        without the write-ahead log (what ``Staging.fold_read`` + ``flush(wal=False)``
+        do); False, with nothing written, if the extension does not handle this batch,
+        which must then be folded in Python."""
         batch = self._store.batch()
         put, delete, families = batch.writer(_FAMILIES)
         try:
@@ -96,7 +97,7 @@ class NativeFold:
             logger.debug("compiled fold declined a batch (%s); folding it in Python", exc)
             return False
         batch.set_facts_offset(facts_offset)
-        self._store.write(batch)
+        self._store.write(batch, wal=False)
         return True
 
     def reset(self) -> None:

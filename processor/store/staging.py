@@ -15,7 +15,7 @@ from processor.facts.codec import encode
 from processor.facts.models import FactHeader
 from processor.model.due import due_entries
 from processor.model.journal import plan_append
-from processor.model.reduce import fold, reduce
+from processor.model.reduce import fold, journal_facts, reduce
 from processor.model.state import RunState
 from processor.store.rocks import PartitionStore, StoreBatch
 
@@ -42,6 +42,7 @@ class Staging:
         self._before: dict[str, RunState | None] = {}
         self._after: dict[str, RunState | None] = {}
         self._keys: set[tuple[str, str]] = set()
+        self._stored_keys: dict[str, set[str]] = {}  # fact keys read from the store, by run
         # Every fact staged since the last flush with its encoded bytes, in staging order.
         self._staged: list[tuple[FactHeader, bytes]] = []
         self._carry = carry
@@ -76,7 +77,12 @@ class Staging:
             self._before[run_id] = after[run_id] = state
 
     def _key_exists(self, run_id: str, fact_key: str) -> bool:
-        return (run_id, fact_key) in self._keys or self.store.has_fact_key(run_id, fact_key)
+        if (run_id, fact_key) in self._keys:
+            return True
+        stored = self._stored_keys.get(run_id)
+        if stored is None:
+            stored = self._stored_keys[run_id] = self.store.fact_keys(run_id)
+        return fact_key in stored
 
     def append(
         self, run_id: str, expected_version: int, facts: tuple[FactHeader, ...]
@@ -105,20 +111,22 @@ class Staging:
         The runs are staged first with one multi-get (``load``); then each run's
         facts are folded together, building its next projection once per batch
         (runs are independent, so this equals folding the facts one at a time).
+        Duplicates (``journal_facts``) change nothing and are not staged.
         """
-        by_run: dict[str, list[FactHeader]] = {}
-        for fact, _ in facts:
+        by_run: dict[str, list[tuple[FactHeader, bytes]]] = {}
+        for fact, encoded in facts:
             run_facts = by_run.get(fact.run_id)
             if run_facts is None:
-                by_run[fact.run_id] = [fact]
+                by_run[fact.run_id] = [(fact, encoded)]
             else:
-                run_facts.append(fact)
+                run_facts.append((fact, encoded))
         self.load(by_run)
-        after, fact_keys = self._after, self._keys
-        for run_id, run_facts in by_run.items():
-            after[run_id] = fold(run_facts, after[run_id])
-            fact_keys.update([(run_id, fact.fact_key) for fact in run_facts])
-        self._staged.extend(facts)
+        after, fact_keys, staged = self._after, self._keys, self._staged
+        for run_id, read in by_run.items():
+            new = journal_facts([fact for fact, _ in read], after[run_id])
+            after[run_id] = fold(new, after[run_id])
+            fact_keys.update([(run_id, fact.fact_key) for fact in new])
+            staged.extend(read if len(new) == len(read) else _pairs_of(new, read))
 
     @property
     def facts(self) -> list[StagedFact]:
@@ -129,10 +137,12 @@ class Staging:
     def dirty(self) -> bool:
         return bool(self._staged)
 
-    def flush(self, facts_offset: int | None) -> None:
-        """Write the staged changes (and the facts offset) in one WriteBatch, then clear."""
+    def flush(self, facts_offset: int | None, *, wal: bool = True) -> None:
+        """Write the staged changes (and the facts offset) in one WriteBatch, then clear.
+
+        ``wal``: as ``PartitionStore.write`` (catch-up writes without the log)."""
         batch = self.store.batch()
-        batch.put_staged_facts(self._staged)
+        _write_history(batch, self._staged)
         for run_id, after in self._after.items():
             before = self._before.get(run_id)
             if after is not None and after is not before:
@@ -140,7 +150,7 @@ class Staging:
                 _write_index_changes(batch, before, after)
         if facts_offset is not None:
             batch.set_facts_offset(facts_offset)
-        self.store.write(batch)
+        self.store.write(batch, wal=wal)
         carried = (
             {run_id: state for run_id, state in self._after.items() if state is not None}
             if self._carry
@@ -153,8 +163,27 @@ class Staging:
         self._before.clear()
         self._after.clear()
         self._keys.clear()
+        self._stored_keys.clear()
         self._staged.clear()
         self._carried = {}
+
+
+def _pairs_of(
+    facts: Sequence[FactHeader], pairs: Sequence[tuple[FactHeader, bytes]]
+) -> list[tuple[FactHeader, bytes]]:
+    """The (fact, encoded) pairs of ``facts``, in their order."""
+    encoded_of = {id(fact): encoded for fact, encoded in pairs}
+    return [(fact, encoded_of[id(fact)]) for fact in facts]
+
+
+def _write_history(batch: StoreBatch, staged: Sequence[tuple[FactHeader, bytes]]) -> None:
+    """One history chunk per run with the run's staged facts, in journal order."""
+    by_run: dict[str, list[tuple[FactHeader, bytes]]] = {}
+    for fact, encoded in staged:
+        by_run.setdefault(fact.run_id, []).append((fact, encoded))
+    for run_id, run_facts in by_run.items():
+        entries = [(fact.fact_key, encoded) for fact, encoded in run_facts]
+        batch.put_history(run_id, run_facts[0][0].seq, entries)
 
 
 def _write_index_changes(batch: StoreBatch, before: RunState | None, after: RunState) -> None:

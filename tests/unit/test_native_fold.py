@@ -51,6 +51,7 @@ from processor.facts.models import (
 )
 from processor.restore import catch_up
 from processor.store import native_fold
+from processor.store.history import chunk_entries
 from processor.store.rocks import COLUMN_FAMILIES, PartitionStore
 from processor.transport.base import Outbound, TopicPartition, TopicSpec
 from processor.transport.embedded import EmbeddedTransport
@@ -356,8 +357,20 @@ def _catch_up(
         reader.close()
 
 
-def _reference(transport: EmbeddedTransport, path: Path) -> dict[str, list[tuple[bytes, bytes]]]:
-    return _catch_up(transport, path, [(10**9, False)], batch_size=7)
+def _reference(
+    transport: EmbeddedTransport, path: Path, batch_size: int
+) -> dict[str, list[tuple[bytes, bytes]]]:
+    """The rows the Python fold writes, in batches of ``batch_size`` (which decides
+    where history chunks begin)."""
+    return _catch_up(transport, path, [(10**9, False)], batch_size)
+
+
+def _by_run(rows: dict[str, list[tuple[bytes, bytes]]]) -> dict[bytes, list[tuple[str, bytes]]]:
+    """Each run's history entries, whatever the chunks."""
+    runs: dict[bytes, list[tuple[str, bytes]]] = {}
+    for key, chunk in rows["history"]:
+        runs.setdefault(key[:-8], []).extend(chunk_entries(chunk))
+    return runs
 
 
 @requires_native
@@ -368,7 +381,7 @@ def test_every_fact_type_folds_to_the_same_rows(
     facts = _every_fact_type()
     assert {type(fact) for fact in facts} >= set(FACT_TYPES)
     transport = _log(tmp_path, [encode(fact) for fact in facts])
-    expected = _reference(transport, tmp_path / "python")
+    expected = _reference(transport, tmp_path / "python", batch_size)
     assert expected["due"] and expected["claims"] and expected["runs"]
     counting = _Counting(monkeypatch)
     rebuilt = _catch_up(transport, tmp_path / "native", [(10**9, True)], batch_size)
@@ -383,9 +396,10 @@ def test_a_store_written_in_python_goes_on_with_the_compiled_fold(
     """The compiled fold reads runs stored by pydantic (not carried), and the reverse."""
     facts = _every_fact_type()
     transport = _log(tmp_path, [encode(fact) for fact in facts])
-    expected = _reference(transport, tmp_path / "python")
-    counting = _Counting(monkeypatch)
     thirds = [len(facts) // 3, 2 * len(facts) // 3, len(facts)]
+    # The same steps all in Python (the steps' ends decide where history chunks begin).
+    expected = _catch_up(transport, tmp_path / "python", [(end, False) for end in thirds], 4)
+    counting = _Counting(monkeypatch)
     plan = [(thirds[0], False), (thirds[1], True), (thirds[2], False)]
     assert _catch_up(transport, tmp_path / "mixed", plan, batch_size=4) == expected
     assert counting.folded > 0
@@ -437,7 +451,7 @@ def test_a_batch_it_does_not_handle_is_folded_in_python(
     values = [encode(fact) for fact in _every_fact_type()[:10]]
     values += [old] + [encode(later)] + [encode(fact) for fact in _every_fact_type()[10:]]
     transport = _log(tmp_path, values)
-    expected = _reference(transport, tmp_path / "python")
+    expected = _reference(transport, tmp_path / "python", batch_size=5)
     counting = _Counting(monkeypatch)
     assert _catch_up(transport, tmp_path / "native", [(10**9, True)], batch_size=5) == expected
     assert counting.declined == 1 and counting.folded == -(-len(values) // 5) - 1
@@ -454,5 +468,8 @@ def test_simulated_runs_fold_to_the_same_rows(
     sim = simulate(script)
     root = tmp_path_factory.mktemp("sim")
     transport = _log(root, [encode(fact) for fact in sim.facts])
-    expected = _reference(transport, root / "python")
-    assert _catch_up(transport, root / "native", [(10**9, True)], batch_size) == expected
+    expected = _reference(transport, root / "python", batch_size)
+    rebuilt = _catch_up(transport, root / "native", [(10**9, True)], batch_size)
+    assert rebuilt == expected
+    # Other batches chunk the histories differently, with the same facts per run.
+    assert _by_run(rebuilt) == _by_run(_reference(transport, root / "other", 7))

@@ -1,0 +1,120 @@
+"""A catch-up killed with SIGKILL mid-way resumes to the store a clean one builds.
+
+Catch-up writes without RocksDB's WAL (a bulk load): what survives a kill is what
+RocksDB flushed, and atomic flushes keep every column family, the facts offset
+included, at one batch. The child is killed once a read-only look at its store sees
+a facts offset (a flush committed mid-way); the reopened store must then stand at a
+batch boundary past 0, and catching up the rest must give what a clean catch-up gives.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+from processor.facts.codec import encode
+from processor.restore import catch_up
+from processor.store.rocks import COLUMN_FAMILIES, PartitionStore, stored_facts_offset
+from processor.transport.base import Outbound, TopicPartition, TopicSpec
+from processor.transport.embedded import EmbeddedTransport
+from tests.apps.support import wait_until
+from tests.unit.simulation import Simulation
+
+TOPIC = "runs.facts"
+FACTS = TopicPartition(TOPIC, 0)
+BATCH = 500
+
+
+def _log(tmp_path: Path, runs: int, copies: int) -> tuple[EmbeddedTransport, int]:
+    """``runs`` simulated runs, their facts copied ``copies`` times under new run ids
+    (same length, so the encoded values stay valid), runs interleaved as simulated."""
+    sim = Simulation()
+    for n in range(runs):
+        run_id = sim.submit(f"key-{n}" if n % 3 == 0 else None, value=n)
+        sim.result(run_id, fail=n % 4 == 0, progress=1)
+    sim.advance(60_000)
+    template = [(fact.run_id, encode(fact)) for fact in sim.facts]
+    transport = EmbeddedTransport(tmp_path / "log", default_partitions=1)
+    admin = transport.admin()
+    admin.create_topics([TopicSpec(TOPIC, 1)])
+    admin.close()
+    producer = transport.producer()
+    count = 0
+    for copy in range(copies):
+        renamed: dict[str, str] = {}
+        for run_id, value in template:
+            new_id = renamed.setdefault(
+                run_id, str(uuid.uuid5(uuid.NAMESPACE_OID, f"{copy}/{run_id}"))
+            )
+            assert len(new_id) == len(run_id)
+            producer.produce(
+                Outbound(TOPIC, new_id.encode(), value.replace(run_id.encode(), new_id.encode()))
+            )
+            count += 1
+    producer.close()
+    return transport, count
+
+
+def _contents(path: Path) -> dict[str, object]:
+    store = PartitionStore(path, read_only=True)
+    try:
+        rows: dict[str, object] = {
+            family: list(store.items(family))
+            for family in COLUMN_FAMILIES
+            if family not in ("history", "meta")
+        }
+        rows["history"] = list(store.histories())
+        rows["facts_offset"] = store.facts_offset()
+        return rows
+    finally:
+        store.close()
+
+
+def test_a_killed_catch_up_resumes_to_the_same_store(tmp_path: Path) -> None:
+    transport, facts = _log(tmp_path, runs=500, copies=40)
+    reader = transport.reader()
+    reference = PartitionStore(tmp_path / "reference")
+    catch_up(reference, reader, FACTS, batch_size=BATCH)
+    reference.close()
+
+    killed = tmp_path / "killed"
+    child = textwrap.dedent(
+        f"""
+        from pathlib import Path
+        from processor.restore import catch_up
+        from processor.store.rocks import PartitionStore
+        from processor.transport.base import TopicPartition
+        from processor.transport.embedded import EmbeddedTransport
+        reader = EmbeddedTransport(Path({str(tmp_path / "log")!r})).reader()
+        store = PartitionStore(Path({str(killed)!r}))
+        # The Python fold: slower, so the kill finds it mid-way.
+        catch_up(store, reader, TopicPartition({TOPIC!r}, 0), batch_size={BATCH}, native=False)
+        """
+    )
+    process = subprocess.Popen([sys.executable, "-c", child])
+    try:
+        wait_until(
+            lambda: stored_facts_offset(killed) > 0 or process.poll() is not None,
+            120,
+            "a flush in the catching-up child",
+        )
+        assert process.poll() is None, "the catch-up ended before its first flush: more facts"
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+    resumed_at = _contents(killed)["facts_offset"]
+    assert isinstance(resumed_at, int)
+    assert 0 < resumed_at < facts and resumed_at % BATCH == 0
+    store = PartitionStore(killed)
+    assert catch_up(store, reader, FACTS, batch_size=BATCH) == facts - resumed_at
+    store.close()
+    reader.close()
+    assert _contents(killed) == _contents(tmp_path / "reference")
