@@ -76,9 +76,10 @@ def _options(cache: Cache) -> Options:
     opts.set_write_buffer_size(8 * 1024 * 1024)
     opts.set_max_write_buffer_number(2)
     opts.set_atomic_flush(True)  # every family flushed at one batch: see the module doc
-    # LZ4 compresses these rows as well as RocksDB's default (Snappy) at a fraction of
-    # the CPU: on a 1M-fact replay, Snappy was a fifth of the instructions.
-    opts.set_compression_type(DBCompressionType.lz4())
+    # Uncompressed, as Kafka Streams keeps its state stores: a store is a cache of the
+    # log, rebuilt from it, and compressing it (Snappy, RocksDB's default, or LZ4) was
+    # a fifth of a replay's instructions. It costs disk: ~2.5x LZ4's (BENCHMARKS.md).
+    opts.set_compression_type(DBCompressionType.none())
     table = BlockBasedOptions()
     table.set_block_cache(cache)
     opts.set_block_based_table_factory(table)
