@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
-import shutil
 import threading
 import time
 import uuid
@@ -24,11 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from processor.client import Client, new_submit
-from processor.facts.codec import codec, decode_fact, fact_header
+from processor.facts.codec import codec
 from processor.facts.models import RunOutcome
 from processor.facts.topics import TopicName
 from processor.host import Deployment, Host
-from processor.restore_parallel import BATCH_FACTS
 from processor.settings import Settings
 from processor.store.rocks import COLUMN_FAMILIES, PartitionStore, store_path
 from processor.transport.base import Reader, TopicPartition
@@ -177,6 +175,18 @@ def facts_in_log(deployment: Deployment) -> int:
         reader.close()
 
 
+def machine_cpu_seconds() -> float:
+    """CPU seconds every process on this machine has used so far (``/proc/stat``).
+
+    Counts what a per-process clock misses: the replay's pool processes (forked by a
+    fork server, so not children of the bench) and, on Kafka, the broker's work for
+    the read. The benches run alone on their machine.
+    """
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq = (int(f) for f in fields[:7])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
 def digest(root: Path, partitions: int) -> dict[str, str]:
     """SHA-256 over every (key, value) of every column family of the stores under ``root``."""
     out = {}
@@ -192,64 +202,3 @@ def digest(root: Path, partitions: int) -> dict[str, str]:
                 store.close()
         out[family] = h.hexdigest()
     return out
-
-
-def store_floor(reader: Reader, topic: str, partitions: int, root: Path) -> tuple[int, float]:
-    """What any replay must do at least with this store: read every fact and write the
-    history rows, nothing else. Closes ``reader``.
-
-    Serial, into fresh stores under ``root`` (removed after), through the product's
-    ``StoreBatch.put_history`` and ``PartitionStore.write`` (without the WAL, then
-    ``persist``, as catch-up writes): one WriteBatch per read batch, with one history
-    chunk per run in it. The run id, seq and fact key come from ``fact_header``,
-    without decoding the rest; the fold and the runs rows are left out. So its rate
-    over the raw read is the most a replay in one process could reach with this store
-    layout, whatever its decode and fold cost. Returns (facts, wall seconds).
-    """
-    shutil.rmtree(root, ignore_errors=True)
-    started = time.perf_counter()
-    count = 0
-    for partition in range(partitions):
-        store = PartitionStore(store_path(root, partition))
-        try:
-            tp = TopicPartition(topic, partition)
-            for values, next_offset in reader.read_values(tp, 0, batch_size=BATCH_FACTS):
-                _check_header_read(values)
-                batch = store.batch()
-                for run_id, (first_seq, entries) in _chunks(values).items():
-                    batch.put_history(run_id, first_seq, entries)
-                batch.set_facts_offset(next_offset)
-                store.write(batch, wal=False)
-                count += len(values)
-            store.persist()
-        finally:
-            store.close()
-    seconds = time.perf_counter() - started
-    reader.close()
-    shutil.rmtree(root, ignore_errors=True)
-    return count, seconds
-
-
-def _check_header_read(values: Sequence[bytes | None]) -> None:
-    """Insist ``fact_header`` reads what the codec decodes, on a batch's first fact."""
-    first = next((value for value in values if value is not None), None)
-    if first is None:
-        return
-    fact = decode_fact(first)
-    if fact_header(first) != (fact.run_id, fact.seq, fact.fact_key):
-        raise AssertionError(f"header read {fact_header(first)} != decoded {fact!r}")
-
-
-def _chunks(values: Sequence[bytes | None]) -> dict[str, tuple[int, list[tuple[str, bytes]]]]:
-    """run id -> (first seq, [(fact key, value)]) of a batch of encoded facts."""
-    chunks: dict[str, tuple[int, list[tuple[str, bytes]]]] = {}
-    for value in values:
-        if value is None:
-            continue
-        run_id, seq, fact_key = fact_header(value)
-        chunk = chunks.get(run_id)
-        if chunk is None:
-            chunks[run_id] = (seq, [(fact_key, value)])
-        else:
-            chunk[1].append((fact_key, value))
-    return chunks

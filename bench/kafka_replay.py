@@ -19,9 +19,6 @@ Run: ``PYTHONPATH=. python bench/kafka_replay.py --bootstrap 127.0.0.1:9092
    (b) ``processor.replay.replay`` of every partition into fresh stores, with each
        ``--processes`` value (1: the serial loop; N > 1: partitions rebuilt by N
        processes, if this version of replay supports it);
-   (c) the store floor (bench/_support.py ``store_floor``): the product's reader plus
-       only the two rows every fact adds to the store, no decode past the header, no
-       fold, one process: the most a one-process replay could reach with this store.
    facts/s use wall-clock time around the call; the ratio is replay / bare (medians).
 
 Replay folds with the compiled fold (``processor_native``) when it is installed;
@@ -41,7 +38,6 @@ import functools
 import heapq
 import inspect
 import json
-import resource
 import shutil
 import statistics
 import sys
@@ -51,7 +47,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from _support import command_line, digest, store_floor
+from _support import command_line, digest, machine_cpu_seconds
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from kafka_support import (
@@ -137,12 +133,6 @@ def replicate(
     return produced
 
 
-def cpu_seconds() -> float:
-    """CPU time of this process (all threads) and of its waited-for children."""
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + children.ru_utime + children.ru_stime
-
-
 def bare_consume(bootstrap: str, topic: str) -> tuple[int, int, float, float]:
     """(a) Every record of every partition, touching each value.
 
@@ -151,7 +141,7 @@ def bare_consume(bootstrap: str, topic: str) -> tuple[int, int, float, float]:
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}"} | READER_CONFIG
     )
-    cpu = cpu_seconds()
+    cpu = machine_cpu_seconds()
     started = time.perf_counter()
     consumer.assign([KafkaTopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     count = size = 0
@@ -170,7 +160,7 @@ def bare_consume(bootstrap: str, topic: str) -> tuple[int, int, float, float]:
             elif err.code() == eof:
                 ended.add(msg.partition())
     seconds = time.perf_counter() - started
-    cpu = cpu_seconds() - cpu
+    cpu = machine_cpu_seconds() - cpu
     consumer.close()
     return count, size, seconds, cpu
 
@@ -189,11 +179,11 @@ def replay_once(
     extra: dict[str, Any] = {"processes": processes} if supports_processes() else {}
     if "native_fold" in inspect.signature(replay).parameters:
         extra["native_fold"] = settings.native_fold  # PROCESSOR_NATIVE_FOLD=false: Python
-    cpu = cpu_seconds()
+    cpu = machine_cpu_seconds()
     started = time.perf_counter()
     report = replay(transport, topology, Path("/nonexistent"), target_dir=target, **extra)
     seconds = time.perf_counter() - started
-    return report.facts, report.runs, seconds, cpu_seconds() - cpu
+    return report.facts, report.runs, seconds, machine_cpu_seconds() - cpu
 
 
 def prepare(args: argparse.Namespace, prefix: str, root: Path, say: Any) -> int:
@@ -231,7 +221,6 @@ def measure(args: argparse.Namespace, prefix: str, root: Path, say: Any) -> dict
     modes = [p for p in args.processes if p == 1 or supports_processes()]
     bare: list[float] = []
     bare_cpu: list[float] = []
-    floors: list[float] = []
     rates: dict[int, list[float]] = {p: [] for p in modes}
     cpu_rates: dict[int, list[float]] = {p: [] for p in modes}
     digests: dict[int, dict[str, str]] = {}
@@ -244,10 +233,6 @@ def measure(args: argparse.Namespace, prefix: str, root: Path, say: Any) -> dict
             f"(a) bare consume: {count:,} records, {size / 1e6:.0f} MB in {seconds:.2f}s "
             f"(CPU {cpu:.2f}s)"
         )
-        reader = open_transport(settings).reader()
-        floor_count, seconds = store_floor(reader, topic, PARTITIONS, root / "floor")
-        floors.append(floor_count / seconds)
-        say(f"(c) store floor (read + the two per-fact rows): {floor_count:,} in {seconds:.2f}s")
         for processes in modes:
             target = root / f"replayed-{processes}" if args.digest and index == 0 else None
             facts, runs, seconds, cpu = replay_once(settings, topology, processes, target)
@@ -282,8 +267,6 @@ def measure(args: argparse.Namespace, prefix: str, root: Path, say: Any) -> dict
         "ratio_replay_to_bare": {str(p): round(r / bare_rate, 3) for p, r in medians.items()},
         "target_ratio": 0.5,
         "compiled_fold": settings.native_fold and native_fold_available(),
-        "store_floor_facts_per_s": round(statistics.median(floors)),
-        "ratio_store_floor_to_bare": round(statistics.median(floors) / bare_rate, 3),
         "bare_consume_facts_per_cpu_s": round(bare_cpu_rate),
         "replay_facts_per_cpu_s": {str(p): round(r) for p, r in cpu_medians.items()},
         "cpu_ratio_replay_to_bare": {
@@ -340,10 +323,6 @@ def main() -> None:
             f"{result['bare_consume_facts_per_s']:,} facts/s: ratio "
             f"{result['ratio_replay_to_bare'][processes]} (target >= 0.5)"
         )
-    say(
-        f"store floor {result['store_floor_facts_per_s']:,} facts/s: ratio "
-        f"{result['ratio_store_floor_to_bare']} (the most one process could reach)"
-    )
     summary = {
         **summary_head("kafka_replay", broker, say),
         "prefix": prefix if args.keep or args.reuse_prefix else None,

@@ -16,10 +16,8 @@ Run: ``PYTHONPATH=. python bench/replay_embedded.py [--facts 1000000] [--data-di
    ``transport.reader().read_values()`` (the leanest read of the log), touching each
    one; (b) ``processor.replay.replay`` into fresh stores, once per ``--processes``
    mode (1: serial; auto: replay's default, one process per CPU for a replay this
-   big); (c) the store floor: the read plus only the two rows every fact adds to the
-   store (history, fact key), no decode past the header, no fold, one process:
-   the most any replay in one process could reach with this store layout. Prints
-   facts/s of each and the ratios (b)/(a) (target >= 0.5) and (c)/(a).
+   big). Prints facts/s of each and the ratio (b)/(a) (target >= 0.5), and the CPU
+   seconds the machine spent on each (``machine_cpu_seconds``).
 
 Replay folds with the compiled fold (``processor_native``) when it is installed;
 ``PROCESSOR_NATIVE_FOLD=false`` measures the Python reducers instead.
@@ -37,7 +35,6 @@ import cProfile
 import functools
 import heapq
 import json
-import resource
 import shutil
 import statistics
 import sys
@@ -48,7 +45,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _support import Outcomes, command_line, cpus, digest, engine, store_floor, submit
+from _support import (
+    Outcomes,
+    command_line,
+    cpus,
+    digest,
+    engine,
+    machine_cpu_seconds,
+    submit,
+)
 
 from processor.client import Client
 from processor.facts.topics import TopicName
@@ -116,9 +121,9 @@ def raw_read(
     ``read_values`` is the leanest read the log offers (restore uses it too). With
     ``records``, through ``Reader.read`` instead, which builds a Record per value
     (the baseline of the figures before read_values existed).
-    Returns (records, bytes, wall seconds, CPU seconds of this process)."""
+    Returns (records, bytes, wall seconds, CPU seconds of the machine)."""
     reader = transport.reader()
-    cpu = time.process_time()
+    cpu = machine_cpu_seconds()
     started = time.perf_counter()
     count = size = 0
     for partition in range(PARTITIONS):
@@ -133,7 +138,7 @@ def raw_read(
                 size += len(value or b"")
             count += len(values)
     seconds = time.perf_counter() - started
-    cpu = time.process_time() - cpu
+    cpu = machine_cpu_seconds() - cpu
     reader.close()
     return count, size, seconds, cpu
 
@@ -143,11 +148,11 @@ def replay_once(
 ) -> tuple[ReplayReport, float]:
     """(b) processor.replay.replay of every partition into fresh stores; (report, CPU s).
 
-    CPU counts this process (with RocksDB's threads) and the replay's pool processes.
+    CPU: the machine's (``machine_cpu_seconds``), with the replay's pool processes.
     """
     if target is not None:
         shutil.rmtree(target, ignore_errors=True)
-    cpu = _cpu_with_children()
+    cpu = machine_cpu_seconds()
     report = replay(
         transport,
         topology,
@@ -156,12 +161,7 @@ def replay_once(
         processes=processes,
         native_fold=Settings().native_fold,  # PROCESSOR_NATIVE_FOLD=false: the Python fold
     )
-    return report, _cpu_with_children() - cpu
-
-
-def _cpu_with_children() -> float:
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + children.ru_utime + children.ru_stime
+    return report, machine_cpu_seconds() - cpu
 
 
 def open_log(path: Path, topology: Topology) -> tuple[EmbeddedTransport, int]:
@@ -206,7 +206,7 @@ def measure(
     """Alternate (a) and (b) in each mode ``--repeat`` times; medians, ratios, digests."""
     topology = Topology(partitions=PARTITIONS)
     topic = topology.name(TopicName.FACTS)
-    reads, cpu_reads, record_reads, floors = [], [], [], []
+    reads, cpu_reads, record_reads = [], [], []
     rates: dict[str, list[float]] = {mode: [] for mode in args.processes}
     cpu_rates: dict[str, list[float]] = {mode: [] for mode in args.processes}
     used: dict[str, int] = {}
@@ -223,9 +223,6 @@ def measure(
         count, _, seconds, _ = raw_read(transport, topic, records=True)
         record_reads.append(count / seconds)
         say(f"(a') read with Records: {count:,} records in {seconds:.2f}s")
-        count, seconds = store_floor(transport.reader(), topic, PARTITIONS, root / "floor")
-        floors.append(count / seconds)
-        say(f"(c) store floor (read + the two per-fact rows): {count:,} facts in {seconds:.2f}s")
         for mode in args.processes:
             target = root / f"replayed-{mode}" if args.digest and index == 0 else None
             report, cpu = replay_once(transport, topology, target, _processes(mode))
@@ -263,8 +260,6 @@ def measure(
             mode: round(rate / statistics.median(record_reads), 3)
             for mode, rate in replay_rates.items()
         },
-        "store_floor_facts_per_s": round(statistics.median(floors)),
-        "ratio_store_floor_to_raw_read": round(statistics.median(floors) / read_rate, 3),
         "raw_read_samples": [round(r) for r in reads],
         "replay_samples": {mode: [round(r) for r in samples] for mode, samples in rates.items()},
         # The machine is shared and noisy: facts per CPU-second is steadier.
@@ -320,10 +315,6 @@ def main() -> None:
             f"raw read {result['raw_read_facts_per_s']:,} facts/s, replay (processes={mode}) "
             f"{rate:,} facts/s: ratio {result['ratio_replay_to_raw_read'][mode]} (target >= 0.5)"
         )
-    say(
-        f"store floor {result['store_floor_facts_per_s']:,} facts/s: ratio "
-        f"{result['ratio_store_floor_to_raw_read']} (the most one process could reach)"
-    )
     summary = {
         "bench": "replay_embedded",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),

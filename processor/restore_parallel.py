@@ -6,18 +6,23 @@ N partitions about N times faster on N cores than one process does in turn.
 Replay uses it for every rebuild it is asked for, and the processor for a big
 restore on assignment (a lost store, or an instance taking partitions over).
 
-Each pool process opens its own reader from the pickled transport, and the store
-directory itself; the caller must not hold those stores open meanwhile.
+The calling process catches partitions up too, from the front of the list, while
+the pool takes them from the back. Each pool process opens its own reader from the
+pickled transport, and the store directory itself; the caller must not hold those
+stores open meanwhile.
 """
 
 from __future__ import annotations
 
+import collections
+import functools
 import logging
 import multiprocessing
 import os
 import pickle
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 
 from processor.restore import catch_up
@@ -31,8 +36,8 @@ logger = logging.getLogger(__name__)
 Progress = Callable[[int], None]
 
 #: Below this many facts to fold, partitions are caught up in the calling process:
-#: starting a pool process (a fresh interpreter importing the package) costs about
-#: a second.
+#: starting a pool (a fresh interpreter importing the package) costs about half a
+#: second.
 PARALLEL_MIN_FACTS = 200_000
 #: Facts per batch here: bigger than a live restore's, since these catch-ups run in a
 #: replay or in pool processes whose memory is returned when they end. A run touched
@@ -69,8 +74,9 @@ def catch_up_partitions(
 
     Returns the facts folded per partition and the number of processes used. With
     one process (or a transport that cannot be sent to another process) ``reader``
-    catches the partitions up here, in turn; otherwise a pool does, and progress
-    advances a partition at a time. ``native``: fold with the compiled fold if it is
+    catches the partitions up here, in turn; otherwise this process and a pool of
+    ``processes - 1`` share them, and progress advances a partition at a time for
+    those the pool caught up. ``native``: fold with the compiled fold if it is
     installed (``restore.catch_up``).
     """
     shipped = _shippable(transport) if processes > 1 and len(ends) > 1 else None
@@ -83,20 +89,108 @@ def catch_up_partitions(
         }
         return serial, 1
     workers = min(processes, len(ends))
-    context = multiprocessing.get_context("spawn")  # no client threads inherited by a fork
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        futures = {
-            partition: pool.submit(
-                _catch_up_in_process, shipped, facts_topic, root, partition, end, native=native
+    left = _Partitions(ends)
+    in_pool = functools.partial(_catch_up_in_process, shipped, facts_topic, root, native=native)
+    pool = _PoolFeeder(
+        workers - 1, _context(transport), left, catch_up_one=in_pool, ends=ends, advance=advance
+    )
+    pool.start()  # starting pool processes takes a while: this process works meanwhile
+    folded: dict[int, int] = {}
+    try:
+        while (partition := left.take(back=False)) is not None:
+            folded[partition] = _catch_up(
+                reader,
+                facts_topic,
+                root,
+                partition,
+                ends[partition],
+                advance=advance,
+                native=native,
             )
-            for partition, end in ends.items()
-        }
-        folded = {}
-        for partition, future in futures.items():
-            folded[partition] = future.result()
-            if advance is not None:
-                advance(folded[partition])
-    return folded, workers
+    finally:
+        left.clear()  # after a failure here, the pool starts nothing more
+        pool.join()
+    return {**folded, **pool.result()}, workers
+
+
+class _Partitions:
+    """The partitions no process has started: this process takes them from the
+    front, the pool from the back."""
+
+    def __init__(self, partitions: Iterable[int]) -> None:
+        self._left = collections.deque(partitions)
+        self._lock = threading.Lock()
+
+    def take(self, *, back: bool) -> int | None:
+        with self._lock:
+            if not self._left:
+                return None
+            return self._left.pop() if back else self._left.popleft()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._left.clear()
+
+
+class _PoolFeeder(threading.Thread):
+    """Keeps ``size`` pool processes busy with partitions taken from ``left``."""
+
+    def __init__(
+        self,
+        size: int,
+        context: multiprocessing.context.BaseContext,
+        left: _Partitions,
+        *,
+        catch_up_one: Callable[[int, int], int],
+        ends: dict[int, int],
+        advance: Progress | None,
+    ) -> None:
+        super().__init__(name="catch-up-pool", daemon=True)
+        self._size, self._context, self._left = size, context, left
+        self._catch_up_one, self._ends, self._advance = catch_up_one, ends, advance
+        self._folded: dict[int, int] = {}
+        self._error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with ProcessPoolExecutor(max_workers=self._size, mp_context=self._context) as pool:
+                running: dict[Future[int], int] = {}
+                for _ in range(self._size):
+                    self._submit_next(pool, running)
+                while running:
+                    finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        partition = running.pop(future)
+                        self._folded[partition] = future.result()
+                        if self._advance is not None:
+                            self._advance(self._folded[partition])
+                        self._submit_next(pool, running)
+        except BaseException as exc:  # re-raised by ``result`` in the calling thread
+            self._left.clear()
+            self._error = exc
+
+    def _submit_next(self, pool: ProcessPoolExecutor, running: dict[Future[int], int]) -> None:
+        partition = self._left.take(back=True)
+        if partition is not None:
+            future = pool.submit(self._catch_up_one, partition, self._ends[partition])
+            running[future] = partition
+
+    def result(self) -> dict[int, int]:
+        """The facts folded per partition by the pool (after ``join``)."""
+        if self._error is not None:
+            raise self._error
+        return self._folded
+
+
+def _context(transport: Transport) -> multiprocessing.context.BaseContext:
+    """Pool processes forked from a fork server that has imported the catch-up code
+    once (a fork of this process could inherit client threads; a spawned process
+    imports everything again: ~0.4 s of CPU each)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__, type(transport).__module__])
+    return context
 
 
 def _catch_up(

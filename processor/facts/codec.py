@@ -41,7 +41,6 @@ __all__ = [
     "decode_fact",
     "decode_facts",
     "encode",
-    "fact_header",
 ]
 
 logger = logging.getLogger(__name__)
@@ -372,24 +371,6 @@ def _length(raw: bytes, pos: int) -> tuple[int, int]:
     if n < 0:
         raise _NotFastError  # the general path refuses it
     return pos + n, pos
-
-
-def fact_header(raw: bytes) -> tuple[str, int, str]:
-    """(run id, seq, fact key) of an encoded fact, read from its first three fields
-    (every fact schema begins with them) without decoding the rest.
-
-    Only for values ``decode_fact`` accepts: nothing else is checked here. A header
-    the quick read does not handle (a varint of ten bytes) is decoded in full.
-    """
-    try:
-        end, start = _length(raw, _HEADER_LEN)
-        run_id = raw[start:end].decode()
-        seq, pos = _long(raw, end)
-        end, start = _length(raw, pos)
-        return run_id, seq, raw[start:end].decode()
-    except _NotFastError:
-        fact = decode_fact(raw)
-        return fact.run_id, fact.seq, fact.fact_key
 
 
 def _compile_reader(schema: Any, model: type[AvroModel]) -> Callable[[bytes], AvroModel] | None:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processor.errors import FactDecodeError
-from processor.facts.codec import codec, crc64_avro, fact_header
+from processor.facts.codec import codec, crc64_avro
 from processor.facts.models import FACT_TYPES, MESSAGE_TYPES, AvroModel, FactHeader, RunSucceeded
 
 ALL_MODELS = (*FACT_TYPES, *MESSAGE_TYPES)
@@ -68,17 +68,6 @@ def test_decode_encode_round_trip(model: type[AvroModel]) -> None:
         assert raw[:2] == b"\xc3\x01"
         assert raw[2:10] == codec().fingerprint_of(model)
         assert codec().decode(raw) == value
-
-    check()
-
-
-@pytest.mark.parametrize("model", FACT_TYPES, ids=lambda m: m.__name__)
-def test_fact_header_reads_the_first_three_fields(model: type[FactHeader]) -> None:
-    @given(model_strategy(model))
-    @settings(max_examples=30)
-    def check(fact: AvroModel) -> None:
-        assert isinstance(fact, FactHeader)
-        assert fact_header(codec().encode(fact)) == (fact.run_id, fact.seq, fact.fact_key)
 
     check()
 
