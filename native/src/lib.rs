@@ -50,7 +50,7 @@ impl Kernel {
     /// ``schemas``: (8-byte fingerprint, declared schema JSON) of each current fact schema.
     #[new]
     fn new(schemas: Vec<(Vec<u8>, String)>) -> PyResult<Self> {
-        let mut parsed = Schemas::new();
+        let mut parsed = Schemas::default();
         for (fingerprint, declared) in schemas {
             let fingerprint: [u8; 8] = fingerprint
                 .try_into()

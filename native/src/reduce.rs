@@ -2,10 +2,10 @@
 //! reducers are the reference: tests fold the same facts both ways and compare
 //! every row.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use indexmap::IndexMap;
+use rustc_hash::FxHashMap;
 
 use crate::avro::{RecordSchema, Value};
 use crate::state::{Interaction, RecordedResolution, RunState, UnknownAttempt, B64};
@@ -27,20 +27,14 @@ pub struct Fact<'a> {
 pub const HEADER: [&str; 5] = ["run_id", "seq", "fact_key", "time_ms", "cause_id"];
 
 impl<'a> Fact<'a> {
-    /// The fact of a decoded record whose schema begins with ``HEADER``.
-    pub fn new(schema: Arc<RecordSchema>, mut values: Vec<Value<'a>>) -> Result<Fact<'a>, Error> {
-        let mut header = values.drain(..HEADER.len());
-        let (Some(Value::Str(run_id)), Some(Value::Long(seq)), Some(Value::Str(fact_key))) =
-            (header.next(), header.next(), header.next())
+    /// The fact of a decoded record whose schema begins with ``HEADER``; ``values``
+    /// keeps the header's values too (``get`` skips them).
+    pub fn new(schema: Arc<RecordSchema>, values: Vec<Value<'a>>) -> Result<Fact<'a>, Error> {
+        let [Value::Str(run_id), Value::Long(seq), Value::Str(fact_key), Value::Long(time_ms), Value::Str(cause_id), ..] =
+            values[..]
         else {
-            return Err("a fact header is run_id, seq, fact_key".into());
+            return Err("a fact header is run_id, seq, fact_key, time_ms, cause_id".into());
         };
-        let (Some(Value::Long(time_ms)), Some(Value::Str(cause_id))) =
-            (header.next(), header.next())
-        else {
-            return Err("a fact header goes on with time_ms, cause_id".into());
-        };
-        drop(header);
         Ok(Fact {
             run_id,
             seq,
@@ -56,7 +50,7 @@ impl<'a> Fact<'a> {
         self.schema.fields[HEADER.len()..]
             .iter()
             .position(|(field, _)| field == name)
-            .map(|index| &self.values[index])
+            .map(|index| &self.values[HEADER.len() + index])
             .ok_or_else(|| format!("{} has no field {name}", self.schema.name))
     }
 
@@ -496,4 +490,4 @@ fn unwound(s: &mut RunState) {
 }
 
 /// Schemas by fingerprint, for the fact types folded here.
-pub type Schemas = HashMap<[u8; 8], Arc<RecordSchema>>;
+pub type Schemas = FxHashMap<[u8; 8], Arc<RecordSchema>>;
