@@ -92,6 +92,8 @@ class PartitionStore:
     def __init__(self, path: Path, *, read_only: bool = False, cache_mb: int = 16) -> None:
         self.path = path
         _check_families(path)
+        if not read_only:  # the writer owns the scratch left by a crash in ``persist``
+            shutil.rmtree(_checkpoint_path(path), ignore_errors=True)
         path.mkdir(parents=True, exist_ok=True)
         cache = Cache(cache_mb * 1024 * 1024)  # shared by every column family
         opts = _options(cache)
@@ -245,7 +247,6 @@ def _checkpoint_path(path: Path) -> Path:
 def _check_families(path: Path) -> None:
     """Refuse a store with other column families than this format's (format 1 had a
     ``fact_keys`` family; RocksDB will not open a store without all of its families)."""
-    shutil.rmtree(_checkpoint_path(path), ignore_errors=True)  # left by a crash in persist
     if not (path / "CURRENT").exists():
         return
     found = set(Rdict.list_cf(str(path))) - {"default"}
