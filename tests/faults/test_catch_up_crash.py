@@ -14,69 +14,20 @@ import signal
 import subprocess
 import sys
 import textwrap
-import uuid
 from pathlib import Path
 
-from processor.facts.codec import encode
 from processor.restore import catch_up
-from processor.store.rocks import COLUMN_FAMILIES, PartitionStore, stored_facts_offset
-from processor.transport.base import Outbound, TopicPartition, TopicSpec
-from processor.transport.embedded import EmbeddedTransport
+from processor.store.rocks import PartitionStore, stored_facts_offset
+from processor.transport.base import TopicPartition
 from tests.apps.support import wait_until
-from tests.unit.simulation import Simulation
+from tests.store_support import TOPIC, simulated_log, store_contents
 
-TOPIC = "runs.facts"
 FACTS = TopicPartition(TOPIC, 0)
 BATCH = 500
 
 
-def _log(tmp_path: Path, runs: int, copies: int) -> tuple[EmbeddedTransport, int]:
-    """``runs`` simulated runs, their facts copied ``copies`` times under new run ids
-    (same length, so the encoded values stay valid), runs interleaved as simulated."""
-    sim = Simulation()
-    for n in range(runs):
-        run_id = sim.submit(f"key-{n}" if n % 3 == 0 else None, value=n)
-        sim.result(run_id, fail=n % 4 == 0, progress=1)
-    sim.advance(60_000)
-    template = [(fact.run_id, encode(fact)) for fact in sim.facts]
-    transport = EmbeddedTransport(tmp_path / "log", default_partitions=1)
-    admin = transport.admin()
-    admin.create_topics([TopicSpec(TOPIC, 1)])
-    admin.close()
-    producer = transport.producer()
-    count = 0
-    for copy in range(copies):
-        renamed: dict[str, str] = {}
-        for run_id, value in template:
-            new_id = renamed.setdefault(
-                run_id, str(uuid.uuid5(uuid.NAMESPACE_OID, f"{copy}/{run_id}"))
-            )
-            assert len(new_id) == len(run_id)
-            producer.produce(
-                Outbound(TOPIC, new_id.encode(), value.replace(run_id.encode(), new_id.encode()))
-            )
-            count += 1
-    producer.close()
-    return transport, count
-
-
-def _contents(path: Path) -> dict[str, object]:
-    store = PartitionStore(path, read_only=True)
-    try:
-        rows: dict[str, object] = {
-            family: list(store.items(family))
-            for family in COLUMN_FAMILIES
-            if family not in ("history", "meta")
-        }
-        rows["history"] = list(store.histories())
-        rows["facts_offset"] = store.facts_offset()
-        return rows
-    finally:
-        store.close()
-
-
 def test_a_killed_catch_up_resumes_to_the_same_store(tmp_path: Path) -> None:
-    transport, facts = _log(tmp_path, runs=500, copies=40)
+    transport, facts = simulated_log(tmp_path, runs=500, copies=40)
     reader = transport.reader()
     reference = PartitionStore(tmp_path / "reference")
     catch_up(reference, reader, FACTS, batch_size=BATCH)
@@ -110,11 +61,11 @@ def test_a_killed_catch_up_resumes_to_the_same_store(tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
 
-    resumed_at = _contents(killed)["facts_offset"]
+    resumed_at = store_contents(killed)["facts_offset"]
     assert isinstance(resumed_at, int)
     assert 0 < resumed_at < facts and resumed_at % BATCH == 0
     store = PartitionStore(killed)
     assert catch_up(store, reader, FACTS, batch_size=BATCH) == facts - resumed_at
     store.close()
     reader.close()
-    assert _contents(killed) == _contents(tmp_path / "reference")
+    assert store_contents(killed) == store_contents(tmp_path / "reference")

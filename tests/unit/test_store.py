@@ -13,15 +13,12 @@ from hypothesis import strategies as st
 from rocksdict import Options, Rdict
 
 from processor.errors import StoreFormatError
-from processor.facts.codec import encode
 from processor.restore import catch_up
 from processor.store.history import chunk_entries, encode_chunk
 from processor.store.rocks import COLUMN_FAMILIES, PartitionStore, open_store
-from processor.transport.base import Outbound, TopicPartition, TopicSpec
-from processor.transport.embedded import EmbeddedTransport
-from tests.unit.simulation import Simulation
+from processor.transport.base import TopicPartition
+from tests.store_support import TOPIC, simulated_log, store_contents
 
-TOPIC = "runs.facts"
 FACTS = TopicPartition(TOPIC, 0)
 
 entries = st.lists(st.tuples(st.text(max_size=30), st.binary(max_size=300)), max_size=20)
@@ -78,42 +75,10 @@ def test_a_later_format_version_is_refused(tmp_path: Path) -> None:
         PartitionStore(tmp_path / "p0000")
 
 
-def _simulated_log(tmp_path: Path, runs: int) -> EmbeddedTransport:
-    sim = Simulation()
-    for n in range(runs):
-        run_id = sim.submit(f"key-{n}" if n % 3 == 0 else None, value=n)
-        sim.result(run_id, fail=n % 4 == 0, progress=1)
-    sim.advance(60_000)
-    transport = EmbeddedTransport(tmp_path / "log", default_partitions=1)
-    admin = transport.admin()
-    admin.create_topics([TopicSpec(TOPIC, 1)])
-    admin.close()
-    producer = transport.producer()
-    for fact in sim.facts:
-        producer.produce(Outbound(TOPIC, fact.run_id.encode(), encode(fact)))
-    producer.close()
-    return transport
-
-
-def _contents(path: Path) -> dict[str, object]:
-    store = PartitionStore(path, read_only=True)
-    try:
-        rows: dict[str, object] = {
-            family: list(store.items(family))
-            for family in COLUMN_FAMILIES
-            if family not in ("history", "meta")
-        }
-        rows["history"] = list(store.histories())
-        rows["facts_offset"] = store.facts_offset()
-        return rows
-    finally:
-        store.close()
-
-
 def test_a_catch_up_is_on_disk_when_it_returns(tmp_path: Path) -> None:
     """Catch-up writes without the WAL; it persists before it returns, so a process
     that dies right after (no close, no flush) keeps everything it caught up."""
-    transport = _simulated_log(tmp_path, runs=60)
+    transport, facts = simulated_log(tmp_path, runs=60)
     reference = tmp_path / "reference"
     store = PartitionStore(reference)
     reader = transport.reader()
@@ -134,6 +99,6 @@ def test_a_catch_up_is_on_disk_when_it_returns(tmp_path: Path) -> None:
         """
     )
     subprocess.run([sys.executable, "-c", child], check=True, timeout=120)
-    assert _contents(tmp_path / "killed") == _contents(reference)
-    assert _contents(reference)["facts_offset"] == end > 0
+    assert store_contents(tmp_path / "killed") == store_contents(reference)
+    assert store_contents(reference)["facts_offset"] == end == facts
     reader.close()
