@@ -11,12 +11,14 @@ the run's facts after that offset read from runs.facts and folded on top.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from processor.errors import StoreFormatError
 from processor.facts import payload
 from processor.facts.codec import codec, decode_fact, decode_facts, encode
 from processor.facts.models import CancelRun, CommandReply, FactHeader, ResolveAttempt, SubmitRun
@@ -31,6 +33,8 @@ from processor.transport.partitioner import partition_for
 Command = SubmitRun | CancelRun | ResolveAttempt
 
 __all__ = ["Client", "RunView", "SubmitReceipt", "fact_dict", "new_submit", "status_dict"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +178,13 @@ class Client:
         return self.request(command, wait_s)
 
     def _store(self, run_id: str) -> PartitionStore | None:
-        return open_existing(store_path(self._state_dir, self._partition(run_id)))
+        """The local store of the run's partition, read-only; None if there is none, or
+        if it is in another format (``current`` then reads the facts from the log)."""
+        try:
+            return open_existing(store_path(self._state_dir, self._partition(run_id)))
+        except StoreFormatError as exc:
+            logger.warning("%s; reading runs.facts instead", exc)
+            return None
 
     def status(self, run_id: str) -> RunState | None:
         store = self._store(run_id)

@@ -12,10 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rocksdict import Options, Rdict
 
+from processor.client import Client
 from processor.errors import StoreFormatError
+from processor.facts.codec import decode_fact, decode_facts
+from processor.model.reduce import fold
 from processor.restore import catch_up
 from processor.store.history import chunk_entries, encode_chunk
 from processor.store.rocks import COLUMN_FAMILIES, PartitionStore, open_store
+from processor.topology import Topology
 from processor.transport.base import TopicPartition
 from tests.store_support import TOPIC, simulated_log, store_contents
 
@@ -102,3 +106,21 @@ def test_a_catch_up_is_on_disk_when_it_returns(tmp_path: Path) -> None:
     assert store_contents(tmp_path / "killed") == store_contents(reference)
     assert store_contents(reference)["facts_offset"] == end == facts
     reader.close()
+
+
+def test_a_client_reads_the_log_past_a_store_of_another_format(tmp_path: Path) -> None:
+    """``status``/``history`` on a machine whose store an older release wrote: the run
+    is folded from runs.facts, as on a machine without a store."""
+    transport, _ = simulated_log(tmp_path, runs=4)
+    reader = transport.reader()
+    values = [value for values, _ in reader.read_values(FACTS, 0) for value in values if value]
+    reader.close()
+    by_run: dict[str, list[bytes]] = {}
+    for value in values:
+        by_run.setdefault(decode_fact(value).run_id, []).append(value)
+    _format_1_store(tmp_path / "state" / "p0000")
+    client = Client(transport, Topology(partitions=1), tmp_path / "state")
+    for run_id, run_values in by_run.items():
+        view = client.current(run_id)
+        assert view.state is not None and view.state == fold(decode_facts(run_values))
+        assert view.history == run_values
