@@ -67,7 +67,10 @@ FORMAT_VERSION = 2
 _DB_WRITE_BUFFER_MB = 24
 
 
-def _options(cache: Cache) -> Options:
+def _options(cache: Cache, *, point_lookups: bool = False) -> Options:
+    """Options of the database or of one column family. ``point_lookups``: Bloom filters
+    in the memtable and the SST files, so a get of a key that is not there (a new run,
+    every run of a replay) skips the search."""
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)
@@ -82,6 +85,10 @@ def _options(cache: Cache) -> Options:
     opts.set_compression_type(DBCompressionType.none())
     table = BlockBasedOptions()
     table.set_block_cache(cache)
+    if point_lookups:
+        table.set_bloom_filter(10, False)
+        opts.set_memtable_prefix_bloom_ratio(0.1)
+        opts.set_memtable_whole_key_filtering(True)
     opts.set_block_based_table_factory(table)
     return opts
 
@@ -98,7 +105,7 @@ class PartitionStore:
         cache = Cache(cache_mb * 1024 * 1024)  # shared by every column family
         opts = _options(cache)
         opts.set_db_write_buffer_size(_DB_WRITE_BUFFER_MB * 1024 * 1024)
-        families = {name: _options(cache) for name in COLUMN_FAMILIES}
+        families = {name: _options(cache, point_lookups=name == "runs") for name in COLUMN_FAMILIES}
         access = AccessType.read_only() if read_only else AccessType.read_write()
         self._db = Rdict(str(path), options=opts, column_families=families, access_type=access)
         self._cf = {name: self._db.get_column_family(name) for name in COLUMN_FAMILIES}
