@@ -271,9 +271,7 @@ impl Json for RunState {
     }
 }
 
-/// The run's JSON, as pydantic's ``model_dump_json`` writes it.
-pub fn run_json(state: &RunState) -> Vec<u8> {
-    let mut out = Vec::with_capacity(2560); // a run's JSON is 1-2.5 KiB
-    state.write(&mut out);
-    out
+/// The run's JSON, as pydantic's ``model_dump_json`` writes it, appended to ``out``.
+pub fn write_run(state: &RunState, out: &mut Vec<u8>) {
+    state.write(out);
 }

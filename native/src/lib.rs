@@ -25,12 +25,14 @@ use state::RunState;
 const MAGIC: [u8; 2] = [0xC3, 0x01];
 const HEADER_LEN: usize = 10;
 
+/// The rows of one batch; history chunks and run JSON are built straight into the
+/// Python bytes the WriteBatch's ``put`` takes.
 #[derive(Default)]
-struct Rows {
+struct Rows<'py> {
     history_keys: Vec<Vec<u8>>,
-    history_chunks: Vec<Vec<u8>>,
+    history_chunks: Vec<Bound<'py, PyBytes>>,
     run_keys: Vec<Vec<u8>>,
-    run_values: Vec<Vec<u8>>,
+    run_values: Vec<Bound<'py, PyBytes>>,
     due_puts: Vec<Vec<u8>>,
     due_deletes: Vec<Vec<u8>>,
     claim_keys: Vec<Vec<u8>>,
@@ -43,6 +45,8 @@ struct Rows {
 struct Kernel {
     schemas: Schemas,
     carried: FxHashMap<String, RunState>,
+    /// A run's JSON is written here, then copied into its bytes (one buffer, reused).
+    json: Vec<u8>,
 }
 
 #[pymethods]
@@ -76,6 +80,7 @@ impl Kernel {
         Ok(Kernel {
             schemas: parsed,
             carried: FxHashMap::default(),
+            json: Vec::with_capacity(4096),
         })
     }
 
@@ -112,10 +117,10 @@ impl Kernel {
         let [history, runs, due, claims] = families;
         let bytes = |data: &[u8]| PyBytes::new(py, data);
         for (key, chunk) in rows.history_keys.iter().zip(&rows.history_chunks) {
-            put.call1((bytes(key), bytes(chunk), &history))?;
+            put.call1((bytes(key), chunk, &history))?;
         }
         for (key, value) in rows.run_keys.iter().zip(&rows.run_values) {
-            put.call1((bytes(key), bytes(value), &runs))?;
+            put.call1((bytes(key), value, &runs))?;
         }
         for key in &rows.due_deletes {
             delete.call1((bytes(key), &due))?;
@@ -145,7 +150,8 @@ impl Kernel {
         Fact::new(Arc::clone(schema), values)
     }
 
-    fn fold(&mut self, values: &[&[u8]], load: &Bound<'_, PyAny>) -> PyResult<Rows> {
+    fn fold<'py>(&mut self, values: &[&[u8]], load: &Bound<'py, PyAny>) -> PyResult<Rows<'py>> {
+        let py = load.py();
         let invalid = |e: String| PyValueError::new_err(e);
         // Decode everything first: a value not handled here stages nothing.
         let facts = values
@@ -190,13 +196,19 @@ impl Kernel {
             if let Some((first, _)) = new.first() {
                 let seq = rows::u64_bytes(first.seq).map_err(invalid)?;
                 rows.history_keys.push(rows::history_key(run_id, &seq));
-                rows.history_chunks.push(rows::history_chunk(&new));
+                let chunk = PyBytes::new_with(py, rows::history_chunk_len(&new), |out| {
+                    rows::write_history_chunk(&new, out);
+                    Ok(())
+                })?;
+                rows.history_chunks.push(chunk);
             }
             let new_facts: Vec<&Fact> = new.iter().map(|(fact, _)| *fact).collect();
             let (after, changed) = reduce::fold(&new_facts, before).map_err(invalid)?;
             if let (Some(state), true) = (&after, changed) {
                 rows.run_keys.push(rows::string_key_of(run_id));
-                rows.run_values.push(json::run_json(state));
+                self.json.clear();
+                json::write_run(state, &mut self.json);
+                rows.run_values.push(PyBytes::new(py, &self.json));
                 let new_due = rows::due_entries(Some(state));
                 for entry in old_due.difference(&new_due) {
                     rows.due_deletes

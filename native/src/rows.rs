@@ -28,20 +28,28 @@ pub fn history_key(run_id: &str, seq: &[u8; 8]) -> Vec<u8> {
     key
 }
 
-/// ``history.encode_chunk``: each fact's key (length-prefixed), then its encoded bytes
-/// (length-prefixed), in journal order.
-pub fn history_chunk(facts: &[(&Fact, &[u8])]) -> Vec<u8> {
-    let size: usize = facts
+/// The size of ``write_history_chunk``'s chunk of ``facts``.
+pub fn history_chunk_len(facts: &[(&Fact, &[u8])]) -> usize {
+    facts
         .iter()
         .map(|(fact, raw)| fact.fact_key.len() + raw.len() + 8)
-        .sum();
-    let mut chunk = Vec::with_capacity(size);
+        .sum()
+}
+
+/// ``history.encode_chunk`` into ``out`` (``history_chunk_len`` bytes): each fact's key
+/// (length-prefixed), then its encoded bytes (length-prefixed), in journal order.
+pub fn write_history_chunk(facts: &[(&Fact, &[u8])], out: &mut [u8]) {
+    let mut at = 0;
+    let mut put = |part: &[u8]| {
+        out[at..at + part.len()].copy_from_slice(part);
+        at += part.len();
+    };
     for (fact, raw) in facts {
-        string_key(fact.fact_key, &mut chunk);
-        chunk.extend_from_slice(&(raw.len() as u32).to_be_bytes());
-        chunk.extend_from_slice(raw);
+        put(&(fact.fact_key.len() as u32).to_be_bytes());
+        put(fact.fact_key.as_bytes());
+        put(&(raw.len() as u32).to_be_bytes());
+        put(raw);
     }
-    chunk
 }
 
 pub fn u64_bytes(value: i64) -> Result<[u8; 8], Error> {
