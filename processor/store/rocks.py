@@ -81,7 +81,7 @@ def _options(cache: Cache, *, point_lookups: bool = False) -> Options:
     opts.set_atomic_flush(True)  # every family flushed at one batch: see the module doc
     # Uncompressed, as Kafka Streams keeps its state stores: a store is a cache of the
     # log, rebuilt from it, and compressing it (Snappy, RocksDB's default, or LZ4) was
-    # a fifth of a replay's instructions. It costs disk: ~2.5x LZ4's (BENCHMARKS.md).
+    # a fifth of a replay's instructions. It costs disk: ~3x LZ4's (BENCHMARKS.md).
     opts.set_compression_type(DBCompressionType.none())
     table = BlockBasedOptions()
     table.set_block_cache(cache)
