@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Iterator
 
-__all__ = ["chunk_entries", "encode_chunk"]
+__all__ = ["chunk_entries", "chunk_fact_keys", "encode_chunk"]
 
 _U32 = struct.Struct(">I")
 
@@ -32,6 +32,18 @@ def encode_chunk(entries: Iterable[tuple[str, bytes]]) -> bytes:
 
 def chunk_entries(chunk: bytes) -> Iterator[tuple[str, bytes]]:
     """(fact key, encoded fact) of each entry of ``chunk``, in order."""
+    for at, key_end, fact_end in _spans(chunk):
+        yield chunk[at + 4 : key_end].decode(), chunk[key_end + 4 : fact_end]
+
+
+def chunk_fact_keys(chunk: bytes) -> Iterator[str]:
+    """The fact key of each entry of ``chunk``, in order, without copying the facts."""
+    for at, key_end, _ in _spans(chunk):
+        yield chunk[at + 4 : key_end].decode()
+
+
+def _spans(chunk: bytes) -> Iterator[tuple[int, int, int]]:
+    """(start, end of the key, end of the fact) of each entry of ``chunk``."""
     at, end = 0, len(chunk)
     unpack = _U32.unpack_from
     while at < end:
@@ -39,5 +51,5 @@ def chunk_entries(chunk: bytes) -> Iterator[tuple[str, bytes]]:
         fact_end = key_end + 4 + unpack(chunk, key_end)[0]
         if fact_end > end:
             raise ValueError(f"history chunk truncated: an entry ends at {fact_end} of {end}")
-        yield chunk[at + 4 : key_end].decode(), chunk[key_end + 4 : fact_end]
+        yield at, key_end, fact_end
         at = fact_end

@@ -39,7 +39,7 @@ from processor.errors import StoreFormatError
 from processor.model.due import DueEntry
 from processor.model.state import RunState
 from processor.store import keys
-from processor.store.history import chunk_entries, encode_chunk
+from processor.store.history import chunk_entries, chunk_fact_keys, encode_chunk
 
 __all__ = [
     "COLUMN_FAMILIES",
@@ -139,7 +139,7 @@ class PartitionStore:
 
     def fact_keys(self, run_id: str) -> set[str]:
         """The fact keys in the run's journal (for conditional append)."""
-        return {fact_key for chunk in self._chunks(run_id) for fact_key, _ in chunk_entries(chunk)}
+        return {fact_key for chunk in self._chunks(run_id) for fact_key in chunk_fact_keys(chunk)}
 
     def facts_offset(self) -> int:
         raw = self._cf["meta"].get(_FACTS_OFFSET)

@@ -17,7 +17,7 @@ from processor.errors import StoreFormatError
 from processor.facts.codec import decode_fact, decode_facts
 from processor.model.reduce import fold
 from processor.restore import catch_up
-from processor.store.history import chunk_entries, encode_chunk
+from processor.store.history import chunk_entries, chunk_fact_keys, encode_chunk
 from processor.store.rocks import COLUMN_FAMILIES, PartitionStore, open_store
 from processor.topology import Topology
 from processor.transport.base import TopicPartition
@@ -31,12 +31,15 @@ entries = st.lists(st.tuples(st.text(max_size=30), st.binary(max_size=300)), max
 @given(entries)
 def test_a_history_chunk_gives_back_its_entries(chunk: list[tuple[str, bytes]]) -> None:
     assert list(chunk_entries(encode_chunk(chunk))) == chunk
+    assert list(chunk_fact_keys(encode_chunk(chunk))) == [fact_key for fact_key, _ in chunk]
 
 
 def test_a_truncated_history_chunk_is_an_error() -> None:
     chunk = encode_chunk([("submitted", b"a fact"), ("step/0/completed", b"another")])
     with pytest.raises(ValueError, match="truncated"):
         list(chunk_entries(chunk[:-1]))
+    with pytest.raises(ValueError, match="truncated"):
+        list(chunk_fact_keys(chunk[:-1]))
 
 
 def _format_1_store(path: Path) -> None:
