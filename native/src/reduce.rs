@@ -139,7 +139,6 @@ pub const FOLDED: [&str; 25] = [
     "RunStopped",
 ];
 
-/// ``reduce.fold``: the run after ``facts`` (in order), and whether it changed.
 /// ``reduce.journal_facts``: the facts new to the run's journal after ``state`` (all but
 /// duplicates at or below its version; before the run starts, every fact).
 pub fn journal_facts<'f, 'a, T: Copy>(
@@ -160,6 +159,7 @@ pub fn journal_facts<'f, 'a, T: Copy>(
     new
 }
 
+/// ``reduce.fold``: the run after ``facts`` (in order), and whether it changed.
 pub fn fold(facts: &[&Fact], state: Option<RunState>) -> Result<(Option<RunState>, bool), Error> {
     let mut state = state;
     let mut changed = false;

@@ -3,7 +3,7 @@
 Catch-up folds every fact of a partition; in Python, decoding and folding a fact
 costs several times reading it. The extension decodes a batch of encoded facts,
 folds them and puts into the WriteBatch the rows that ``Staging.fold_read`` and
-``flush`` would write (history, fact keys, runs, due-work changes, claims), in one
+``flush`` would write (history chunks, runs, due-work changes, claims), in one
 call. It handles the current fact schemas exactly and refuses (ValueError, before
 putting anything) whatever else: a value in an older schema, a malformed one, a
 stored run it cannot read. That batch is then folded by the Python reducers, which

@@ -51,7 +51,6 @@ from processor.facts.models import (
 )
 from processor.restore import catch_up
 from processor.store import native_fold
-from processor.store.history import chunk_entries
 from processor.store.rocks import COLUMN_FAMILIES, PartitionStore
 from processor.transport.base import Outbound, TopicPartition, TopicSpec
 from processor.transport.embedded import EmbeddedTransport
@@ -322,8 +321,15 @@ def _log(tmp_path: Path, values: list[bytes]) -> EmbeddedTransport:
     return transport
 
 
-def _rows(store: PartitionStore) -> dict[str, list[tuple[bytes, bytes]]]:
-    return {family: list(store.items(family)) for family in COLUMN_FAMILIES}
+_Rows = dict[str, list[Any]]
+
+
+def _rows(store: PartitionStore) -> _Rows:
+    """Every row of every column family, and each run's history entries whatever the
+    chunks (``histories``, under "history by run")."""
+    rows: _Rows = {family: list(store.items(family)) for family in COLUMN_FAMILIES}
+    rows["history by run"] = list(store.histories())
+    return rows
 
 
 class _Counting:
@@ -344,7 +350,7 @@ class _Counting:
 
 def _catch_up(
     transport: EmbeddedTransport, path: Path, plan: list[tuple[int, bool]], batch_size: int
-) -> dict[str, list[tuple[bytes, bytes]]]:
+) -> _Rows:
     """Catch a fresh store up in steps: (end offset, native) each; then its rows."""
     reader = transport.reader()
     store = PartitionStore(path)
@@ -357,20 +363,10 @@ def _catch_up(
         reader.close()
 
 
-def _reference(
-    transport: EmbeddedTransport, path: Path, batch_size: int
-) -> dict[str, list[tuple[bytes, bytes]]]:
+def _reference(transport: EmbeddedTransport, path: Path, batch_size: int) -> _Rows:
     """The rows the Python fold writes, in batches of ``batch_size`` (which decides
     where history chunks begin)."""
     return _catch_up(transport, path, [(10**9, False)], batch_size)
-
-
-def _by_run(rows: dict[str, list[tuple[bytes, bytes]]]) -> dict[bytes, list[tuple[str, bytes]]]:
-    """Each run's history entries, whatever the chunks."""
-    runs: dict[bytes, list[tuple[str, bytes]]] = {}
-    for key, chunk in rows["history"]:
-        runs.setdefault(key[:-8], []).extend(chunk_entries(chunk))
-    return runs
 
 
 @requires_native
@@ -472,4 +468,5 @@ def test_simulated_runs_fold_to_the_same_rows(
     rebuilt = _catch_up(transport, root / "native", [(10**9, True)], batch_size)
     assert rebuilt == expected
     # Other batches chunk the histories differently, with the same facts per run.
-    assert _by_run(rebuilt) == _by_run(_reference(transport, root / "other", 7))
+    other = _reference(transport, root / "other", 7)
+    assert rebuilt["history by run"] == other["history by run"]
