@@ -25,7 +25,7 @@ Theirs, bench/quix_fold_app.py: a Quix ``Application`` with
 ``processing_guarantee="exactly-once"`` and ``commit_every=10000`` (the same cadence),
 the same decode (``processor.facts.codec.decode_fact`` as value deserializer) and,
 per record, ``state.get`` of the run's RunState JSON, ``RunState.model_validate_json``,
-the same ``reduce``, ``state.set`` of ``model_dump_json()`` (mode ``runstate``: the
+the same ``reduce``, ``state.set`` of the stored run JSON (mode ``runstate``: the
 same projection); or, mode ``minimal``, ``state.get``/``state.set`` of a two-field
 dict (a much lighter fold than ours: Quix's floor). At each checkpoint Quix commits
 its transaction (state changelog records + consumer offsets) and then writes the

@@ -19,7 +19,7 @@ default). Per record:
 - ``sdf.update(fold, stateful=True)``: ``State`` is scoped to the message key (the run
   id). ``runstate``: ``state.get("run")`` (the RunState's JSON, as Quix state holds
   JSON-serializable values), ``RunState.model_validate_json``, ``processor.model.reduce``,
-  ``state.set("run", new.model_dump_json())``: the processor's own projection,
+  ``state.set("run", new.model_dump_json(exclude_defaults=True))``: the processor's own projection,
   byte for byte what its ``runs`` column family holds. ``minimal``: a far lighter
   fold, ``state.get("run")`` of a two-field dict and ``state.set`` of its update
   (Quix's own per-record floor for any stateful fold over these facts).
@@ -102,7 +102,7 @@ def main() -> None:
         current = None if raw is None else RunState.model_validate_json(raw)
         folded = reduce(current, fact)
         if folded is not None and folded is not current:
-            state.set("run", folded.model_dump_json())
+            state.set("run", folded.model_dump_json(exclude_defaults=True))
         progress.tick()
 
     def fold_minimal(fact: Any, state: State) -> None:

@@ -1,6 +1,7 @@
-//! ``RunState`` written as JSON, byte for byte as pydantic writes it (compact,
-//! declaration order, URL-safe base64 bytes with padding, integer dict keys as
-//! strings, strings escaped as serde_json escapes them), straight into one buffer.
+//! ``RunState`` written as JSON, byte for byte as the store's ``_run_json`` writes it
+//! with pydantic (compact, declaration order, fields at their default left out,
+//! URL-safe base64 bytes with padding, integer dict keys as strings, strings escaped
+//! as serde_json escapes them), straight into one buffer.
 //! The fold writes a run's JSON once per batch it appears in: serde's derive spent
 //! most of its time re-scanning base64 text for characters to escape.
 
@@ -32,6 +33,14 @@ impl<'o> Object<'o> {
         self.out.extend_from_slice(key.as_bytes());
         self.out.extend_from_slice(b"\":");
         self.out
+    }
+
+    /// ``value`` under ``key``, left out when it is the field's default (pydantic's
+    /// ``exclude_defaults``: the reader fills defaults back in).
+    fn field_unless<T: Json + ?Sized>(&mut self, is_default: bool, key: &str, value: &T) {
+        if !is_default {
+            value.write(self.field(key));
+        }
     }
 
     fn close(self) {
@@ -170,11 +179,11 @@ impl Json for Interaction {
         self.target.write(o.field("target"));
         self.deadline_ms.write(o.field("deadline_ms"));
         self.token_digest.write(o.field("token_digest"));
-        self.status.write(o.field("status"));
-        self.outcome.write(o.field("outcome"));
-        self.digest.write(o.field("digest"));
-        self.output.write(o.field("output"));
-        self.error.write(o.field("error"));
+        o.field_unless(self.status == "open", "status", &self.status);
+        o.field_unless(self.outcome.is_none(), "outcome", &self.outcome);
+        o.field_unless(self.digest.is_none(), "digest", &self.digest);
+        o.field_unless(self.output.is_none(), "output", &self.output);
+        o.field_unless(self.error.is_none(), "error", &self.error);
         o.close();
     }
 }
@@ -206,67 +215,159 @@ impl Json for RunState {
         self.run_id.write(o.field("run_id"));
         self.pipeline.write(o.field("pipeline"));
         self.pipeline_version.write(o.field("pipeline_version"));
-        self.status.write(o.field("status"));
-        self.version.write(o.field("version"));
+        o.field_unless(self.status == "running", "status", &self.status);
+        o.field_unless(self.version == 0, "version", &self.version);
         self.input.write(o.field("input"));
         self.submitted_ms.write(o.field("submitted_ms"));
         self.created_ms.write(o.field("created_ms"));
         self.updated_ms.write(o.field("updated_ms"));
-        self.idempotency_key.write(o.field("idempotency_key"));
-        self.fingerprint.write(o.field("fingerprint"));
+        o.field_unless(
+            self.idempotency_key.is_none(),
+            "idempotency_key",
+            &self.idempotency_key,
+        );
+        o.field_unless(self.fingerprint.is_none(), "fingerprint", &self.fingerprint);
         self.submit_command_id.write(o.field("submit_command_id"));
-        self.segment.write(o.field("segment"));
-        self.attempt.write(o.field("attempt"));
-        self.generation.write(o.field("generation"));
-        self.next_step.write(o.field("next_step"));
-        self.step_attempts.write(o.field("step_attempts"));
+        o.field_unless(self.segment == 0, "segment", &self.segment);
+        o.field_unless(self.attempt == 0, "attempt", &self.attempt);
+        o.field_unless(self.generation == 0, "generation", &self.generation);
+        o.field_unless(self.next_step == 0, "next_step", &self.next_step);
+        o.field_unless(
+            self.step_attempts == 0,
+            "step_attempts",
+            &self.step_attempts,
+        );
         self.last_output.write(o.field("last_output"));
-        self.phase.write(o.field("phase"));
-        self.attempt_expires_ms.write(o.field("attempt_expires_ms"));
-        self.retry_due_ms.write(o.field("retry_due_ms"));
-        self.completed_steps.write(o.field("completed_steps"));
-        self.boundary.write(o.field("boundary"));
-        self.boundary_step.write(o.field("boundary_step"));
-        self.boundary_kind.write(o.field("boundary_kind"));
-        self.boundary_itemized.write(o.field("boundary_itemized"));
-        self.boundary_items.write(o.field("boundary_items"));
-        self.boundary_on_timeout
-            .write(o.field("boundary_on_timeout"));
-        self.boundary_dispatched
-            .write(o.field("boundary_dispatched"));
-        self.interactions.write(o.field("interactions"));
-        self.publications.write(o.field("publications"));
-        self.publication_key.write(o.field("publication_key"));
-        self.publication_due_ms.write(o.field("publication_due_ms"));
-        self.result.write(o.field("result"));
-        self.error.write(o.field("error"));
-        self.error_type.write(o.field("error_type"));
-        self.failed_step.write(o.field("failed_step"));
-        self.failed_attempts.write(o.field("failed_attempts"));
-        self.deadline_ms.write(o.field("deadline_ms"));
-        self.stop_reason.write(o.field("stop_reason"));
-        self.stop_detail.write(o.field("stop_detail"));
-        self.unknown.write(o.field("unknown"));
-        self.step_outputs.write(o.field("step_outputs"));
-        self.resolutions.write(o.field("resolutions"));
-        self.unwind.write(o.field("unwind"));
-        self.compensation_started
-            .write(o.field("compensation_started"));
-        self.compensating_step.write(o.field("compensating_step"));
-        self.compensation_attempt
-            .write(o.field("compensation_attempt"));
-        self.compensation_generation
-            .write(o.field("compensation_generation"));
-        self.compensation_expires_ms
-            .write(o.field("compensation_expires_ms"));
-        self.compensation_retry_due_ms
-            .write(o.field("compensation_retry_due_ms"));
-        self.compensated.write(o.field("compensated"));
-        self.skipped.write(o.field("skipped"));
-        self.compensation_failed
-            .write(o.field("compensation_failed"));
-        self.execution.write(o.field("execution"));
-        self.recovery.write(o.field("recovery"));
+        o.field_unless(self.phase == "idle", "phase", &self.phase);
+        o.field_unless(
+            self.attempt_expires_ms.is_none(),
+            "attempt_expires_ms",
+            &self.attempt_expires_ms,
+        );
+        o.field_unless(
+            self.retry_due_ms.is_none(),
+            "retry_due_ms",
+            &self.retry_due_ms,
+        );
+        o.field_unless(
+            self.completed_steps.is_empty(),
+            "completed_steps",
+            &self.completed_steps,
+        );
+        o.field_unless(self.boundary == 0, "boundary", &self.boundary);
+        o.field_unless(
+            self.boundary_step.is_none(),
+            "boundary_step",
+            &self.boundary_step,
+        );
+        o.field_unless(
+            self.boundary_kind == "await",
+            "boundary_kind",
+            &self.boundary_kind,
+        );
+        o.field_unless(
+            !self.boundary_itemized,
+            "boundary_itemized",
+            &self.boundary_itemized,
+        );
+        o.field_unless(
+            self.boundary_items == 0,
+            "boundary_items",
+            &self.boundary_items,
+        );
+        o.field_unless(
+            self.boundary_on_timeout == "fail",
+            "boundary_on_timeout",
+            &self.boundary_on_timeout,
+        );
+        o.field_unless(
+            !self.boundary_dispatched,
+            "boundary_dispatched",
+            &self.boundary_dispatched,
+        );
+        o.field_unless(
+            self.interactions.is_empty(),
+            "interactions",
+            &self.interactions,
+        );
+        o.field_unless(
+            self.publications.is_empty(),
+            "publications",
+            &self.publications,
+        );
+        o.field_unless(
+            self.publication_key.is_none(),
+            "publication_key",
+            &self.publication_key,
+        );
+        o.field_unless(
+            self.publication_due_ms.is_none(),
+            "publication_due_ms",
+            &self.publication_due_ms,
+        );
+        o.field_unless(self.result.is_none(), "result", &self.result);
+        o.field_unless(self.error.is_none(), "error", &self.error);
+        o.field_unless(self.error_type.is_none(), "error_type", &self.error_type);
+        o.field_unless(self.failed_step.is_none(), "failed_step", &self.failed_step);
+        o.field_unless(
+            self.failed_attempts == 0,
+            "failed_attempts",
+            &self.failed_attempts,
+        );
+        o.field_unless(self.deadline_ms.is_none(), "deadline_ms", &self.deadline_ms);
+        o.field_unless(self.stop_reason.is_none(), "stop_reason", &self.stop_reason);
+        o.field_unless(self.stop_detail.is_none(), "stop_detail", &self.stop_detail);
+        o.field_unless(self.unknown.is_none(), "unknown", &self.unknown);
+        o.field_unless(
+            self.step_outputs.is_empty(),
+            "step_outputs",
+            &self.step_outputs,
+        );
+        o.field_unless(
+            self.resolutions.is_empty(),
+            "resolutions",
+            &self.resolutions,
+        );
+        o.field_unless(self.unwind.is_empty(), "unwind", &self.unwind);
+        o.field_unless(
+            !self.compensation_started,
+            "compensation_started",
+            &self.compensation_started,
+        );
+        o.field_unless(
+            self.compensating_step.is_none(),
+            "compensating_step",
+            &self.compensating_step,
+        );
+        o.field_unless(
+            self.compensation_attempt == 0,
+            "compensation_attempt",
+            &self.compensation_attempt,
+        );
+        o.field_unless(
+            self.compensation_generation == 0,
+            "compensation_generation",
+            &self.compensation_generation,
+        );
+        o.field_unless(
+            self.compensation_expires_ms.is_none(),
+            "compensation_expires_ms",
+            &self.compensation_expires_ms,
+        );
+        o.field_unless(
+            self.compensation_retry_due_ms.is_none(),
+            "compensation_retry_due_ms",
+            &self.compensation_retry_due_ms,
+        );
+        o.field_unless(self.compensated == 0, "compensated", &self.compensated);
+        o.field_unless(self.skipped == 0, "skipped", &self.skipped);
+        o.field_unless(
+            !self.compensation_failed,
+            "compensation_failed",
+            &self.compensation_failed,
+        );
+        o.field_unless(self.execution.is_none(), "execution", &self.execution);
+        o.field_unless(self.recovery.is_none(), "recovery", &self.recovery);
         o.close();
     }
 }

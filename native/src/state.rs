@@ -1,5 +1,6 @@
 //! The run projection, field for field as ``processor/model/state.py`` declares it,
-//! read from the JSON pydantic writes (``json.rs`` writes it back).
+//! read from the JSON the store holds (``json.rs`` writes it; a field left out is at
+//! its default).
 
 use base64::engine::general_purpose::URL_SAFE;
 use base64::Engine;
@@ -32,10 +33,15 @@ pub struct Interaction {
     pub target: String,
     pub deadline_ms: i64,
     pub token_digest: B64,
+    #[serde(default = "open")]
     pub status: String,
+    #[serde(default)]
     pub outcome: Option<String>,
+    #[serde(default)]
     pub digest: Option<B64>,
+    #[serde(default)]
     pub output: Option<B64>,
+    #[serde(default)]
     pub error: Option<String>,
 }
 
@@ -62,59 +68,128 @@ pub struct RunState {
     pub run_id: String,
     pub pipeline: String,
     pub pipeline_version: i64,
+    #[serde(default = "running")]
     pub status: String,
+    #[serde(default)]
     pub version: i64,
     pub input: B64,
     pub submitted_ms: i64,
     pub created_ms: i64,
     pub updated_ms: i64,
+    #[serde(default)]
     pub idempotency_key: Option<String>,
+    #[serde(default)]
     pub fingerprint: Option<String>,
     pub submit_command_id: String,
+    #[serde(default)]
     pub segment: i64,
+    #[serde(default)]
     pub attempt: i64,
+    #[serde(default)]
     pub generation: i64,
+    #[serde(default)]
     pub next_step: i64,
+    #[serde(default)]
     pub step_attempts: i64,
     pub last_output: B64,
+    #[serde(default = "idle")]
     pub phase: String,
+    #[serde(default)]
     pub attempt_expires_ms: Option<i64>,
+    #[serde(default)]
     pub retry_due_ms: Option<i64>,
+    #[serde(default)]
     pub completed_steps: Vec<i64>,
+    #[serde(default)]
     pub boundary: i64,
+    #[serde(default)]
     pub boundary_step: Option<i64>,
+    #[serde(default = "await_")]
     pub boundary_kind: String,
+    #[serde(default)]
     pub boundary_itemized: bool,
+    #[serde(default)]
     pub boundary_items: i64,
+    #[serde(default = "fail")]
     pub boundary_on_timeout: String,
+    #[serde(default)]
     pub boundary_dispatched: bool,
+    #[serde(default)]
     pub interactions: IndexMap<String, Interaction>,
+    #[serde(default)]
     pub publications: IndexMap<String, String>,
+    #[serde(default)]
     pub publication_key: Option<String>,
+    #[serde(default)]
     pub publication_due_ms: Option<i64>,
+    #[serde(default)]
     pub result: Option<B64>,
+    #[serde(default)]
     pub error: Option<String>,
+    #[serde(default)]
     pub error_type: Option<String>,
+    #[serde(default)]
     pub failed_step: Option<i64>,
+    #[serde(default)]
     pub failed_attempts: i64,
+    #[serde(default)]
     pub deadline_ms: Option<i64>,
+    #[serde(default)]
     pub stop_reason: Option<String>,
+    #[serde(default)]
     pub stop_detail: Option<String>,
+    #[serde(default)]
     pub unknown: Option<UnknownAttempt>,
+    #[serde(default)]
     pub step_outputs: IndexMap<i64, B64>,
+    #[serde(default)]
     pub resolutions: IndexMap<String, RecordedResolution>,
+    #[serde(default)]
     pub unwind: Vec<i64>,
+    #[serde(default)]
     pub compensation_started: bool,
+    #[serde(default)]
     pub compensating_step: Option<i64>,
+    #[serde(default)]
     pub compensation_attempt: i64,
+    #[serde(default)]
     pub compensation_generation: i64,
+    #[serde(default)]
     pub compensation_expires_ms: Option<i64>,
+    #[serde(default)]
     pub compensation_retry_due_ms: Option<i64>,
+    #[serde(default)]
     pub compensated: i64,
+    #[serde(default)]
     pub skipped: i64,
+    #[serde(default)]
     pub compensation_failed: bool,
+    #[serde(default)]
     pub execution: Option<String>,
+    #[serde(default)]
     pub recovery: Option<String>,
+}
+
+// The defaults of the string fields that have one, as ``model/state.py`` declares them:
+// ``json.rs`` leaves a field at its default out.
+fn running() -> String {
+    "running".into()
+}
+
+fn idle() -> String {
+    "idle".into()
+}
+
+fn await_() -> String {
+    "await".into()
+}
+
+fn fail() -> String {
+    "fail".into()
+}
+
+fn open() -> String {
+    "open".into()
 }
 
 pub const TERMINAL: [&str; 4] = ["succeeded", "failed", "cancelled", "timed_out"];

@@ -1,7 +1,7 @@
 """One partition's RocksDB projections (rocksdict), written in atomic WriteBatches.
 
 Column families:
-  runs       run id -> RunState (JSON)
+  runs       run id -> RunState (JSON, fields at their default left out)
   history    (run id, first seq) -> a chunk of the run's facts with their fact keys,
              one per write (``store/history.py``): for ``history`` and conditional append
   due        (due ms, run id, kind, segment, generation) -> b"" : timers by due time
@@ -56,8 +56,9 @@ logger = logging.getLogger(__name__)
 COLUMN_FAMILIES = ("runs", "history", "due", "claims", "meta")
 _FACTS_OFFSET = b"facts_offset"
 _FORMAT_VERSION = b"format_version"
-#: 2: history in chunks of facts with their keys (1: a row per fact, a fact_keys family).
-FORMAT_VERSION = 2
+#: 3: runs without their default fields; 2: history in chunks of facts with their keys
+#: (1: a row per fact, a fact_keys family).
+FORMAT_VERSION = 3
 
 
 # Memory bounds of one store (one partition). The column families share one block
@@ -337,5 +338,8 @@ class StoreBatch:
 
 
 def _run_json(state: RunState) -> bytes:
-    """``state.model_dump_json().encode()``: the same bytes, one call into pydantic-core."""
-    return RunState.__pydantic_serializer__.to_json(state)
+    """``state.model_dump_json(exclude_defaults=True).encode()``, in one call into
+    pydantic-core. Fields at their default are left out (validation fills them back
+    in): a finished run takes ~1.5 KB instead of ~2.2 KB, and every replay writes
+    each run at least once."""
+    return RunState.__pydantic_serializer__.to_json(state, exclude_defaults=True)
