@@ -67,18 +67,29 @@ impl RecordSchema {
         Ok(RecordSchema { name, fields })
     }
 
-    /// Decode the record body ``raw[start..]``; all of it, nothing more.
-    pub fn decode<'a>(&self, raw: &'a [u8], start: usize) -> Result<Vec<Value<'a>>, Error> {
+    /// Decode the record body ``raw[start..]``, all of it and nothing more, appending
+    /// its field values to ``out``.
+    pub fn decode_into<'a>(
+        &self,
+        raw: &'a [u8],
+        start: usize,
+        out: &mut Vec<Value<'a>>,
+    ) -> Result<(), Error> {
         let mut input = Input { raw, pos: start };
-        let mut values = Vec::with_capacity(self.fields.len());
         for (_, field_type) in &self.fields {
-            values.push(input.value(field_type)?);
+            out.push(input.value(field_type)?);
         }
         if input.pos != raw.len() {
             return Err("trailing bytes after the Avro body".into());
         }
-        Ok(values)
+        Ok(())
     }
+}
+
+/// The string that begins the record body ``raw[start..]`` (a record whose first field
+/// is a string), without decoding the rest.
+pub fn leading_string(raw: &[u8], start: usize) -> Result<&str, Error> {
+    Input { raw, pos: start }.string()
 }
 
 fn parse_type(declared: &Json) -> Result<FieldType, Error> {

@@ -10,16 +10,14 @@ mod reduce;
 mod rows;
 mod state;
 
-use std::sync::Arc;
-
 use indexmap::IndexMap;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
-use avro::RecordSchema;
-use reduce::{Fact, Schemas, FOLDED, HEADER};
+use avro::{RecordSchema, Value};
+use reduce::{Fact, FactSchema, Kind, Schemas, HEADER};
 use state::RunState;
 
 const MAGIC: [u8; 2] = [0xC3, 0x01];
@@ -62,12 +60,12 @@ impl Kernel {
             let json: serde_json::Value = serde_json::from_str(&declared)
                 .map_err(|e| PyValueError::new_err(e.to_string()))?;
             let schema = RecordSchema::parse(&json).map_err(PyValueError::new_err)?;
-            if !FOLDED.contains(&schema.name.as_str()) {
+            let Some(kind) = Kind::of(&schema.name) else {
                 return Err(PyValueError::new_err(format!(
                     "{} is not folded here",
                     schema.name
                 )));
-            }
+            };
             let names = schema.fields.iter().map(|(name, _)| name.as_str());
             if !names.take(HEADER.len()).eq(HEADER) {
                 return Err(PyValueError::new_err(format!(
@@ -75,7 +73,13 @@ impl Kernel {
                     schema.name
                 )));
             }
-            parsed.insert(fingerprint, Arc::new(schema));
+            parsed.insert(
+                fingerprint,
+                FactSchema {
+                    record: schema,
+                    kind,
+                },
+            );
         }
         Ok(Kernel {
             schemas: parsed,
@@ -137,33 +141,19 @@ impl Kernel {
 }
 
 impl Kernel {
-    fn decode<'a>(&self, raw: &'a [u8]) -> Result<Fact<'a>, String> {
-        if raw.len() < HEADER_LEN || raw[..2] != MAGIC {
-            return Err("not an Avro single-object value".into());
-        }
-        let fingerprint: [u8; 8] = raw[2..HEADER_LEN].try_into().map_err(|_| "header")?;
-        let schema = self
-            .schemas
-            .get(&fingerprint)
-            .ok_or("fingerprint not folded here")?;
-        let values = schema.decode(raw, HEADER_LEN)?;
-        Fact::new(Arc::clone(schema), values)
-    }
-
     fn fold<'py>(&mut self, values: &[&[u8]], load: &Bound<'py, PyAny>) -> PyResult<Rows<'py>> {
         let py = load.py();
         let invalid = |e: String| PyValueError::new_err(e);
-        // Decode everything first: a value not handled here stages nothing.
-        let facts = values
-            .iter()
-            .map(|raw| self.decode(raw))
-            .collect::<Result<Vec<_>, _>>();
-        let facts = facts.map_err(invalid)?;
-        let mut by_run: IndexMap<&str, Vec<(&Fact, &[u8])>, FxBuildHasher> = IndexMap::default();
-        for (fact, raw) in facts.iter().zip(values) {
-            by_run.entry(fact.run_id).or_default().push((fact, raw));
+        // The run of every value from its header; each run's facts are decoded in full
+        // when the run is folded, while they are fresh in the cache.
+        let mut runs: IndexMap<&str, (), FxBuildHasher> = IndexMap::default();
+        let mut heads = Vec::with_capacity(values.len());
+        for raw in values {
+            let (schema, run_id) = head(&self.schemas, raw).map_err(invalid)?;
+            heads.push((schema, runs.insert_full(run_id, ()).0));
         }
-        let missing: Vec<&str> = by_run
+        let (starts, order) = by_run(heads.iter().map(|(_, run)| *run), runs.len());
+        let missing: Vec<&str> = runs
             .keys()
             .copied()
             .filter(|run_id| !self.carried.contains_key(*run_id))
@@ -184,15 +174,38 @@ impl Kernel {
         }
         let mut rows = Rows::default();
         let mut carried = FxHashMap::default();
-        carried.reserve(by_run.len());
-        for (run_id, run_facts) in &by_run {
+        carried.reserve(runs.len());
+        let mut decoded: Vec<Value> = Vec::new();
+        for (run, run_id) in runs.keys().enumerate() {
+            let members = &order[starts[run]..starts[run + 1]];
+            decoded.clear();
+            for &index in members {
+                let (schema, _) = heads[index];
+                schema
+                    .record
+                    .decode_into(values[index], HEADER_LEN, &mut decoded)
+                    .map_err(invalid)?;
+            }
+            let mut facts = Vec::with_capacity(members.len());
+            let mut at = 0;
+            for &index in members {
+                let (schema, _) = heads[index];
+                let fields = &decoded[at..at + schema.record.fields.len()];
+                at += fields.len();
+                facts.push(Fact::new(schema, fields).map_err(invalid)?);
+            }
+            let run_facts: Vec<(&Fact, &[u8])> = facts
+                .iter()
+                .zip(members)
+                .map(|(fact, &index)| (fact, values[index]))
+                .collect();
             let before = match self.carried.remove(*run_id) {
                 Some(state) => Some(state),
                 None => stored.remove(run_id).flatten(),
             };
             let was_new = before.is_none();
             let old_due = rows::due_entries(before.as_ref());
-            let new = reduce::journal_facts(run_facts, before.as_ref());
+            let new = reduce::journal_facts(&run_facts, before.as_ref());
             if let Some((first, _)) = new.first() {
                 let seq = rows::u64_bytes(first.seq).map_err(invalid)?;
                 rows.history_keys.push(rows::history_key(run_id, &seq));
@@ -231,6 +244,37 @@ impl Kernel {
         self.carried = carried;
         Ok(rows)
     }
+}
+
+/// The schema of an encoded fact, and its run id (the first field of every fact).
+fn head<'s, 'a>(schemas: &'s Schemas, raw: &'a [u8]) -> Result<(&'s FactSchema, &'a str), String> {
+    if raw.len() < HEADER_LEN || raw[..2] != MAGIC {
+        return Err("not an Avro single-object value".into());
+    }
+    let fingerprint: [u8; 8] = raw[2..HEADER_LEN].try_into().map_err(|_| "header")?;
+    let schema = schemas
+        .get(&fingerprint)
+        .ok_or("fingerprint not folded here")?;
+    Ok((schema, avro::leading_string(raw, HEADER_LEN)?))
+}
+
+/// Value indexes grouped by run, each run's in log order (a counting sort of ``runs``,
+/// the run of each value): ``order[starts[r]..starts[r + 1]]`` are run ``r``'s.
+fn by_run(runs: impl Iterator<Item = usize> + Clone, count: usize) -> (Vec<usize>, Vec<usize>) {
+    let mut starts = vec![0; count + 1];
+    for run in runs.clone() {
+        starts[run + 1] += 1;
+    }
+    for run in 0..count {
+        starts[run + 1] += starts[run];
+    }
+    let mut next = starts.clone();
+    let mut order = vec![0; starts[count]];
+    for (index, run) in runs.enumerate() {
+        order[next[run]] = index;
+        next[run] += 1;
+    }
+    (starts, order)
 }
 
 #[pymodule]

@@ -2,8 +2,6 @@
 //! reducers are the reference: tests fold the same facts both ways and compare
 //! every row.
 
-use std::sync::Arc;
-
 use indexmap::IndexMap;
 use rustc_hash::FxHashMap;
 
@@ -12,26 +10,100 @@ use crate::state::{Interaction, RecordedResolution, RunState, UnknownAttempt, B6
 
 pub type Error = String;
 
-/// One decoded fact: its header, its type and every field by name.
+/// The fact types folded here: every other type is left to Python.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    RunSubmitted,
+    SegmentAttemptStarted,
+    StepCompleted,
+    SegmentCompleted,
+    SegmentFailed,
+    RetryScheduled,
+    SegmentSuspended,
+    BoundaryInteractionDispatched,
+    BoundaryDispatchCompleted,
+    BoundaryCompletionAdmitted,
+    InteractionTimedOut,
+    ContinuationSegmentCreated,
+    TerminalPublicationPrepared,
+    TerminalPublicationCompleted,
+    RunSucceeded,
+    RunFailed,
+    RunStopRequested,
+    AttemptOutcomeUnknown,
+    AttemptResolved,
+    CompensationStarted,
+    CompensationAttemptStarted,
+    CompensationStepCompleted,
+    CompensationStepSkipped,
+    CompensationAttemptFailed,
+    RunStopped,
+}
+
+impl Kind {
+    /// The kind of a fact record named ``name`` (without namespace), if folded here.
+    pub fn of(name: &str) -> Option<Kind> {
+        Some(match name {
+            "RunSubmitted" => Kind::RunSubmitted,
+            "SegmentAttemptStarted" => Kind::SegmentAttemptStarted,
+            "StepCompleted" => Kind::StepCompleted,
+            "SegmentCompleted" => Kind::SegmentCompleted,
+            "SegmentFailed" => Kind::SegmentFailed,
+            "RetryScheduled" => Kind::RetryScheduled,
+            "SegmentSuspended" => Kind::SegmentSuspended,
+            "BoundaryInteractionDispatched" => Kind::BoundaryInteractionDispatched,
+            "BoundaryDispatchCompleted" => Kind::BoundaryDispatchCompleted,
+            "BoundaryCompletionAdmitted" => Kind::BoundaryCompletionAdmitted,
+            "InteractionTimedOut" => Kind::InteractionTimedOut,
+            "ContinuationSegmentCreated" => Kind::ContinuationSegmentCreated,
+            "TerminalPublicationPrepared" => Kind::TerminalPublicationPrepared,
+            "TerminalPublicationCompleted" => Kind::TerminalPublicationCompleted,
+            "RunSucceeded" => Kind::RunSucceeded,
+            "RunFailed" => Kind::RunFailed,
+            "RunStopRequested" => Kind::RunStopRequested,
+            "AttemptOutcomeUnknown" => Kind::AttemptOutcomeUnknown,
+            "AttemptResolved" => Kind::AttemptResolved,
+            "CompensationStarted" => Kind::CompensationStarted,
+            "CompensationAttemptStarted" => Kind::CompensationAttemptStarted,
+            "CompensationStepCompleted" => Kind::CompensationStepCompleted,
+            "CompensationStepSkipped" => Kind::CompensationStepSkipped,
+            "CompensationAttemptFailed" => Kind::CompensationAttemptFailed,
+            "RunStopped" => Kind::RunStopped,
+            _ => return None,
+        })
+    }
+}
+
+/// A fact schema folded here: its record and its kind.
+pub struct FactSchema {
+    pub record: RecordSchema,
+    pub kind: Kind,
+}
+
+/// Schemas by fingerprint, for the fact types folded here.
+pub type Schemas = FxHashMap<[u8; 8], FactSchema>;
+
+/// One decoded fact: its header, its kind and every field (borrowed from the batch).
 pub struct Fact<'a> {
     pub run_id: &'a str,
     pub seq: i64,
     pub fact_key: &'a str,
     pub time_ms: i64,
     pub cause_id: &'a str,
-    pub schema: Arc<RecordSchema>,
-    pub values: Vec<Value<'a>>,
+    pub kind: Kind,
+    record: &'a RecordSchema,
+    values: &'a [Value<'a>],
 }
 
 /// Every fact schema begins with these fields, in this order (``FactHeader``).
 pub const HEADER: [&str; 5] = ["run_id", "seq", "fact_key", "time_ms", "cause_id"];
 
 impl<'a> Fact<'a> {
-    /// The fact of a decoded record whose schema begins with ``HEADER``; ``values``
-    /// keeps the header's values too (``get`` skips them).
-    pub fn new(schema: Arc<RecordSchema>, values: Vec<Value<'a>>) -> Result<Fact<'a>, Error> {
+    /// The fact of a record decoded with ``schema``, which begins with ``HEADER``;
+    /// ``values`` holds the header's values too (``get`` skips them).
+    pub fn new(schema: &'a FactSchema, values: &'a [Value<'a>]) -> Result<Fact<'a>, Error> {
         let [Value::Str(run_id), Value::Long(seq), Value::Str(fact_key), Value::Long(time_ms), Value::Str(cause_id), ..] =
-            values[..]
+            *values
         else {
             return Err("a fact header is run_id, seq, fact_key, time_ms, cause_id".into());
         };
@@ -41,17 +113,18 @@ impl<'a> Fact<'a> {
             fact_key,
             time_ms,
             cause_id,
-            schema,
+            kind: schema.kind,
+            record: &schema.record,
             values,
         })
     }
 
     fn get(&self, name: &str) -> Result<&Value<'a>, Error> {
-        self.schema.fields[HEADER.len()..]
+        self.record.fields[HEADER.len()..]
             .iter()
             .position(|(field, _)| field == name)
             .map(|index| &self.values[HEADER.len() + index])
-            .ok_or_else(|| format!("{} has no field {name}", self.schema.name))
+            .ok_or_else(|| format!("{} has no field {name}", self.record.name))
     }
 
     fn string(&self, name: &str) -> Result<String, Error> {
@@ -104,40 +177,7 @@ impl<'a> Fact<'a> {
             _ => Err(format!("{name} is not a list of numbers")),
         }
     }
-
-    pub fn kind(&self) -> &str {
-        &self.schema.name
-    }
 }
-
-/// The fact types folded here: every other type is left to Python.
-pub const FOLDED: [&str; 25] = [
-    "RunSubmitted",
-    "SegmentAttemptStarted",
-    "StepCompleted",
-    "SegmentCompleted",
-    "SegmentFailed",
-    "RetryScheduled",
-    "SegmentSuspended",
-    "BoundaryInteractionDispatched",
-    "BoundaryDispatchCompleted",
-    "BoundaryCompletionAdmitted",
-    "InteractionTimedOut",
-    "ContinuationSegmentCreated",
-    "TerminalPublicationPrepared",
-    "TerminalPublicationCompleted",
-    "RunSucceeded",
-    "RunFailed",
-    "RunStopRequested",
-    "AttemptOutcomeUnknown",
-    "AttemptResolved",
-    "CompensationStarted",
-    "CompensationAttemptStarted",
-    "CompensationStepCompleted",
-    "CompensationStepSkipped",
-    "CompensationAttemptFailed",
-    "RunStopped",
-];
 
 /// ``reduce.journal_facts``: the facts new to the run's journal after ``state`` (all but
 /// duplicates at or below its version; before the run starts, every fact).
@@ -152,7 +192,7 @@ pub fn journal_facts<'f, 'a, T: Copy>(
             continue;
         }
         new.push((fact, extra));
-        if version.is_some() || fact.kind() == "RunSubmitted" {
+        if version.is_some() || fact.kind == Kind::RunSubmitted {
             version = Some(fact.seq);
         }
     }
@@ -184,7 +224,7 @@ pub fn fold(facts: &[&Fact], state: Option<RunState>) -> Result<(Option<RunState
 }
 
 fn start(fact: &Fact) -> Result<Option<RunState>, Error> {
-    if fact.kind() != "RunSubmitted" {
+    if fact.kind != Kind::RunSubmitted {
         return Ok(None); // a run begins with its submission; anything else is orphaned
     }
     let input = fact.bytes("input")?;
@@ -251,8 +291,8 @@ fn start(fact: &Fact) -> Result<Option<RunState>, Error> {
 /// One fact's changes, applied to the run in place (each reducer reads the run as
 /// the earlier facts left it, as the Python draft does).
 fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
-    match fact.kind() {
-        "SegmentAttemptStarted" => {
+    match fact.kind {
+        Kind::SegmentAttemptStarted => {
             s.segment = fact.long("segment")?;
             s.attempt = fact.long("attempt")?;
             s.generation = fact.long("generation")?;
@@ -262,7 +302,7 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.attempt_expires_ms = Some(fact.long("expires_ms")?);
             s.retry_due_ms = None;
         }
-        "StepCompleted" => {
+        Kind::StepCompleted => {
             let step = fact.long("step")?;
             let output = fact.bytes("output")?;
             s.next_step = step + 1;
@@ -271,12 +311,12 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.completed_steps.push(step);
             s.step_outputs.insert(step, output);
         }
-        "SegmentCompleted" => {
+        Kind::SegmentCompleted => {
             set(&mut s.phase, "idle");
             s.attempt_expires_ms = None;
             s.unknown = None;
         }
-        "SegmentFailed" => {
+        Kind::SegmentFailed => {
             set(&mut s.phase, "idle");
             s.unknown = None;
             s.attempt_expires_ms = None;
@@ -284,11 +324,11 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.error_type = Some(fact.string("error_type")?);
             s.failed_step = Some(fact.long("step")?);
         }
-        "RetryScheduled" => {
+        Kind::RetryScheduled => {
             set(&mut s.phase, "retry_wait");
             s.retry_due_ms = Some(fact.long("due_ms")?);
         }
-        "SegmentSuspended" => {
+        Kind::SegmentSuspended => {
             let step = fact.long("step")?;
             set(&mut s.phase, "suspended");
             s.unknown = None;
@@ -302,7 +342,7 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.boundary_on_timeout = fact.string("on_timeout")?;
             s.boundary_dispatched = false;
         }
-        "BoundaryInteractionDispatched" => {
+        Kind::BoundaryInteractionDispatched => {
             let interaction = Interaction {
                 boundary: fact.long("boundary")?,
                 item_index: fact.long("item_index")?,
@@ -319,8 +359,8 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.interactions
                 .insert(fact.string("interaction")?, interaction);
         }
-        "BoundaryDispatchCompleted" => s.boundary_dispatched = true,
-        "BoundaryCompletionAdmitted" => {
+        Kind::BoundaryDispatchCompleted => s.boundary_dispatched = true,
+        Kind::BoundaryCompletionAdmitted => {
             if let Some(current) = s.interactions.get_mut(&fact.string("interaction")?) {
                 let outcome = fact.string("outcome")?;
                 current.status = "admitted".into();
@@ -334,12 +374,12 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
                 current.error = fact.opt_string("error")?;
             }
         }
-        "InteractionTimedOut" => {
+        Kind::InteractionTimedOut => {
             if let Some(current) = s.interactions.get_mut(&fact.string("interaction")?) {
                 current.status = "timed_out".into();
             }
         }
-        "ContinuationSegmentCreated" => {
+        Kind::ContinuationSegmentCreated => {
             let boundary = fact.long("boundary")?;
             for interaction in s.interactions.values_mut() {
                 if interaction.boundary == boundary {
@@ -353,18 +393,18 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.step_attempts = 0;
             s.last_output = fact.bytes("input")?;
         }
-        "TerminalPublicationPrepared" => {
+        Kind::TerminalPublicationPrepared => {
             set(&mut s.phase, "publishing");
             s.publications
                 .insert(fact.string("topic")?, "prepared".into());
             s.publication_key = Some(fact.string("idempotency_key")?);
             s.publication_due_ms = Some(fact.time_ms);
         }
-        "TerminalPublicationCompleted" => {
+        Kind::TerminalPublicationCompleted => {
             s.publications
                 .insert(fact.string("topic")?, "completed".into());
         }
-        "RunSucceeded" => {
+        Kind::RunSucceeded => {
             set(&mut s.status, "succeeded");
             s.execution = Some("Completed".into());
             s.recovery = Some("NotRequired".into());
@@ -374,7 +414,7 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.error_type = None;
             s.failed_step = None;
         }
-        "RunFailed" => {
+        Kind::RunFailed => {
             set(&mut s.status, "failed");
             s.execution = Some("Failed".into());
             s.recovery = Some(fact.string("recovery")?);
@@ -385,7 +425,7 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.error_type = Some(fact.string("error_type")?);
             s.failed_step = Some(fact.long("step")?);
         }
-        "RunStopRequested" => {
+        Kind::RunStopRequested => {
             let fenced = s.phase == "retry_wait" || s.phase == "suspended";
             s.stop_reason = Some(fact.string("reason")?);
             s.stop_detail = Some(fact.string("detail")?);
@@ -394,7 +434,7 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             }
             s.retry_due_ms = None;
         }
-        "AttemptOutcomeUnknown" => {
+        Kind::AttemptOutcomeUnknown => {
             set(&mut s.phase, "unknown");
             s.unknown = Some(UnknownAttempt {
                 kind: fact.string("kind")?,
@@ -406,7 +446,7 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.attempt_expires_ms = None;
             s.compensation_expires_ms = None;
         }
-        "AttemptResolved" => {
+        Kind::AttemptResolved => {
             set(&mut s.phase, "idle");
             s.unknown = None;
             let recorded = RecordedResolution {
@@ -416,12 +456,12 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.resolutions
                 .insert(fact.string("idempotency_key")?, recorded);
         }
-        "CompensationStarted" => {
+        Kind::CompensationStarted => {
             set(&mut s.phase, "compensating");
             s.unwind = fact.longs("steps")?;
             s.compensation_started = true;
         }
-        "CompensationAttemptStarted" => {
+        Kind::CompensationAttemptStarted => {
             set(&mut s.phase, "compensating");
             s.compensating_step = Some(fact.long("step")?);
             s.compensation_attempt = fact.long("attempt")?;
@@ -429,15 +469,15 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.compensation_expires_ms = Some(fact.long("expires_ms")?);
             s.compensation_retry_due_ms = None;
         }
-        "CompensationStepCompleted" => {
+        Kind::CompensationStepCompleted => {
             unwound(s);
             s.compensated += 1;
         }
-        "CompensationStepSkipped" => {
+        Kind::CompensationStepSkipped => {
             unwound(s);
             s.skipped += 1;
         }
-        "CompensationAttemptFailed" => match fact.opt_long("retry_due_ms")? {
+        Kind::CompensationAttemptFailed => match fact.opt_long("retry_due_ms")? {
             Some(due) => {
                 set(&mut s.phase, "compensation_retry_wait");
                 s.compensation_retry_due_ms = Some(due);
@@ -450,7 +490,7 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
                 set(&mut s.phase, "idle");
             }
         },
-        "RunStopped" => {
+        Kind::RunStopped => {
             let execution = fact.string("execution")?;
             set(
                 &mut s.status,
@@ -466,8 +506,7 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.attempt_expires_ms = None;
             s.retry_due_ms = None;
         }
-        "RunSubmitted" => {} // a second submission of a run only advances its version
-        other => return Err(format!("fact type {other} not folded here")),
+        Kind::RunSubmitted => {} // a second submission of a run only advances its version
     }
     Ok(())
 }
@@ -488,6 +527,3 @@ fn unwound(s: &mut RunState) {
     s.compensation_expires_ms = None;
     set(&mut s.phase, "compensating");
 }
-
-/// Schemas by fingerprint, for the fact types folded here.
-pub type Schemas = FxHashMap<[u8; 8], Arc<RecordSchema>>;

@@ -470,3 +470,28 @@ def test_simulated_runs_fold_to_the_same_rows(
     # Other batches chunk the histories differently, with the same facts per run.
     other = _reference(transport, root / "other", 7)
     assert rebuilt["history by run"] == other["history by run"]
+
+
+@requires_native
+def test_a_broken_value_in_a_later_run_declines_the_whole_batch(tmp_path: Path) -> None:
+    """Each run's facts are decoded when the run is folded: a value that does not decode
+    in the last run folded still declines the whole batch, with nothing written, and
+    the next batches fold as if it had never been offered."""
+    facts = _every_fact_type()
+    values = [encode(fact) for fact in facts]
+    last_run = list(dict.fromkeys(fact.run_id for fact in facts))[-1]  # folded last
+    at = max(i for i, fact in enumerate(facts) if fact.run_id == last_run)
+    broken = [*values[:at], values[at][:-1], *values[at + 1 :]]  # a known schema, cut short
+    store = PartitionStore(tmp_path / "store")
+    try:
+        fold = native_fold.NativeFold(store)
+        assert not fold.fold(broken, facts_offset=len(values))
+        assert store.facts_offset() == 0
+        assert all(not list(store.items(family)) for family in ("runs", "history", "due"))
+        assert fold.fold(values[:5], facts_offset=5)
+        assert fold.fold(values[5:], facts_offset=len(values))
+        folded = _rows(store)
+    finally:
+        store.close()
+    transport = _log(tmp_path, values)
+    assert folded == _catch_up(transport, tmp_path / "python", [(5, False), (10**9, False)], 10**6)
