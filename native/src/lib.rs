@@ -20,6 +20,12 @@ use avro::{RecordSchema, Value};
 use reduce::{Fact, FactSchema, Kind, Schemas, HEADER};
 use state::RunState;
 
+/// The fold allocates and frees a run's strings and bytes by the thousand per batch;
+/// mimalloc does that in about three quarters of the time glibc's malloc takes (all of
+/// it inside the extension: nothing allocated here is freed by Python, or the reverse).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const MAGIC: [u8; 2] = [0xC3, 0x01];
 const HEADER_LEN: usize = 10;
 
