@@ -26,7 +26,7 @@ from processor.facts.codec import SCHEMA_DIR, codec
 from processor.facts.models import FACT_TYPES
 from processor.store.rocks import PartitionStore
 
-__all__ = ["NativeFold", "native_fold_available"]
+__all__ = ["NativeFold", "native_fold_available", "parse_fact_schemas"]
 
 #: The column families the compiled fold writes, in the order it takes them.
 _FAMILIES = ("history", "runs", "due", "claims")
@@ -60,6 +60,11 @@ _EXTENSION = _extension()
 def native_fold_available() -> bool:
     """Whether the compiled fold is installed."""
     return _EXTENSION is not None
+
+
+def parse_fact_schemas() -> None:
+    """Parse the fact schemas now (the codec's and the compiled fold's), once per process."""
+    _fact_schemas()
 
 
 @functools.cache
