@@ -29,14 +29,13 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const MAGIC: [u8; 2] = [0xC3, 0x01];
 const HEADER_LEN: usize = 10;
 
-/// The rows of one batch; history chunks and run JSON are built straight into the
-/// Python bytes the WriteBatch's ``put`` takes.
+/// The rows of one batch.
 #[derive(Default)]
-struct Rows<'py> {
+struct Rows {
     history_keys: Vec<Vec<u8>>,
-    history_chunks: Vec<Bound<'py, PyBytes>>,
+    history_chunks: Vec<Vec<u8>>,
     run_keys: Vec<Vec<u8>>,
-    run_values: Vec<Bound<'py, PyBytes>>,
+    run_values: Vec<Vec<u8>>,
     due_puts: Vec<Vec<u8>>,
     due_deletes: Vec<Vec<u8>>,
     claim_keys: Vec<Vec<u8>>,
@@ -119,7 +118,7 @@ impl Kernel {
             .map(|value| value.downcast_into::<PyBytes>().map_err(PyErr::from))
             .collect::<PyResult<_>>()?;
         let slices: Vec<&[u8]> = raws.iter().map(|raw| raw.as_bytes()).collect();
-        let result = self.fold(&slices, load);
+        let result = self.fold(py, &slices, load);
         if result.is_err() {
             self.carried.clear();
         }
@@ -127,10 +126,10 @@ impl Kernel {
         let [history, runs, due, claims] = families;
         let bytes = |data: &[u8]| PyBytes::new(py, data);
         for (key, chunk) in rows.history_keys.iter().zip(&rows.history_chunks) {
-            put.call1((bytes(key), chunk, &history))?;
+            put.call1((bytes(key), bytes(chunk), &history))?;
         }
         for (key, value) in rows.run_keys.iter().zip(&rows.run_values) {
-            put.call1((bytes(key), value, &runs))?;
+            put.call1((bytes(key), bytes(value), &runs))?;
         }
         for key in &rows.due_deletes {
             delete.call1((bytes(key), &due))?;
@@ -147,18 +146,22 @@ impl Kernel {
 }
 
 impl Kernel {
-    fn fold<'py>(&mut self, values: &[&[u8]], load: &Bound<'py, PyAny>) -> PyResult<Rows<'py>> {
-        let py = load.py();
+    /// Group the batch by run and load the runs not carried (with the GIL), then fold
+    /// every run without it (``fold_runs`` touches no Python object), so other threads
+    /// of the process run meanwhile: the catch-up pool's feeder, the processor's own.
+    fn fold(
+        &mut self,
+        py: Python<'_>,
+        values: &[&[u8]],
+        load: &Bound<'_, PyAny>,
+    ) -> PyResult<Rows> {
         let invalid = |e: String| PyValueError::new_err(e);
-        // The run of every value from its header; each run's facts are decoded in full
-        // when the run is folded, while they are fresh in the cache.
         let mut runs: IndexMap<&str, (), FxBuildHasher> = IndexMap::default();
         let mut heads = Vec::with_capacity(values.len());
         for raw in values {
             let (schema, run_id) = head(&self.schemas, raw).map_err(invalid)?;
             heads.push((schema, runs.insert_full(run_id, ()).0));
         }
-        let (starts, order) = by_run(heads.iter().map(|(_, run)| *run), runs.len());
         let missing: Vec<&str> = runs
             .keys()
             .copied()
@@ -178,78 +181,101 @@ impl Kernel {
                 stored.insert(run_id, state);
             }
         }
-        let mut rows = Rows::default();
-        let mut carried = FxHashMap::default();
-        carried.reserve(runs.len());
-        let mut decoded: Vec<Value> = Vec::new();
-        for (run, run_id) in runs.keys().enumerate() {
-            let members = &order[starts[run]..starts[run + 1]];
-            decoded.clear();
-            for &index in members {
-                let (schema, _) = heads[index];
-                schema
-                    .record
-                    .decode_into(values[index], HEADER_LEN, &mut decoded)
-                    .map_err(invalid)?;
+        let batch = Batch {
+            values,
+            heads: &heads,
+            runs: &runs,
+        };
+        let (carried, json) = (&mut self.carried, &mut self.json);
+        py.allow_threads(|| fold_runs(&batch, carried, stored, json))
+            .map_err(invalid)
+    }
+}
+
+/// One batch, grouped by run: each value's schema and run (an index into ``runs``).
+struct Batch<'b, 'a> {
+    values: &'b [&'a [u8]],
+    heads: &'b [(&'b FactSchema, usize)],
+    runs: &'b IndexMap<&'a str, (), FxBuildHasher>,
+}
+
+/// Fold each run of ``batch`` onto its state (``carried``, else ``stored``: None for a
+/// run not in the store), and the rows that writes; ``carried`` becomes this batch's
+/// runs. Each run's facts are decoded here, while they are fresh in the cache.
+fn fold_runs<'a>(
+    batch: &Batch<'_, 'a>,
+    carried: &mut FxHashMap<String, RunState>,
+    mut stored: FxHashMap<&'a str, Option<RunState>>,
+    json: &mut Vec<u8>,
+) -> Result<Rows, String> {
+    let (starts, order) = by_run(batch.heads.iter().map(|(_, run)| *run), batch.runs.len());
+    let mut rows = Rows::default();
+    let mut folded = FxHashMap::default();
+    folded.reserve(batch.runs.len());
+    let mut decoded: Vec<Value> = Vec::new();
+    for (run, run_id) in batch.runs.keys().enumerate() {
+        let members = &order[starts[run]..starts[run + 1]];
+        decoded.clear();
+        for &index in members {
+            let (schema, _) = batch.heads[index];
+            schema
+                .record
+                .decode_into(batch.values[index], HEADER_LEN, &mut decoded)?;
+        }
+        let mut facts = Vec::with_capacity(members.len());
+        let mut at = 0;
+        for &index in members {
+            let (schema, _) = batch.heads[index];
+            let fields = &decoded[at..at + schema.record.fields.len()];
+            at += fields.len();
+            facts.push(Fact::new(schema, fields)?);
+        }
+        let run_facts: Vec<(&Fact, &[u8])> = facts
+            .iter()
+            .zip(members)
+            .map(|(fact, &index)| (fact, batch.values[index]))
+            .collect();
+        let before = match carried.remove(*run_id) {
+            Some(state) => Some(state),
+            None => stored.remove(run_id).flatten(),
+        };
+        let was_new = before.is_none();
+        let old_due = rows::due_entries(before.as_ref());
+        let new = reduce::journal_facts(&run_facts, before.as_ref());
+        if let Some((first, _)) = new.first() {
+            let seq = rows::u64_bytes(first.seq)?;
+            rows.history_keys.push(rows::history_key(run_id, &seq));
+            let mut chunk = vec![0; rows::history_chunk_len(&new)];
+            rows::write_history_chunk(&new, &mut chunk);
+            rows.history_chunks.push(chunk);
+        }
+        let new_facts: Vec<&Fact> = new.iter().map(|(fact, _)| *fact).collect();
+        let (after, changed) = reduce::fold(&new_facts, before)?;
+        if let (Some(state), true) = (&after, changed) {
+            rows.run_keys.push(rows::string_key_of(run_id));
+            json.clear();
+            json::write_run(state, json);
+            rows.run_values.push(json.clone());
+            let new_due = rows::due_entries(Some(state));
+            for entry in old_due.difference(&new_due) {
+                rows.due_deletes.push(rows::due_key(entry)?);
             }
-            let mut facts = Vec::with_capacity(members.len());
-            let mut at = 0;
-            for &index in members {
-                let (schema, _) = heads[index];
-                let fields = &decoded[at..at + schema.record.fields.len()];
-                at += fields.len();
-                facts.push(Fact::new(schema, fields).map_err(invalid)?);
+            for entry in new_due.difference(&old_due) {
+                rows.due_puts.push(rows::due_key(entry)?);
             }
-            let run_facts: Vec<(&Fact, &[u8])> = facts
-                .iter()
-                .zip(members)
-                .map(|(fact, &index)| (fact, values[index]))
-                .collect();
-            let before = match self.carried.remove(*run_id) {
-                Some(state) => Some(state),
-                None => stored.remove(run_id).flatten(),
-            };
-            let was_new = before.is_none();
-            let old_due = rows::due_entries(before.as_ref());
-            let new = reduce::journal_facts(&run_facts, before.as_ref());
-            if let Some((first, _)) = new.first() {
-                let seq = rows::u64_bytes(first.seq).map_err(invalid)?;
-                rows.history_keys.push(rows::history_key(run_id, &seq));
-                let chunk = PyBytes::new_with(py, rows::history_chunk_len(&new), |out| {
-                    rows::write_history_chunk(&new, out);
-                    Ok(())
-                })?;
-                rows.history_chunks.push(chunk);
-            }
-            let new_facts: Vec<&Fact> = new.iter().map(|(fact, _)| *fact).collect();
-            let (after, changed) = reduce::fold(&new_facts, before).map_err(invalid)?;
-            if let (Some(state), true) = (&after, changed) {
-                rows.run_keys.push(rows::string_key_of(run_id));
-                self.json.clear();
-                json::write_run(state, &mut self.json);
-                rows.run_values.push(PyBytes::new(py, &self.json));
-                let new_due = rows::due_entries(Some(state));
-                for entry in old_due.difference(&new_due) {
-                    rows.due_deletes
-                        .push(rows::due_key(entry).map_err(invalid)?);
-                }
-                for entry in new_due.difference(&old_due) {
-                    rows.due_puts.push(rows::due_key(entry).map_err(invalid)?);
-                }
-                if let (Some(key), true) = (&state.idempotency_key, was_new) {
-                    rows.claim_keys.push(rows::string_key_of(key));
-                    let fingerprint = state.fingerprint.as_deref();
-                    rows.claim_values
-                        .push(rows::claim_value(&state.run_id, fingerprint));
-                }
-            }
-            if let Some(state) = after {
-                carried.insert(run_id.to_string(), state);
+            if let (Some(key), true) = (&state.idempotency_key, was_new) {
+                rows.claim_keys.push(rows::string_key_of(key));
+                let fingerprint = state.fingerprint.as_deref();
+                rows.claim_values
+                    .push(rows::claim_value(&state.run_id, fingerprint));
             }
         }
-        self.carried = carried;
-        Ok(rows)
+        if let Some(state) = after {
+            folded.insert(run_id.to_string(), state);
+        }
     }
+    *carried = folded;
+    Ok(rows)
 }
 
 /// The schema of an encoded fact, and its run id (the first field of every fact).
