@@ -174,11 +174,11 @@ def _compare_histories(
             return
 
 
-def _show_run(history: tuple[bytes, list[tuple[str, bytes]]] | None) -> str:
+def _show_run(history: tuple[str, list[bytes]] | None) -> str:
     if history is None:
         return "<missing>"
-    run_key, entries = history
-    return f"{run_key[:60]!r}: {[fact_key for fact_key, _ in entries][:20]}"
+    run_id, facts = history
+    return f"{run_id[:60]!r}: {len(facts)} facts, the last {facts[-1][:120]!r}"
 
 
 def _show(row: tuple[bytes, bytes] | None) -> str:

@@ -87,9 +87,11 @@ impl RecordSchema {
 }
 
 /// The string that begins the record body ``raw[start..]`` (a record whose first field
-/// is a string), without decoding the rest.
-pub fn leading_string(raw: &[u8], start: usize) -> Result<&str, Error> {
-    Input { raw, pos: start }.string()
+/// is a string), and where the body goes on after it, without decoding the rest.
+pub fn leading_string(raw: &[u8], start: usize) -> Result<(&str, usize), Error> {
+    let mut input = Input { raw, pos: start };
+    let text = input.string()?;
+    Ok((text, input.pos))
 }
 
 fn parse_type(declared: &Json) -> Result<FieldType, Error> {

@@ -159,8 +159,12 @@ impl Kernel {
         let mut runs: IndexMap<&str, (), FxBuildHasher> = IndexMap::default();
         let mut heads = Vec::with_capacity(values.len());
         for raw in values {
-            let (schema, run_id) = head(&self.schemas, raw).map_err(invalid)?;
-            heads.push((schema, runs.insert_full(run_id, ()).0));
+            let (schema, run_id, after_run_id) = head(&self.schemas, raw).map_err(invalid)?;
+            heads.push(Head {
+                schema,
+                run: runs.insert_full(run_id, ()).0,
+                after_run_id,
+            });
         }
         let missing: Vec<&str> = runs
             .keys()
@@ -192,10 +196,19 @@ impl Kernel {
     }
 }
 
-/// One batch, grouped by run: each value's schema and run (an index into ``runs``).
+/// What the header pass learns of a value.
+struct Head<'s> {
+    schema: &'s FactSchema,
+    /// The value's run: an index into ``Batch::runs``.
+    run: usize,
+    /// Where the value's body goes on after its run id (a history chunk leaves it out).
+    after_run_id: usize,
+}
+
+/// One batch, grouped by run.
 struct Batch<'b, 'a> {
     values: &'b [&'a [u8]],
-    heads: &'b [(&'b FactSchema, usize)],
+    heads: &'b [Head<'b>],
     runs: &'b IndexMap<&'a str, (), FxBuildHasher>,
 }
 
@@ -208,7 +221,7 @@ fn fold_runs<'a>(
     mut stored: FxHashMap<&'a str, Option<RunState>>,
     json: &mut Vec<u8>,
 ) -> Result<Rows, String> {
-    let (starts, order) = by_run(batch.heads.iter().map(|(_, run)| *run), batch.runs.len());
+    let (starts, order) = by_run(batch.heads.iter().map(|head| head.run), batch.runs.len());
     let mut rows = Rows::default();
     let mut folded = FxHashMap::default();
     folded.reserve(batch.runs.len());
@@ -217,23 +230,31 @@ fn fold_runs<'a>(
         let members = &order[starts[run]..starts[run + 1]];
         decoded.clear();
         for &index in members {
-            let (schema, _) = batch.heads[index];
-            schema
-                .record
-                .decode_into(batch.values[index], HEADER_LEN, &mut decoded)?;
+            batch.heads[index].schema.record.decode_into(
+                batch.values[index],
+                HEADER_LEN,
+                &mut decoded,
+            )?;
         }
         let mut facts = Vec::with_capacity(members.len());
         let mut at = 0;
         for &index in members {
-            let (schema, _) = batch.heads[index];
+            let schema = batch.heads[index].schema;
             let fields = &decoded[at..at + schema.record.fields.len()];
             at += fields.len();
             facts.push(Fact::new(schema, fields)?);
         }
-        let run_facts: Vec<(&Fact, &[u8])> = facts
+        let run_facts: Vec<(&Fact, rows::Stripped)> = facts
             .iter()
             .zip(members)
-            .map(|(fact, &index)| (fact, batch.values[index]))
+            .map(|(fact, &index)| {
+                let raw = batch.values[index];
+                let stripped = rows::Stripped {
+                    header: &raw[..HEADER_LEN],
+                    body: &raw[batch.heads[index].after_run_id..],
+                };
+                (fact, stripped)
+            })
             .collect();
         let before = match carried.remove(*run_id) {
             Some(state) => Some(state),
@@ -278,8 +299,12 @@ fn fold_runs<'a>(
     Ok(rows)
 }
 
-/// The schema of an encoded fact, and its run id (the first field of every fact).
-fn head<'s, 'a>(schemas: &'s Schemas, raw: &'a [u8]) -> Result<(&'s FactSchema, &'a str), String> {
+/// The schema of an encoded fact, its run id (the first field of every fact) and where
+/// its body goes on after the run id.
+fn head<'s, 'a>(
+    schemas: &'s Schemas,
+    raw: &'a [u8],
+) -> Result<(&'s FactSchema, &'a str, usize), String> {
     if raw.len() < HEADER_LEN || raw[..2] != MAGIC {
         return Err("not an Avro single-object value".into());
     }
@@ -287,7 +312,8 @@ fn head<'s, 'a>(schemas: &'s Schemas, raw: &'a [u8]) -> Result<(&'s FactSchema, 
     let schema = schemas
         .get(&fingerprint)
         .ok_or("fingerprint not folded here")?;
-    Ok((schema, avro::leading_string(raw, HEADER_LEN)?))
+    let (run_id, after_run_id) = avro::leading_string(raw, HEADER_LEN)?;
+    Ok((schema, run_id, after_run_id))
 }
 
 /// Value indexes grouped by run, each run's in log order (a counting sort of ``runs``,

@@ -87,7 +87,6 @@ pub type Schemas = FxHashMap<[u8; 8], FactSchema>;
 pub struct Fact<'a> {
     pub run_id: &'a str,
     pub seq: i64,
-    pub fact_key: &'a str,
     pub time_ms: i64,
     pub cause_id: &'a str,
     pub kind: Kind,
@@ -102,7 +101,7 @@ impl<'a> Fact<'a> {
     /// The fact of a record decoded with ``schema``, which begins with ``HEADER``;
     /// ``values`` holds the header's values too (``get`` skips them).
     pub fn new(schema: &'a FactSchema, values: &'a [Value<'a>]) -> Result<Fact<'a>, Error> {
-        let [Value::Str(run_id), Value::Long(seq), Value::Str(fact_key), Value::Long(time_ms), Value::Str(cause_id), ..] =
+        let [Value::Str(run_id), Value::Long(seq), Value::Str(_fact_key), Value::Long(time_ms), Value::Str(cause_id), ..] =
             *values
         else {
             return Err("a fact header is run_id, seq, fact_key, time_ms, cause_id".into());
@@ -110,7 +109,6 @@ impl<'a> Fact<'a> {
         Ok(Fact {
             run_id,
             seq,
-            fact_key,
             time_ms,
             cause_id,
             kind: schema.kind,

@@ -28,27 +28,34 @@ pub fn history_key(run_id: &str, seq: &[u8; 8]) -> Vec<u8> {
     key
 }
 
+/// An encoded fact without its run id (the key of its history row holds it): its
+/// single-object header, and its Avro body after the run id.
+#[derive(Clone, Copy)]
+pub struct Stripped<'a> {
+    pub header: &'a [u8],
+    pub body: &'a [u8],
+}
+
 /// The size of ``write_history_chunk``'s chunk of ``facts``.
-pub fn history_chunk_len(facts: &[(&Fact, &[u8])]) -> usize {
+pub fn history_chunk_len(facts: &[(&Fact, Stripped)]) -> usize {
     facts
         .iter()
-        .map(|(fact, raw)| fact.fact_key.len() + raw.len() + 8)
+        .map(|(_, fact)| 4 + fact.header.len() + fact.body.len())
         .sum()
 }
 
-/// ``history.encode_chunk`` into ``out`` (``history_chunk_len`` bytes): each fact's key
-/// (length-prefixed), then its encoded bytes (length-prefixed), in journal order.
-pub fn write_history_chunk(facts: &[(&Fact, &[u8])], out: &mut [u8]) {
+/// ``history.encode_chunk`` into ``out`` (``history_chunk_len`` bytes): each fact
+/// without its run id, length-prefixed, in journal order.
+pub fn write_history_chunk(facts: &[(&Fact, Stripped)], out: &mut [u8]) {
     let mut at = 0;
     let mut put = |part: &[u8]| {
         out[at..at + part.len()].copy_from_slice(part);
         at += part.len();
     };
-    for (fact, raw) in facts {
-        put(&(fact.fact_key.len() as u32).to_be_bytes());
-        put(fact.fact_key.as_bytes());
-        put(&(raw.len() as u32).to_be_bytes());
-        put(raw);
+    for (_, fact) in facts {
+        put(&((fact.header.len() + fact.body.len()) as u32).to_be_bytes());
+        put(fact.header);
+        put(fact.body);
     }
 }
 

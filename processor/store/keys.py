@@ -12,6 +12,7 @@ from processor.model.due import DueEntry, TimerKind
 
 __all__ = [
     "decode_due",
+    "decode_string_key",
     "due_key",
     "history_key",
     "history_prefix",
@@ -38,6 +39,12 @@ _KIND_CODES: dict[str, int] = {kind: code for code, kind in _KINDS.items()}
 def string_key(value: str) -> bytes:
     raw = value.encode()
     return _U32.pack(len(raw)) + raw
+
+
+def decode_string_key(key: bytes) -> str:
+    """The string ``string_key`` encoded at the start of ``key``."""
+    length = _U32.unpack_from(key, 0)[0]
+    return key[4 : 4 + length].decode()
 
 
 def u64(value: int) -> bytes:

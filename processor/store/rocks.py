@@ -2,8 +2,8 @@
 
 Column families:
   runs       run id -> RunState (JSON, fields at their default left out)
-  history    (run id, first seq) -> a chunk of the run's facts with their fact keys,
-             one per write (``store/history.py``): for ``history`` and conditional append
+  history    (run id, first seq) -> a chunk of the run's facts, one per write
+             (``store/history.py``): for ``history`` and conditional append
   due        (due ms, run id, kind, segment, generation) -> b"" : timers by due time
   claims     idempotency key -> {run_id, fingerprint}
   meta       b"facts_offset" -> next runs.facts offset reflected here
@@ -39,7 +39,7 @@ from processor.errors import StoreFormatError
 from processor.model.due import DueEntry
 from processor.model.state import RunState
 from processor.store import keys
-from processor.store.history import chunk_entries, chunk_fact_keys, encode_chunk
+from processor.store.history import chunk_fact_keys, chunk_facts, encode_chunk
 
 __all__ = [
     "COLUMN_FAMILIES",
@@ -56,8 +56,8 @@ logger = logging.getLogger(__name__)
 COLUMN_FAMILIES = ("runs", "history", "due", "claims", "meta")
 _FACTS_OFFSET = b"facts_offset"
 _FORMAT_VERSION = b"format_version"
-#: 3: runs without their default fields; 2: history in chunks of facts with their keys
-#: (1: a row per fact, a fact_keys family).
+#: 3: runs without their default fields, history facts without their run id; 2: history
+#: in chunks of facts with their keys (1: a row per fact, a fact_keys family).
 FORMAT_VERSION = 3
 
 
@@ -161,7 +161,7 @@ class PartitionStore:
 
     def history(self, run_id: str) -> list[bytes]:
         """The encoded facts of one run, in sequence order."""
-        return [fact for chunk in self._chunks(run_id) for _, fact in chunk_entries(chunk)]
+        return [fact for chunk in self._chunks(run_id) for fact in chunk_facts(run_id, chunk)]
 
     def _chunks(self, run_id: str) -> Iterator[bytes]:
         prefix = keys.history_prefix(run_id)
@@ -171,18 +171,18 @@ class PartitionStore:
             yield it.value()
             it.next()
 
-    def histories(self) -> Iterator[tuple[bytes, list[tuple[str, bytes]]]]:
-        """(run key, the run's (fact key, encoded fact) entries) of every run, in key
-        order: the history family's content, whatever its chunking (for verify)."""
-        run_key, entries = b"", list[tuple[str, bytes]]()
+    def histories(self) -> Iterator[tuple[str, list[bytes]]]:
+        """(run id, the run's encoded facts) of every run, in key order: the history
+        family's content, whatever its chunking (for verify)."""
+        run_key, facts = b"", list[bytes]()
         for key, chunk in self.items("history"):
             if key[:-8] != run_key:
-                if entries:
-                    yield run_key, entries
-                run_key, entries = key[:-8], []
-            entries.extend(chunk_entries(chunk))
-        if entries:
-            yield run_key, entries
+                if facts:
+                    yield keys.decode_string_key(run_key), facts
+                run_key, facts = key[:-8], []
+            facts.extend(chunk_facts(keys.decode_string_key(run_key), chunk))
+        if facts:
+            yield keys.decode_string_key(run_key), facts
 
     def claim(self, idempotency_key: str) -> dict[str, Any] | None:
         raw = self._cf["claims"].get(keys.string_key(idempotency_key))
@@ -310,12 +310,10 @@ class StoreBatch:
     def put_run(self, state: RunState) -> None:
         self.raw.put(keys.run_key(state.run_id), _run_json(state), self._h["runs"])
 
-    def put_history(
-        self, run_id: str, first_seq: int, entries: Iterable[tuple[str, bytes]]
-    ) -> None:
-        """One history chunk: the run's (fact key, encoded fact) entries from ``first_seq``."""
+    def put_history(self, run_id: str, first_seq: int, facts: Iterable[bytes]) -> None:
+        """One history chunk: the run's encoded facts from ``first_seq`` on."""
         key = keys.history_key(run_id, first_seq)
-        self.raw.put(key, encode_chunk(entries), self._h["history"])
+        self.raw.put(key, encode_chunk(run_id, facts), self._h["history"])
 
     def writer(self, families: Sequence[str]) -> tuple[Any, Any, tuple[Any, ...]]:
         """This batch's raw ``put(key, value, family)`` and ``delete(key, family)``, and

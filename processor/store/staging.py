@@ -182,8 +182,7 @@ def _write_history(batch: StoreBatch, staged: Sequence[tuple[FactHeader, bytes]]
     for fact, encoded in staged:
         by_run.setdefault(fact.run_id, []).append((fact, encoded))
     for run_id, run_facts in by_run.items():
-        entries = [(fact.fact_key, encoded) for fact, encoded in run_facts]
-        batch.put_history(run_id, run_facts[0][0].seq, entries)
+        batch.put_history(run_id, run_facts[0][0].seq, [encoded for _, encoded in run_facts])
 
 
 def _write_index_changes(batch: StoreBatch, before: RunState | None, after: RunState) -> None:

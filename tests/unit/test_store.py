@@ -14,10 +14,11 @@ from rocksdict import Options, Rdict
 
 from processor.client import Client
 from processor.errors import StoreFormatError
-from processor.facts.codec import decode_fact, decode_facts
+from processor.facts.codec import decode_fact, decode_facts, encode
+from processor.facts.models import StepCompleted
 from processor.model.reduce import fold
 from processor.restore import catch_up
-from processor.store.history import chunk_entries, chunk_fact_keys, encode_chunk
+from processor.store.history import chunk_fact_keys, chunk_facts, encode_chunk
 from processor.store.rocks import COLUMN_FAMILIES, PartitionStore, open_store
 from processor.topology import Topology
 from processor.transport.base import TopicPartition
@@ -25,19 +26,39 @@ from tests.store_support import TOPIC, simulated_log, store_contents
 
 FACTS = TopicPartition(TOPIC, 0)
 
-entries = st.lists(st.tuples(st.text(max_size=30), st.binary(max_size=300)), max_size=20)
+fact_specs = st.lists(
+    st.tuples(st.text(max_size=30), st.integers(0, 2**40), st.binary(max_size=200)), max_size=12
+)
 
 
-@given(entries)
-def test_a_history_chunk_gives_back_its_entries(chunk: list[tuple[str, bytes]]) -> None:
-    assert list(chunk_entries(encode_chunk(chunk))) == chunk
-    assert list(chunk_fact_keys(encode_chunk(chunk))) == [fact_key for fact_key, _ in chunk]
+def _step_completed(run_id: str, fact_key: str, seq: int, output: bytes) -> bytes:
+    header = {"run_id": run_id, "seq": seq, "fact_key": fact_key, "time_ms": 1, "cause_id": "c"}
+    step = {"segment": 0, "attempt": 1, "generation": 1, "step": 0, "output": output}
+    return encode(StepCompleted(**header, **step))
+
+
+@given(st.text(max_size=80), fact_specs)
+def test_a_history_chunk_gives_back_the_facts_of_its_run(
+    run_id: str, specs: list[tuple[str, int, bytes]]
+) -> None:
+    facts = [_step_completed(run_id, key, seq, output) for key, seq, output in specs]
+    chunk = encode_chunk(run_id, facts)
+    assert list(chunk_facts(run_id, chunk)) == facts
+    assert list(chunk_fact_keys(chunk)) == [key for key, _, _ in specs]
+    # each fact is stored without its run id (at least its one-byte length goes)
+    assert len(chunk) <= sum(len(fact) + 4 - 1 - len(run_id.encode()) for fact in facts)
+
+
+def test_a_chunk_refuses_a_fact_of_another_run() -> None:
+    with pytest.raises(ValueError, match="another run"):
+        encode_chunk("run-1", [_step_completed("run-2", "s0", 1, b"o")])
 
 
 def test_a_truncated_history_chunk_is_an_error() -> None:
-    chunk = encode_chunk([("submitted", b"a fact"), ("step/0/completed", b"another")])
+    facts = [_step_completed("run-1", "s0", 1, b"o"), _step_completed("run-1", "s1", 2, b"p")]
+    chunk = encode_chunk("run-1", facts)
     with pytest.raises(ValueError, match="truncated"):
-        list(chunk_entries(chunk[:-1]))
+        list(chunk_facts("run-1", chunk[:-1]))
     with pytest.raises(ValueError, match="truncated"):
         list(chunk_fact_keys(chunk[:-1]))
 
