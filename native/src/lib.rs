@@ -156,7 +156,9 @@ impl Kernel {
         load: &Bound<'_, PyAny>,
     ) -> PyResult<Rows> {
         let invalid = |e: String| PyValueError::new_err(e);
-        let mut runs: IndexMap<&str, (), FxBuildHasher> = IndexMap::default();
+        // A run has a few facts in a batch: room for values / 4 runs spares most rehashing.
+        let mut runs: IndexMap<&str, (), FxBuildHasher> =
+            IndexMap::with_capacity_and_hasher(values.len() / 4, FxBuildHasher);
         let mut heads = Vec::with_capacity(values.len());
         for raw in values {
             let (schema, run_id, after_run_id) = head(&self.schemas, raw).map_err(invalid)?;
@@ -172,6 +174,7 @@ impl Kernel {
             .filter(|run_id| !self.carried.contains_key(*run_id))
             .collect();
         let mut stored: FxHashMap<&str, Option<RunState>> = FxHashMap::default();
+        stored.reserve(missing.len());
         if !missing.is_empty() {
             let answered: Vec<Option<Vec<u8>>> = load.call1((missing.clone(),))?.extract()?;
             if answered.len() != missing.len() {
@@ -266,9 +269,7 @@ fn fold_runs<'a>(
         if let Some((first, _)) = new.first() {
             let seq = rows::u64_bytes(first.seq)?;
             rows.history_keys.push(rows::history_key(run_id, &seq));
-            let mut chunk = vec![0; rows::history_chunk_len(&new)];
-            rows::write_history_chunk(&new, &mut chunk);
-            rows.history_chunks.push(chunk);
+            rows.history_chunks.push(rows::history_chunk(&new));
         }
         let new_facts: Vec<&Fact> = new.iter().map(|(fact, _)| *fact).collect();
         let (after, changed) = reduce::fold(&new_facts, before)?;

@@ -36,27 +36,17 @@ pub struct Stripped<'a> {
     pub body: &'a [u8],
 }
 
-/// The size of ``write_history_chunk``'s chunk of ``facts``.
-pub fn history_chunk_len(facts: &[(&Fact, Stripped)]) -> usize {
-    facts
-        .iter()
-        .map(|(_, fact)| 4 + fact.header.len() + fact.body.len())
-        .sum()
-}
-
-/// ``history.encode_chunk`` into ``out`` (``history_chunk_len`` bytes): each fact
-/// without its run id, length-prefixed, in journal order.
-pub fn write_history_chunk(facts: &[(&Fact, Stripped)], out: &mut [u8]) {
-    let mut at = 0;
-    let mut put = |part: &[u8]| {
-        out[at..at + part.len()].copy_from_slice(part);
-        at += part.len();
-    };
+/// ``history.encode_chunk``: each fact without its run id, length-prefixed, in journal
+/// order.
+pub fn history_chunk(facts: &[(&Fact, Stripped)]) -> Vec<u8> {
+    let size = |fact: &Stripped| fact.header.len() + fact.body.len();
+    let mut chunk = Vec::with_capacity(facts.iter().map(|(_, fact)| 4 + size(fact)).sum());
     for (_, fact) in facts {
-        put(&((fact.header.len() + fact.body.len()) as u32).to_be_bytes());
-        put(fact.header);
-        put(fact.body);
+        chunk.extend_from_slice(&(size(fact) as u32).to_be_bytes());
+        chunk.extend_from_slice(fact.header);
+        chunk.extend_from_slice(fact.body);
     }
+    chunk
 }
 
 pub fn u64_bytes(value: i64) -> Result<[u8; 8], Error> {
