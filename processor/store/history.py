@@ -48,8 +48,10 @@ def chunk_facts(run_id: str, chunk: bytes) -> Iterator[bytes]:
 def chunk_fact_keys(chunk: bytes) -> Iterator[str]:
     """The fact key of each entry of ``chunk``, in order, without decoding the facts."""
     for at, end in _spans(chunk):
-        after_seq = _skip_varint(chunk, at + _HEADER, end)
-        length, key_at = _read_varint(chunk, after_seq, end)
+        key_at = at + _HEADER
+        while key_at < end and chunk[key_at] > 0x7F:  # the seq, a varint: skipped
+            key_at += 1
+        length, key_at = _read_varint(chunk, key_at + 1, end)
         key_end = key_at + (length >> 1)  # zigzag: a length is never negative
         if key_end > end:
             raise ValueError(f"history chunk entry at {at}: fact key past the entry's end")
@@ -90,6 +92,8 @@ def _avro_string(raw: bytes) -> bytes:
 
 def _read_varint(data: bytes, at: int, end: int) -> tuple[int, int]:
     """The (unsigned, still zigzag-encoded) varint at ``data[at]`` and where it ends."""
+    if at < end and data[at] < 0x80:  # most are one byte
+        return data[at], at + 1
     number = shift = 0
     while at < end:
         byte = data[at]
@@ -99,7 +103,3 @@ def _read_varint(data: bytes, at: int, end: int) -> tuple[int, int]:
             return number, at
         shift += 7
     raise ValueError("history chunk entry truncated inside a varint")
-
-
-def _skip_varint(data: bytes, at: int, end: int) -> int:
-    return _read_varint(data, at, end)[1]
