@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
+from typing import Any
 
 from processor.restore import catch_up
 from processor.store.rocks import open_store, store_path
@@ -43,6 +44,11 @@ PARALLEL_MIN_FACTS = 200_000
 #: replay or in pool processes whose memory is returned when they end. A run touched
 #: by fewer batches is written fewer times (about 10 % faster than 10,000).
 BATCH_FACTS = 40_000
+#: A fork server already running hands a partition to a new pool process in ~20 ms;
+#: one that must start first takes ~0.5 s.
+_WARM_SUBMIT_S = 0.05
+#: How long the calling process then waits for the pool process to be up.
+_POOL_START_S = 0.25
 
 
 def worker_count(
@@ -94,7 +100,8 @@ def catch_up_partitions(
     pool = _PoolFeeder(
         workers - 1, _context(transport), left, catch_up_one=in_pool, ends=ends, advance=advance
     )
-    pool.start()  # starting pool processes takes a while: this process works meanwhile
+    pool.start()
+    pool.wait_started()
     folded: dict[int, int] = {}
     try:
         while (partition := left.take(back=False)) is not None:
@@ -150,13 +157,30 @@ class _PoolFeeder(threading.Thread):
         self._catch_up_one, self._ends, self._advance = catch_up_one, ends, advance
         self._folded: dict[int, int] = {}
         self._error: BaseException | None = None
+        self._submitted = threading.Event()  # the first partitions went to the pool
+        self._up = context.Event()  # a pool process has started
+
+    def wait_started(self) -> None:
+        """Let a pool process start before this process starts catching up, when the
+        fork server is running already: the feeder thread needs the GIL a few times to
+        start it, and the calling thread would hold it in long calls (opening a store,
+        RocksDB writes) for ~0.2 s, which the pool process would finish late by. A fork
+        server that must start first takes longer than that: this process goes ahead."""
+        if self._submitted.wait(_WARM_SUBMIT_S):
+            self._up.wait(_POOL_START_S)
 
     def run(self) -> None:
         try:
-            with ProcessPoolExecutor(max_workers=self._size, mp_context=self._context) as pool:
+            with ProcessPoolExecutor(
+                max_workers=self._size,
+                mp_context=self._context,
+                initializer=_started,
+                initargs=(self._up,),
+            ) as pool:
                 running: dict[Future[int], int] = {}
                 for _ in range(self._size):
                     self._submit_next(pool, running)
+                self._submitted.set()
                 while running:
                     finished, _ = wait(running, return_when=FIRST_COMPLETED)
                     for future in finished:
@@ -168,6 +192,8 @@ class _PoolFeeder(threading.Thread):
         except BaseException as exc:  # re-raised by ``result`` in the calling thread
             self._left.clear()
             self._error = exc
+        finally:
+            self._submitted.set()
 
     def _submit_next(self, pool: ProcessPoolExecutor, running: dict[Future[int], int]) -> None:
         partition = self._left.take(back=True)
@@ -180,6 +206,11 @@ class _PoolFeeder(threading.Thread):
         if self._error is not None:
             raise self._error
         return self._folded
+
+
+def _started(up: Any) -> None:
+    """A pool process's first act: say it is up (``_PoolFeeder.wait_started``)."""
+    up.set()
 
 
 def _context(transport: Transport) -> multiprocessing.context.BaseContext:
