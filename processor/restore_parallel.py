@@ -23,8 +23,8 @@ import pickle
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from multiprocessing.synchronize import Event as ProcessEvent
 from pathlib import Path
-from typing import Any
 
 from processor.restore import catch_up
 from processor.store.rocks import open_store, store_path
@@ -208,7 +208,7 @@ class _PoolFeeder(threading.Thread):
         return self._folded
 
 
-def _started(up: Any) -> None:
+def _started(up: ProcessEvent) -> None:
     """A pool process's first act: say it is up (``_PoolFeeder.wait_started``)."""
     up.set()
 
