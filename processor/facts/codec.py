@@ -33,6 +33,7 @@ from processor.facts.models import FACT_TYPES, MESSAGE_TYPES, AvroModel, FactHea
 from processor.facts.trusted import SLOT_SETTERS
 
 __all__ = [
+    "BODY_START",
     "SCHEMA_DIR",
     "Codec",
     "codec",
@@ -41,6 +42,9 @@ __all__ = [
     "decode_fact",
     "decode_facts",
     "encode",
+    "encode_string",
+    "fact_key_span",
+    "string_span",
 ]
 
 logger = logging.getLogger(__name__)
@@ -48,6 +52,8 @@ logger = logging.getLogger(__name__)
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
 _MAGIC = b"\xc3\x01"
 _HEADER_LEN = 10
+#: Where a value's Avro body begins: after the single-object marker and fingerprint.
+BODY_START = _HEADER_LEN
 _EMPTY64 = 0xC15D213AA4D7A795
 
 M = TypeVar("M", bound=AvroModel)
@@ -371,6 +377,44 @@ def _length(raw: bytes, pos: int) -> tuple[int, int]:
     if n < 0:
         raise _NotFastError  # the general path refuses it
     return pos + n, pos
+
+
+def string_span(raw: bytes, pos: int) -> tuple[int, int]:
+    """(start, end) of the Avro string whose length is at ``raw[pos]``, without decoding
+    anything else: every fact begins with its run id, a string, at ``BODY_START``.
+
+    Raises ValueError if no length (at most nine bytes, not negative) is there.
+    """
+    try:
+        length = raw[pos]
+        if length < 0x80 and not length & 1:  # one byte, as a length mostly is
+            return pos + 1, pos + 1 + (length >> 1)
+        end, start = _length(raw, pos)
+    except _NOT_FAST as exc:
+        raise ValueError(f"no Avro string length at {pos}") from exc
+    return start, end
+
+
+def fact_key_span(raw: bytes, seq_at: int) -> tuple[int, int]:
+    """(start, end) of the fact key of an encoded fact whose seq is at ``raw[seq_at]``:
+    every fact header is run id, seq, fact key. Raises ValueError as ``string_span``."""
+    try:
+        key_at = seq_at + 1 if raw[seq_at] < 0x80 else _long(raw, seq_at)[1]
+    except _NOT_FAST as exc:
+        raise ValueError(f"no Avro long at {seq_at}") from exc
+    return string_span(raw, key_at)
+
+
+def encode_string(text: str) -> bytes:
+    """``text`` as Avro writes a string: its length as a zig-zag varint, then UTF-8."""
+    raw = text.encode()
+    length = bytearray()
+    number = len(raw) << 1
+    while number > 0x7F:
+        length.append(number & 0x7F | 0x80)
+        number >>= 7
+    length.append(number)
+    return bytes(length) + raw
 
 
 def _compile_reader(schema: Any, model: type[AvroModel]) -> Callable[[bytes], AvroModel] | None:

@@ -22,37 +22,36 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Iterator
 
+from processor.facts.codec import BODY_START, encode_string, fact_key_span, string_span
+
 __all__ = ["chunk_fact_keys", "chunk_facts", "encode_chunk"]
 
 _U32 = struct.Struct(">I")
-#: The single-object header before every Avro body: marker (2 bytes) and fingerprint (8).
-_HEADER = 10
 
 
 def encode_chunk(run_id: str, facts: Iterable[bytes]) -> bytes:
     """The chunk of ``run_id``'s encoded ``facts``, in journal order."""
+    expected = run_id.encode()
     parts: list[bytes] = []
     for fact in facts:
-        body = _body_after_run_id(fact, run_id)
-        parts += (_U32.pack(_HEADER + len(fact) - body), fact[:_HEADER], fact[body:])
+        start, body = string_span(fact, BODY_START)  # the run id
+        if fact[start:body] != expected:
+            raise ValueError(f"a fact of another run in the history of {run_id!r}")
+        parts += (_U32.pack(BODY_START + len(fact) - body), fact[:BODY_START], fact[body:])
     return b"".join(parts)
 
 
 def chunk_facts(run_id: str, chunk: bytes) -> Iterator[bytes]:
     """The encoded facts of ``chunk`` (a chunk of ``run_id``'s), whole again, in order."""
-    run_id_field = _avro_string(run_id.encode())
+    run_id_field = encode_string(run_id)
     for at, end in _spans(chunk):
-        yield chunk[at : at + _HEADER] + run_id_field + chunk[at + _HEADER : end]
+        yield chunk[at : at + BODY_START] + run_id_field + chunk[at + BODY_START : end]
 
 
 def chunk_fact_keys(chunk: bytes) -> Iterator[str]:
     """The fact key of each entry of ``chunk``, in order, without decoding the facts."""
     for at, end in _spans(chunk):
-        key_at = at + _HEADER
-        while key_at < end and chunk[key_at] > 0x7F:  # the seq, a varint: skipped
-            key_at += 1
-        length, key_at = _read_varint(chunk, key_at + 1, end)
-        key_end = key_at + (length >> 1)  # zigzag: a length is never negative
+        key_at, key_end = fact_key_span(chunk, at + BODY_START)
         if key_end > end:
             raise ValueError(f"history chunk entry at {at}: fact key past the entry's end")
         yield chunk[key_at:key_end].decode()
@@ -68,38 +67,3 @@ def _spans(chunk: bytes) -> Iterator[tuple[int, int]]:
             raise ValueError(f"history chunk truncated: an entry ends at {fact_end} of {end}")
         yield at + 4, fact_end
         at = fact_end
-
-
-def _body_after_run_id(fact: bytes, run_id: str) -> int:
-    """Where ``fact``'s body goes on after its run id field, which must be ``run_id``."""
-    length, text_at = _read_varint(fact, _HEADER, len(fact))
-    body = text_at + (length >> 1)
-    if fact[text_at:body] != run_id.encode():
-        raise ValueError(f"a fact of another run in the history of {run_id!r}")
-    return body
-
-
-def _avro_string(raw: bytes) -> bytes:
-    """``raw`` as Avro writes a string: its zigzag varint length, then the bytes."""
-    out = bytearray()
-    number = len(raw) << 1
-    while number > 0x7F:
-        out.append(number & 0x7F | 0x80)
-        number >>= 7
-    out.append(number)
-    return bytes(out) + raw
-
-
-def _read_varint(data: bytes, at: int, end: int) -> tuple[int, int]:
-    """The (unsigned, still zigzag-encoded) varint at ``data[at]`` and where it ends."""
-    if at < end and data[at] < 0x80:  # most are one byte
-        return data[at], at + 1
-    number = shift = 0
-    while at < end:
-        byte = data[at]
-        number |= (byte & 0x7F) << shift
-        at += 1
-        if byte < 0x80:
-            return number, at
-        shift += 7
-    raise ValueError("history chunk entry truncated inside a varint")

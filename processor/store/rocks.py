@@ -174,15 +174,15 @@ class PartitionStore:
     def histories(self) -> Iterator[tuple[str, list[bytes]]]:
         """(run id, the run's encoded facts) of every run, in key order: the history
         family's content, whatever its chunking (for verify)."""
-        run_key, facts = b"", list[bytes]()
+        run_key, run_id, facts = b"", "", list[bytes]()
         for key, chunk in self.items("history"):
             if key[:-8] != run_key:
                 if facts:
-                    yield keys.decode_string_key(run_key), facts
-                run_key, facts = key[:-8], []
-            facts.extend(chunk_facts(keys.decode_string_key(run_key), chunk))
+                    yield run_id, facts
+                run_key, run_id, facts = key[:-8], keys.decode_string_key(key), []
+            facts.extend(chunk_facts(run_id, chunk))
         if facts:
-            yield keys.decode_string_key(run_key), facts
+            yield run_id, facts
 
     def claim(self, idempotency_key: str) -> dict[str, Any] | None:
         raw = self._cf["claims"].get(keys.string_key(idempotency_key))
