@@ -398,11 +398,15 @@ def string_span(raw: bytes, pos: int) -> tuple[int, int]:
 def fact_key_span(raw: bytes, seq_at: int) -> tuple[int, int]:
     """(start, end) of the fact key of an encoded fact whose seq is at ``raw[seq_at]``:
     every fact header is run id, seq, fact key. Raises ValueError as ``string_span``."""
-    try:
-        key_at = seq_at + 1 if raw[seq_at] < 0x80 else _long(raw, seq_at)[1]
-    except _NOT_FAST as exc:
+    key_at = seq_at
+    try:  # the seq's value is not needed, only its end: a varint of up to ten bytes
+        while raw[key_at] > 0x7F and key_at - seq_at < 9:
+            key_at += 1
+        if raw[key_at] > 0x7F:
+            raise ValueError(f"no Avro long at {seq_at}")
+    except IndexError as exc:
         raise ValueError(f"no Avro long at {seq_at}") from exc
-    return string_span(raw, key_at)
+    return string_span(raw, key_at + 1)
 
 
 def encode_string(text: str) -> bytes:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processor.errors import FactDecodeError
-from processor.facts.codec import codec, crc64_avro
+from processor.facts.codec import BODY_START, codec, crc64_avro, fact_key_span, string_span
 from processor.facts.models import FACT_TYPES, MESSAGE_TYPES, AvroModel, FactHeader, RunSucceeded
 
 ALL_MODELS = (*FACT_TYPES, *MESSAGE_TYPES)
@@ -70,6 +70,32 @@ def test_decode_encode_round_trip(model: type[AvroModel]) -> None:
         assert codec().decode(raw) == value
 
     check()
+
+
+@pytest.mark.parametrize("model", FACT_TYPES, ids=lambda m: m.__name__)
+def test_the_header_spans_find_the_run_id_and_the_fact_key(model: type[FactHeader]) -> None:
+    @given(model_strategy(model))
+    @settings(max_examples=30)
+    def check(fact: AvroModel) -> None:
+        assert isinstance(fact, FactHeader)
+        raw = codec().encode(fact)
+        start, end = string_span(raw, BODY_START)
+        assert raw[start:end].decode() == fact.run_id
+        key_at, key_end = fact_key_span(raw, end)
+        assert raw[key_at:key_end].decode() == fact.fact_key
+
+    check()
+
+
+def test_a_span_that_cannot_be_read_is_an_error() -> None:
+    with pytest.raises(ValueError, match="no Avro string length"):
+        string_span(b"\xff" * 12, 0)  # a varint that never ends
+    with pytest.raises(ValueError, match="no Avro string length"):
+        string_span(b"\x01", 0)  # a negative length
+    with pytest.raises(ValueError, match="no Avro long"):
+        fact_key_span(b"\xff" * 12, 0)  # a seq of more than ten bytes
+    with pytest.raises(ValueError, match="no Avro long"):
+        fact_key_span(b"\xff\xff", 0)  # a seq cut short
 
 
 def test_facts_share_the_header_fields() -> None:
