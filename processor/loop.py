@@ -251,11 +251,11 @@ class ProcessorLoop:
             processes=workers,
             native=self._config.native_fold,
         )
-        for partition, count in sorted(folded.items()):
+        for partition, caught in sorted(folded.items()):
             logger.info(
                 "partition %s: caught up %d facts from offset %d in a restore process",
                 partition,
-                count,
+                caught.facts,
                 starts[partition],
             )
 

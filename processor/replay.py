@@ -19,7 +19,13 @@ from pathlib import Path
 from processor.facts.topics import TopicName
 from processor.restore_parallel import catch_up_partitions, worker_count
 from processor.store.native_fold import native_fold_available
-from processor.store.rocks import COLUMN_FAMILIES, PartitionStore, open_existing, store_path
+from processor.store.rocks import (
+    COLUMN_FAMILIES,
+    PartitionStore,
+    open_existing,
+    store_path,
+    stored_facts_offset,
+)
 from processor.topology import Topology
 from processor.transport.base import Reader, TopicPartition, Transport
 
@@ -98,6 +104,9 @@ def replay(
         }
         advance = progress_total(sum(ends.values())) if progress_total else None
         started = time.perf_counter()
+        # A target that holds stores already is caught up from where they are; their
+        # runs are counted by a scan. A fresh store's runs are the runs that began.
+        resumed = {p for p in ends if stored_facts_offset(store_path(root, p)) > 0}
         workers = worker_count(processes, sum(ends.values()), len(ends))
         folded, report.processes = catch_up_partitions(
             transport,
@@ -109,8 +118,11 @@ def replay(
             advance=advance,
             native=native_fold,
         )
-        report.facts = sum(folded.values())
-        for partition in folded:
+        for partition, caught in folded.items():
+            report.facts += caught.facts
+            if partition not in resumed and not verify:
+                report.runs += caught.runs_started
+                continue
             fresh = PartitionStore(store_path(root, partition))
             try:
                 report.runs += fresh.count("runs")

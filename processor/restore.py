@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import NamedTuple
 
 from processor.facts.codec import decode_facts
 from processor.gc_pause import gc_paused
@@ -12,9 +13,16 @@ from processor.store.rocks import PartitionStore
 from processor.store.staging import Staging
 from processor.transport.base import Reader, TopicPartition
 
-__all__ = ["catch_up"]
+__all__ = ["CaughtUp", "catch_up"]
 
 logger = logging.getLogger(__name__)
+
+
+class CaughtUp(NamedTuple):
+    """What a catch-up folded: facts, and runs that began (were not in the store)."""
+
+    facts: int
+    runs_started: int
 
 
 def catch_up(
@@ -26,8 +34,9 @@ def catch_up(
     batch_size: int = 10_000,
     progress: Callable[[int], None] | None = None,
     native: bool = True,
-) -> int:
-    """Fold every committed fact after the store's offset into it; return the count.
+) -> CaughtUp:
+    """Fold every committed fact after the store's offset into it; return how many,
+    and how many runs began (so a fresh store's runs are counted without a scan).
 
     Each read batch is written in one WriteBatch with the offset after its last
     fact, without the write-ahead log (a bulk load); the store is persisted at the
@@ -38,11 +47,11 @@ def catch_up(
     """
     start = store.facts_offset()
     if end is not None and start >= end:
-        return 0
+        return CaughtUp(0, 0)
     # The only writer of ``store`` while catching up: carry each batch's runs to the next.
     staging = Staging(store, carry=True)
     compiled = NativeFold(store) if native and native_fold_available() else None
-    applied = in_python = 0
+    applied = in_python = started_in_python = 0
     for values, next_offset in reader.read_values(facts, start, end, batch_size=batch_size):
         with gc_paused():
             present = [value for value in values if value is not None]
@@ -55,7 +64,7 @@ def catch_up(
                 # Decode the whole batch first (a bad fact raises before anything is
                 # staged: nothing of this batch is written), then fold it in one go.
                 staging.fold_read(list(zip(decode_facts(present), present, strict=True)))
-                staging.flush(next_offset, wal=False)
+                started_in_python += staging.flush(next_offset, wal=False)
         applied += len(values)
         if progress is not None:
             progress(len(values))
@@ -68,4 +77,5 @@ def catch_up(
             start,
             f" ({in_python} batches declined by the compiled fold)" if in_python else "",
         )
-    return applied
+    started = started_in_python + (compiled.runs_started if compiled is not None else 0)
+    return CaughtUp(applied, started)

@@ -26,7 +26,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from multiprocessing.synchronize import Event as ProcessEvent
 from pathlib import Path
 
-from processor.restore import catch_up
+from processor.restore import CaughtUp, catch_up
 from processor.store.rocks import open_store, store_path
 from processor.transport.base import Reader, TopicPartition, Transport
 
@@ -75,10 +75,11 @@ def catch_up_partitions(
     processes: int,
     advance: Progress | None = None,
     native: bool = True,
-) -> tuple[dict[int, int], int]:
+) -> tuple[dict[int, CaughtUp], int]:
     """Catch the store of each partition under ``root`` up to its end offset.
 
-    Returns the facts folded per partition and the number of processes used. With
+    Returns what was folded per partition (facts, runs begun) and the number of
+    processes used. With
     one process (or a transport that cannot be sent to another process) ``reader``
     catches the partitions up here, in turn; otherwise this process and a pool of
     ``processes - 1`` share them, and progress advances a partition at a time for
@@ -102,7 +103,7 @@ def catch_up_partitions(
     )
     pool.start()
     pool.wait_started()
-    folded: dict[int, int] = {}
+    folded: dict[int, CaughtUp] = {}
     try:
         while (partition := left.take(back=False)) is not None:
             folded[partition] = _catch_up(
@@ -148,14 +149,14 @@ class _PoolFeeder(threading.Thread):
         context: multiprocessing.context.BaseContext,
         left: _Partitions,
         *,
-        catch_up_one: Callable[[int, int], int],
+        catch_up_one: Callable[[int, int], CaughtUp],
         ends: dict[int, int],
         advance: Progress | None,
     ) -> None:
         super().__init__(name="catch-up-pool", daemon=True)
         self._size, self._context, self._left = size, context, left
         self._catch_up_one, self._ends, self._advance = catch_up_one, ends, advance
-        self._folded: dict[int, int] = {}
+        self._folded: dict[int, CaughtUp] = {}
         self._error: BaseException | None = None
         self._submitted = threading.Event()  # the first partitions went to the pool
         self._up = context.Event()  # a pool process has started
@@ -177,7 +178,7 @@ class _PoolFeeder(threading.Thread):
                 initializer=_started,
                 initargs=(self._up,),
             ) as pool:
-                running: dict[Future[int], int] = {}
+                running: dict[Future[CaughtUp], int] = {}
                 for _ in range(self._size):
                     self._submit_next(pool, running)
                 self._submitted.set()
@@ -187,7 +188,7 @@ class _PoolFeeder(threading.Thread):
                         partition = running.pop(future)
                         self._folded[partition] = future.result()
                         if self._advance is not None:
-                            self._advance(self._folded[partition])
+                            self._advance(self._folded[partition].facts)
                         self._submit_next(pool, running)
         except BaseException as exc:  # re-raised by ``result`` in the calling thread
             self._left.clear()
@@ -195,14 +196,14 @@ class _PoolFeeder(threading.Thread):
         finally:
             self._submitted.set()
 
-    def _submit_next(self, pool: ProcessPoolExecutor, running: dict[Future[int], int]) -> None:
+    def _submit_next(self, pool: ProcessPoolExecutor, running: dict[Future[CaughtUp], int]) -> None:
         partition = self._left.take(back=True)
         if partition is not None:
             future = pool.submit(self._catch_up_one, partition, self._ends[partition])
             running[future] = partition
 
-    def result(self) -> dict[int, int]:
-        """The facts folded per partition by the pool (after ``join``)."""
+    def result(self) -> dict[int, CaughtUp]:
+        """What the pool folded per partition (after ``join``)."""
         if self._error is not None:
             raise self._error
         return self._folded
@@ -236,7 +237,7 @@ def _catch_up(
     *,
     advance: Progress | None = None,
     native: bool = True,
-) -> int:
+) -> CaughtUp:
     store = open_store(store_path(root, partition))
     try:
         return catch_up(
@@ -254,7 +255,7 @@ def _catch_up(
 
 def _catch_up_in_process(
     shipped: bytes, facts_topic: str, root: Path, partition: int, end: int, *, native: bool
-) -> int:
+) -> CaughtUp:
     """``_catch_up`` in a pool process, with a reader of its own."""
     transport: Transport = pickle.loads(shipped)
     reader = transport.reader()

@@ -67,16 +67,18 @@ impl RecordSchema {
         Ok(RecordSchema { name, fields })
     }
 
-    /// Decode the record body ``raw[start..]``, all of it and nothing more, appending
-    /// its field values to ``out``.
-    pub fn decode_into<'a>(
+    /// Decode a record body from field ``first`` on (the caller read the fields
+    /// before it), ``raw[start..]``: all of it and nothing more, appending the field
+    /// values to ``out``.
+    pub fn decode_from<'a>(
         &self,
         raw: &'a [u8],
         start: usize,
+        first: usize,
         out: &mut Vec<Value<'a>>,
     ) -> Result<(), Error> {
         let mut input = Input { raw, pos: start };
-        for (_, field_type) in &self.fields {
+        for (_, field_type) in &self.fields[first..] {
             out.push(input.value(field_type)?);
         }
         if input.pos != raw.len() {
@@ -137,6 +139,7 @@ struct Input<'a> {
 }
 
 impl<'a> Input<'a> {
+    #[inline]
     fn value(&mut self, field_type: &FieldType) -> Result<Value<'a>, Error> {
         Ok(match field_type {
             FieldType::Str => Value::Str(self.string()?),
@@ -183,7 +186,19 @@ impl<'a> Input<'a> {
         Ok(byte)
     }
 
+    /// A zigzag varint; most are one byte (small numbers, lengths under 64).
+    #[inline]
     fn long(&mut self) -> Result<i64, Error> {
+        match self.raw.get(self.pos) {
+            Some(&byte) if byte < 0x80 => {
+                self.pos += 1;
+                Ok(zigzag(u64::from(byte)))
+            }
+            _ => self.long_multibyte(),
+        }
+    }
+
+    fn long_multibyte(&mut self) -> Result<i64, Error> {
         let mut result: u64 = 0;
         let mut shift = 0;
         loop {
@@ -193,12 +208,13 @@ impl<'a> Input<'a> {
             }
             result |= u64::from(byte & 0x7f) << shift;
             if byte < 0x80 {
-                return Ok((result >> 1) as i64 ^ -((result & 1) as i64));
+                return Ok(zigzag(result));
             }
             shift += 7;
         }
     }
 
+    #[inline]
     fn bytes(&mut self) -> Result<&'a [u8], Error> {
         let length = self.long()?;
         let length = usize::try_from(length).map_err(|_| "negative length")?;
@@ -208,8 +224,24 @@ impl<'a> Input<'a> {
         Ok(slice)
     }
 
+    #[inline]
     fn string(&mut self) -> Result<&'a str, Error> {
-        let bytes = self.bytes()?;
-        std::str::from_utf8(bytes).map_err(|_| "string not UTF-8".into())
+        utf8(self.bytes()?)
     }
+}
+
+fn zigzag(encoded: u64) -> i64 {
+    (encoded >> 1) as i64 ^ -((encoded & 1) as i64)
+}
+
+/// ``bytes`` as text if they are UTF-8. Fact strings are nearly always ASCII (ids,
+/// keys, names), which a word-at-a-time check settles in a fraction of what full
+/// validation of a short string costs.
+#[inline]
+fn utf8(bytes: &[u8]) -> Result<&str, Error> {
+    if bytes.is_ascii() {
+        // SAFETY: ASCII is valid UTF-8.
+        return Ok(unsafe { std::str::from_utf8_unchecked(bytes) });
+    }
+    std::str::from_utf8(bytes).map_err(|_| "string not UTF-8".into())
 }

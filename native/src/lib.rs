@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
-use avro::{RecordSchema, Value};
+use avro::{FieldType, RecordSchema, Value};
 use reduce::{Fact, FactSchema, Kind, Schemas, HEADER};
 use state::RunState;
 
@@ -40,6 +40,8 @@ struct Rows {
     due_deletes: Vec<Vec<u8>>,
     claim_keys: Vec<Vec<u8>>,
     claim_values: Vec<Vec<u8>>,
+    /// Runs that began in this batch (were in neither the carry nor the store).
+    started: usize,
 }
 
 /// Folds batches of one partition's facts, in log order, carrying the runs of each
@@ -72,7 +74,8 @@ impl Kernel {
                 )));
             };
             let names = schema.fields.iter().map(|(name, _)| name.as_str());
-            if !names.take(HEADER.len()).eq(HEADER) {
+            let run_id_is_text = matches!(schema.fields.first(), Some((_, FieldType::Str)));
+            if !names.take(HEADER.len()).eq(HEADER) || !run_id_is_text {
                 return Err(PyValueError::new_err(format!(
                     "{} lacks the fact header",
                     schema.name
@@ -99,9 +102,10 @@ impl Kernel {
     }
 
     /// Fold a batch of encoded facts and put its rows with ``put(key, value, family)``
-    /// and ``delete(key, family)`` (a WriteBatch's methods); ``families`` are the
-    /// history, runs, due and claims column families. ``load(run_ids)``
-    /// answers the stored JSON (or None) of runs not carried. Raises ValueError before
+    /// and ``delete(key, family)`` (a WriteBatch's methods); return how many runs
+    /// began in it. ``families`` are the history, runs, due and claims column
+    /// families. ``load(run_keys)``
+    /// answers the stored JSON (or None) of runs not carried, by their keys. Raises ValueError before
     /// writing anything, and forgets the carried runs, for any value or stored run not
     /// handled exactly here.
     fn fold_into(
@@ -112,7 +116,7 @@ impl Kernel {
         put: &Bound<'_, PyAny>,
         delete: &Bound<'_, PyAny>,
         families: [PyObject; 4],
-    ) -> PyResult<()> {
+    ) -> PyResult<usize> {
         let raws: Vec<Bound<'_, PyBytes>> = values
             .iter()
             .map(|value| value.downcast_into::<PyBytes>().map_err(PyErr::from))
@@ -141,7 +145,7 @@ impl Kernel {
         for (key, value) in rows.claim_keys.iter().zip(&rows.claim_values) {
             put.call1((bytes(key), bytes(value), &claims))?;
         }
-        Ok(())
+        Ok(rows.started)
     }
 }
 
@@ -176,7 +180,11 @@ impl Kernel {
         let mut stored: FxHashMap<&str, Option<RunState>> = FxHashMap::default();
         stored.reserve(missing.len());
         if !missing.is_empty() {
-            let answered: Vec<Option<Vec<u8>>> = load.call1((missing.clone(),))?.extract()?;
+            let keys = missing
+                .iter()
+                .map(|run_id| PyBytes::new(py, &rows::string_key_of(run_id)));
+            let answered: Vec<Option<Vec<u8>>> =
+                load.call1((PyList::new(py, keys)?,))?.extract()?;
             if answered.len() != missing.len() {
                 return Err(invalid("load answered a different number of runs".into()));
             }
@@ -233,9 +241,13 @@ fn fold_runs<'a>(
         let members = &order[starts[run]..starts[run + 1]];
         decoded.clear();
         for &index in members {
-            batch.heads[index].schema.record.decode_into(
+            // The run id was read by the header pass: decode what follows it.
+            let head = &batch.heads[index];
+            decoded.push(Value::Str(run_id));
+            head.schema.record.decode_from(
                 batch.values[index],
-                HEADER_LEN,
+                head.after_run_id,
+                1,
                 &mut decoded,
             )?;
         }
@@ -293,6 +305,7 @@ fn fold_runs<'a>(
             }
         }
         if let Some(state) = after {
+            rows.started += usize::from(was_new);
             folded.insert(run_id.to_string(), state);
         }
     }

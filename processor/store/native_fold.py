@@ -40,11 +40,11 @@ class _Kernel(Protocol):
     def fold_into(
         self,
         values: Sequence[bytes],
-        load: Callable[[list[str]], list[bytes | None]],
+        load: Callable[[list[bytes]], list[bytes | None]],
         put: Callable[[bytes, bytes, Any], None],
         delete: Callable[[bytes, Any], None],
         families: tuple[Any, ...],
-    ) -> None: ...
+    ) -> int: ...
 
 
 def _extension() -> Any | None:
@@ -88,6 +88,8 @@ class NativeFold:
             raise RuntimeError("processor_native is not installed")
         self._kernel: _Kernel = _EXTENSION.Kernel(_fact_schemas())
         self._store = store
+        #: Runs that began in the batches folded here (not in the store before).
+        self.runs_started = 0
 
     def fold(self, values: Sequence[bytes], facts_offset: int) -> bool:
         """Fold ``values`` and write their rows with ``facts_offset`` in one WriteBatch,
@@ -97,12 +99,13 @@ class NativeFold:
         batch = self._store.batch()
         put, delete, families = batch.writer(_FAMILIES)
         try:
-            self._kernel.fold_into(values, self._store.raw_runs, put, delete, families)
+            started = self._kernel.fold_into(values, self._store.raw_runs_at, put, delete, families)
         except ValueError as exc:  # raised before it put anything
             logger.debug("compiled fold declined a batch (%s); folding it in Python", exc)
             return False
         batch.set_facts_offset(facts_offset)
         self._store.write(batch, wal=False)
+        self.runs_started += started
         return True
 
     def reset(self) -> None:

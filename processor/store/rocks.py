@@ -21,7 +21,7 @@ import logging
 import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rocksdict import (
     AccessType,
@@ -54,6 +54,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 COLUMN_FAMILIES = ("runs", "history", "due", "claims", "meta")
+_RdictKey = str | int | float | bytes | bool
 _FACTS_OFFSET = b"facts_offset"
 _FORMAT_VERSION = b"format_version"
 #: 3: runs without their default fields, history facts without their run id; 2: history
@@ -132,9 +133,15 @@ class PartitionStore:
 
     def raw_runs(self, run_ids: Sequence[str]) -> list[bytes | None]:
         """The stored JSON of each run (None if absent), in order: one multi-get."""
-        if not run_ids:
+        return self.raw_runs_at([keys.run_key(run_id) for run_id in run_ids])
+
+    def raw_runs_at(self, run_keys: list[bytes]) -> list[bytes | None]:
+        """``raw_runs`` for keys the caller built (``keys.run_key``): the compiled
+        fold's, which builds them faster than Python does."""
+        if not run_keys:
             return []
-        found = self._cf["runs"].get([keys.run_key(run_id) for run_id in run_ids])
+        # rocksdict types a multi-get's keys as a list of any key type (invariant).
+        found = self._cf["runs"].get(cast("list[_RdictKey]", run_keys))
         assert found is not None  # a multi-get answers a list, None per missing key
         return list(found)
 

@@ -137,17 +137,20 @@ class Staging:
     def dirty(self) -> bool:
         return bool(self._staged)
 
-    def flush(self, facts_offset: int | None, *, wal: bool = True) -> None:
-        """Write the staged changes (and the facts offset) in one WriteBatch, then clear.
+    def flush(self, facts_offset: int | None, *, wal: bool = True) -> int:
+        """Write the staged changes (and the facts offset) in one WriteBatch, then clear;
+        return how many runs it wrote for the first time (runs that began).
 
         ``wal``: as ``PartitionStore.write`` (catch-up writes without the log)."""
         batch = self.store.batch()
         _write_history(batch, self._staged)
+        started = 0
         for run_id, after in self._after.items():
             before = self._before.get(run_id)
             if after is not None and after is not before:
                 batch.put_run(after)
                 _write_index_changes(batch, before, after)
+                started += before is None
         if facts_offset is not None:
             batch.set_facts_offset(facts_offset)
         self.store.write(batch, wal=wal)
@@ -158,6 +161,7 @@ class Staging:
         )
         self.discard()
         self._carried = carried
+        return started
 
     def discard(self) -> None:
         self._before.clear()

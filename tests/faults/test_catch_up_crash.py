@@ -65,7 +65,7 @@ def test_a_killed_catch_up_resumes_to_the_same_store(tmp_path: Path) -> None:
     assert isinstance(resumed_at, int)
     assert 0 < resumed_at < facts and resumed_at % BATCH == 0
     store = PartitionStore(killed)
-    assert catch_up(store, reader, FACTS, batch_size=BATCH) == facts - resumed_at
+    assert catch_up(store, reader, FACTS, batch_size=BATCH).facts == facts - resumed_at
     store.close()
     reader.close()
     assert store_contents(killed) == store_contents(tmp_path / "reference")

@@ -60,6 +60,24 @@ def test_processes_rebuild_the_same_stores_as_one_process(
     assert two == one
 
 
+def test_replay_counts_the_runs_it_rebuilt_and_those_a_target_held(
+    harness: LoopHarness, tmp_path: Path
+) -> None:
+    """Without --verify, a fresh store's runs are the runs its catch-up saw begin (no
+    scan); a target that holds stores already is caught up from where they are, and
+    its runs are counted by a scan, not only the ones that began this time."""
+    run_ids = _all_succeed(harness)
+    deployment = harness.deployment
+    facts = sum(len(harness.facts(r)) for r in run_ids)
+    for processes in (1, 2):
+        target = tmp_path / f"replayed-{processes}"
+        args = (deployment.transport, deployment.topology, deployment.settings.state_dir)
+        fresh = replay(*args, target_dir=target, processes=processes)
+        assert (fresh.facts, fresh.runs) == (facts, RUNS)
+        again = replay(*args, target_dir=target, processes=processes)
+        assert (again.facts, again.runs) == (0, RUNS)
+
+
 def test_by_default_only_big_catch_ups_start_processes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     assert worker_count(None, PARALLEL_MIN_FACTS - 1, 4) == 1

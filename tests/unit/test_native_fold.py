@@ -351,13 +351,18 @@ class _Counting:
 def _catch_up(
     transport: EmbeddedTransport, path: Path, plan: list[tuple[int, bool]], batch_size: int
 ) -> _Rows:
-    """Catch a fresh store up in steps: (end offset, native) each; then its rows."""
+    """Catch a fresh store up in steps: (end offset, native) each; then its rows, and
+    the runs the steps said began (under "runs started": every run, in a fresh store)."""
     reader = transport.reader()
     store = PartitionStore(path)
     try:
+        started = 0
         for end, native in plan:
-            catch_up(store, reader, FACTS, end=end, batch_size=batch_size, native=native)
-        return _rows(store)
+            caught = catch_up(store, reader, FACTS, end=end, batch_size=batch_size, native=native)
+            started += caught.runs_started
+        rows = _rows(store)
+        assert started == len(rows["runs"])
+        return rows | {"runs started": [started]}
     finally:
         store.close()
         reader.close()
@@ -490,7 +495,8 @@ def test_a_broken_value_in_a_later_run_declines_the_whole_batch(tmp_path: Path) 
         assert all(not list(store.items(family)) for family in ("runs", "history", "due"))
         assert fold.fold(values[:5], facts_offset=5)
         assert fold.fold(values[5:], facts_offset=len(values))
-        folded = _rows(store)
+        # A declined batch counts no runs as begun either.
+        folded = _rows(store) | {"runs started": [fold.runs_started]}
     finally:
         store.close()
     transport = _log(tmp_path, values)

@@ -110,7 +110,7 @@ def test_a_catch_up_is_on_disk_when_it_returns(tmp_path: Path) -> None:
     reference = tmp_path / "reference"
     store = PartitionStore(reference)
     reader = transport.reader()
-    end = catch_up(store, reader, FACTS, batch_size=50)
+    end = catch_up(store, reader, FACTS, batch_size=50).facts
     store.close()
     child = textwrap.dedent(
         f"""
