@@ -24,7 +24,8 @@ Run: ``PYTHONPATH=. python bench/kafka_replay.py --bootstrap 127.0.0.1:9092
 Replay folds with the compiled fold (``processor_native``) when it is installed;
 ``PROCESSOR_NATIVE_FOLD=false`` measures the Python reducers instead.
 
-``--reuse-prefix P`` reuses the runs.facts topic of an earlier ``--keep`` run.
+``--reuse-prefix P`` reuses the runs.facts topic of an earlier ``--keep`` run (and
+leaves it there).
 ``--digest`` hashes every column family of the stores rebuilt by each mode (they must
 be equal, and equal across code versions). ``--profile FILE`` writes cProfile stats
 of one extra serial replay.
@@ -313,7 +314,9 @@ def main() -> None:
         result = measure(args, prefix, root, say)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-        if args.keep:
+        if args.reuse_prefix:
+            pass  # an earlier run's topic: it stays for the next run to reuse
+        elif args.keep:
             delete_topics(args.bootstrap, f"{prefix}template.")
         else:
             delete_topics(args.bootstrap, prefix)
