@@ -62,6 +62,7 @@ from kafka_support import (
 )
 
 from processor.facts.topics import TopicName
+from processor.gc_pause import gc_paused
 from processor.replay import replay
 from processor.settings import Settings
 from processor.store.native_fold import native_fold_available
@@ -135,7 +136,9 @@ def replicate(
 
 
 def bare_consume(bootstrap: str, topic: str) -> tuple[int, int, float, float]:
-    """(a) Every record of every partition, touching each value.
+    """(a) Every record of every partition, touching each value, with the collector
+    paused while it consumes and touches a batch, as the reader replay uses does
+    (``KafkaReader._fetch``): both read the same way.
 
     (count, bytes, wall seconds, CPU seconds).
     """
@@ -149,17 +152,19 @@ def bare_consume(bootstrap: str, topic: str) -> tuple[int, int, float, float]:
     ended: set[int] = set()
     eof = KafkaError._PARTITION_EOF
     while len(ended) < PARTITIONS:
-        messages = consumer.consume(10_000, 0)
+        with gc_paused():
+            messages = consumer.consume(10_000, 0)
         if not messages:
             first = consumer.poll(1.0)
             messages = [] if first is None else [first]
-        for msg in messages:
-            err = msg.error()
-            if err is None:
-                size += len(msg.value())
-                count += 1
-            elif err.code() == eof:
-                ended.add(msg.partition())
+        with gc_paused():
+            for msg in messages:
+                err = msg.error()
+                if err is None:
+                    size += len(msg.value())
+                    count += 1
+                elif err.code() == eof:
+                    ended.add(msg.partition())
     seconds = time.perf_counter() - started
     cpu = machine_cpu_seconds() - cpu
     consumer.close()
