@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from processor.gc_pause import gc_paused
 from processor.transport.base import (
     Closeable,
     Outbound,
@@ -161,7 +162,8 @@ class EmbeddedReader(_Client):
         self, meta: TopicMeta, partition: int, start: int, stop: int, batch_size: int
     ) -> Iterator[list[Record]]:
         while start < stop:
-            batch = self._log.fetch(meta, partition, start, stop, batch_size)
+            with gc_paused():  # see _value_batches
+                batch = self._log.fetch(meta, partition, start, stop, batch_size)
             if not batch:
                 return
             yield batch
@@ -171,7 +173,11 @@ class EmbeddedReader(_Client):
         self, meta: TopicMeta, partition: int, start: int, stop: int, batch_size: int
     ) -> Iterator[ValueBatch]:
         while start < stop:
-            batch = self._log.fetch_values(meta, partition, start, stop, batch_size)
+            # A batch's rows and values hold no reference cycles: the collections their
+            # allocation would trigger (walking every long-lived object too) are pure
+            # cost, as in the Kafka reader, which pauses the collector the same way.
+            with gc_paused():
+                batch = self._log.fetch_values(meta, partition, start, stop, batch_size)
             if batch is None:
                 return
             yield batch
