@@ -79,12 +79,11 @@ def catch_up_partitions(
     """Catch the store of each partition under ``root`` up to its end offset.
 
     Returns what was folded per partition (facts, runs begun) and the number of
-    processes used. With
-    one process (or a transport that cannot be sent to another process) ``reader``
-    catches the partitions up here, in turn; otherwise this process and a pool of
-    ``processes - 1`` share them, and progress advances a partition at a time for
-    those the pool caught up. ``native``: fold with the compiled fold if it is
-    installed (``restore.catch_up``).
+    processes used. With one process (or a transport that cannot be sent to another
+    process) ``reader`` catches the partitions up here, in turn; otherwise this
+    process and a pool of ``processes - 1`` share them, and progress advances a
+    partition at a time for those the pool caught up. ``native``: fold with the
+    compiled fold if it is installed (``restore.catch_up``).
     """
     shipped = _shippable(transport) if processes > 1 and len(ends) > 1 else None
     if shipped is None:

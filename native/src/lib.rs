@@ -104,10 +104,9 @@ impl Kernel {
     /// Fold a batch of encoded facts and put its rows with ``put(key, value, family)``
     /// and ``delete(key, family)`` (a WriteBatch's methods); return how many runs
     /// began in it. ``families`` are the history, runs, due and claims column
-    /// families. ``load(run_keys)``
-    /// answers the stored JSON (or None) of runs not carried, by their keys. Raises ValueError before
-    /// writing anything, and forgets the carried runs, for any value or stored run not
-    /// handled exactly here.
+    /// families. ``load(run_keys)`` answers the stored JSON (or None) of the runs not
+    /// carried, by their keys. Raises ValueError before writing anything, and forgets
+    /// the carried runs, for any value or stored run not handled exactly here.
     fn fold_into(
         &mut self,
         py: Python<'_>,
