@@ -5,15 +5,22 @@
 
 use serde_json::Value as Json;
 
-#[derive(Clone, Debug)]
-pub enum FieldType {
+/// A field type that is not a union.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plain {
     Str,
     Long,
     Bytes,
     Bool,
     Longs,
-    /// A union of null and one type; the index of the null branch.
-    Optional(Box<FieldType>, u64),
+}
+
+/// A field's type: a plain type, or a union of null (branch ``null_branch``) and a
+/// plain type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FieldType {
+    pub plain: Plain,
+    pub null_branch: Option<u8>,
 }
 
 /// A decoded field; strings and bytes borrow from the encoded value.
@@ -79,7 +86,7 @@ impl RecordSchema {
     ) -> Result<(), Error> {
         let mut input = Input { raw, pos: start };
         for (_, field_type) in &self.fields[first..] {
-            out.push(input.value(field_type)?);
+            out.push(input.field(*field_type)?);
         }
         if input.pos != raw.len() {
             return Err("trailing bytes after the Avro body".into());
@@ -97,41 +104,58 @@ pub fn leading_string(raw: &[u8], start: usize) -> Result<(&str, usize), Error> 
 }
 
 fn parse_type(declared: &Json) -> Result<FieldType, Error> {
+    if let Json::Array(branches) = declared {
+        let [first, second] = branches.as_slice() else {
+            return Err("a union of other than two branches".into());
+        };
+        let null_branch = match (first.as_str(), second.as_str()) {
+            (Some("null"), _) => 0,
+            (_, Some("null")) => 1,
+            _ => return Err("a union without null".into()),
+        };
+        let other = if null_branch == 0 { second } else { first };
+        if other.is_array() {
+            return Err("nested union".into());
+        }
+        return Ok(FieldType {
+            plain: parse_plain(other)?,
+            null_branch: Some(null_branch),
+        });
+    }
+    Ok(FieldType {
+        plain: parse_plain(declared)?,
+        null_branch: None,
+    })
+}
+
+fn parse_plain(declared: &Json) -> Result<Plain, Error> {
     match declared {
         Json::String(name) => match name.as_str() {
-            "string" => Ok(FieldType::Str),
-            "long" | "int" => Ok(FieldType::Long),
-            "bytes" => Ok(FieldType::Bytes),
-            "boolean" => Ok(FieldType::Bool),
+            "string" => Ok(Plain::Str),
+            "long" | "int" => Ok(Plain::Long),
+            "bytes" => Ok(Plain::Bytes),
+            "boolean" => Ok(Plain::Bool),
             other => Err(format!("type {other} not handled")),
         },
-        Json::Array(branches) if branches.len() == 2 => {
-            let null_index = branches
-                .iter()
-                .position(|b| b.as_str() == Some("null"))
-                .ok_or("a union without null")?;
-            let other = parse_type(&branches[1 - null_index])?;
-            if matches!(other, FieldType::Optional(..)) {
-                return Err("nested union".into());
-            }
-            Ok(FieldType::Optional(Box::new(other), null_index as u64))
-        }
         Json::Object(spec) => match spec.get("type").and_then(Json::as_str) {
             Some("array") => match spec.get("items").and_then(Json::as_str) {
-                Some("int") | Some("long") => Ok(FieldType::Longs),
+                Some("int") | Some("long") => Ok(Plain::Longs),
                 _ => Err("array items not handled".into()),
             },
             Some(simple @ ("string" | "long" | "int" | "bytes" | "boolean")) => {
                 if spec.contains_key("logicalType") {
                     return Err("logical type not handled".into());
                 }
-                parse_type(&Json::String(simple.to_string()))
+                parse_plain(&Json::String(simple.to_string()))
             }
             _ => Err("complex type not handled".into()),
         },
         _ => Err("type not handled".into()),
     }
 }
+
+/// Errors inside the decoder are static text; ``decode_from`` makes them ``Error``.
+type Fault = &'static str;
 
 struct Input<'a> {
     raw: &'a [u8],
@@ -140,47 +164,38 @@ struct Input<'a> {
 
 impl<'a> Input<'a> {
     #[inline]
-    fn value(&mut self, field_type: &FieldType) -> Result<Value<'a>, Error> {
-        Ok(match field_type {
-            FieldType::Str => Value::Str(self.string()?),
-            FieldType::Long => Value::Long(self.long()?),
-            FieldType::Bytes => Value::Bytes(self.bytes()?),
-            FieldType::Bool => match self.byte()? {
+    fn field(&mut self, field_type: FieldType) -> Result<Value<'a>, Fault> {
+        if let Some(null_branch) = field_type.null_branch {
+            // A union's branch index is a zigzag long: 0 is the byte 0, 1 the byte 2.
+            let branch = match self.byte()? {
+                0 => 0,
+                2 => 1,
+                _ => return Err("union branch out of range"),
+            };
+            if branch == null_branch {
+                return Ok(Value::Null);
+            }
+        }
+        self.plain(field_type.plain)
+    }
+
+    #[inline]
+    fn plain(&mut self, plain: Plain) -> Result<Value<'a>, Fault> {
+        Ok(match plain {
+            Plain::Str => Value::Str(self.string()?),
+            Plain::Long => Value::Long(self.long()?),
+            Plain::Bytes => Value::Bytes(self.bytes()?),
+            Plain::Bool => match self.byte()? {
                 0 => Value::Bool(false),
                 1 => Value::Bool(true),
-                _ => return Err("boolean byte not 0 or 1".into()),
+                _ => return Err("boolean byte not 0 or 1"),
             },
-            FieldType::Longs => {
-                let mut items = Vec::new();
-                loop {
-                    let count = self.long()?;
-                    if count == 0 {
-                        break;
-                    }
-                    if count < 0 {
-                        self.long()?; // a negative count is followed by the block's size
-                    }
-                    for _ in 0..count.unsigned_abs() {
-                        items.push(self.long()?);
-                    }
-                }
-                Value::Longs(items)
-            }
-            FieldType::Optional(inner, null_index) => {
-                let branch = self.long()?;
-                if !(0..=1).contains(&branch) {
-                    return Err("union branch out of range".into());
-                }
-                if branch as u64 == *null_index {
-                    Value::Null
-                } else {
-                    self.value(inner)?
-                }
-            }
+            Plain::Longs => Value::Longs(self.longs()?),
         })
     }
 
-    fn byte(&mut self) -> Result<u8, Error> {
+    #[inline]
+    fn byte(&mut self) -> Result<u8, Fault> {
         let byte = *self.raw.get(self.pos).ok_or("truncated")?;
         self.pos += 1;
         Ok(byte)
@@ -188,7 +203,7 @@ impl<'a> Input<'a> {
 
     /// A zigzag varint; most are one byte (small numbers, lengths under 64).
     #[inline]
-    fn long(&mut self) -> Result<i64, Error> {
+    fn long(&mut self) -> Result<i64, Fault> {
         match self.raw.get(self.pos) {
             Some(&byte) if byte < 0x80 => {
                 self.pos += 1;
@@ -198,13 +213,14 @@ impl<'a> Input<'a> {
         }
     }
 
-    fn long_multibyte(&mut self) -> Result<i64, Error> {
+    #[cold]
+    fn long_multibyte(&mut self) -> Result<i64, Fault> {
         let mut result: u64 = 0;
         let mut shift = 0;
         loop {
             let byte = self.byte()?;
             if shift >= 64 {
-                return Err("varint too long".into());
+                return Err("varint too long");
             }
             result |= u64::from(byte & 0x7f) << shift;
             if byte < 0x80 {
@@ -215,18 +231,34 @@ impl<'a> Input<'a> {
     }
 
     #[inline]
-    fn bytes(&mut self) -> Result<&'a [u8], Error> {
-        let length = self.long()?;
-        let length = usize::try_from(length).map_err(|_| "negative length")?;
-        let end = self.pos.checked_add(length).ok_or("length overflow")?;
+    fn bytes(&mut self) -> Result<&'a [u8], Fault> {
+        let length = usize::try_from(self.long()?).map_err(|_| "negative length")?;
+        // ``pos`` is within ``raw`` and ``length`` below 2^63: the sum cannot overflow.
+        let end = self.pos + length;
         let slice = self.raw.get(self.pos..end).ok_or("truncated")?;
         self.pos = end;
         Ok(slice)
     }
 
     #[inline]
-    fn string(&mut self) -> Result<&'a str, Error> {
+    fn string(&mut self) -> Result<&'a str, Fault> {
         utf8(self.bytes()?)
+    }
+
+    fn longs(&mut self) -> Result<Vec<i64>, Fault> {
+        let mut items = Vec::new();
+        loop {
+            let count = self.long()?;
+            if count == 0 {
+                return Ok(items);
+            }
+            if count < 0 {
+                self.long()?; // a negative count is followed by the block's size
+            }
+            for _ in 0..count.unsigned_abs() {
+                items.push(self.long()?);
+            }
+        }
     }
 }
 
@@ -238,10 +270,10 @@ fn zigzag(encoded: u64) -> i64 {
 /// keys, names), which a word-at-a-time check settles in a fraction of what full
 /// validation of a short string costs.
 #[inline]
-fn utf8(bytes: &[u8]) -> Result<&str, Error> {
+fn utf8(bytes: &[u8]) -> Result<&str, Fault> {
     if bytes.is_ascii() {
         // SAFETY: ASCII is valid UTF-8.
         return Ok(unsafe { std::str::from_utf8_unchecked(bytes) });
     }
-    std::str::from_utf8(bytes).map_err(|_| "string not UTF-8".into())
+    std::str::from_utf8(bytes).map_err(|_| "string not UTF-8")
 }

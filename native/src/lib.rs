@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
-use avro::{FieldType, RecordSchema, Value};
+use avro::{FieldType, Plain, RecordSchema, Value};
 use reduce::{Fact, FactSchema, Kind, Schemas, HEADER};
 use state::RunState;
 
@@ -74,7 +74,11 @@ impl Kernel {
                 )));
             };
             let names = schema.fields.iter().map(|(name, _)| name.as_str());
-            let run_id_is_text = matches!(schema.fields.first(), Some((_, FieldType::Str)));
+            let text = FieldType {
+                plain: Plain::Str,
+                null_branch: None,
+            };
+            let run_id_is_text = schema.fields.first().map(|(_, t)| *t) == Some(text);
             if !names.take(HEADER.len()).eq(HEADER) || !run_id_is_text {
                 return Err(PyValueError::new_err(format!(
                     "{} lacks the fact header",
