@@ -15,6 +15,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use rustc_hash::{FxBuildHasher, FxHashMap};
+use std::ops::Range;
 
 use avro::{FieldType, Plain, RecordSchema, Value};
 use reduce::{Fact, FactSchema, Kind, Schemas, HEADER};
@@ -29,19 +30,79 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const MAGIC: [u8; 2] = [0xC3, 0x01];
 const HEADER_LEN: usize = 10;
 
-/// The rows of one batch.
+/// The column family of a row, as ``fold_into``'s ``families`` give them.
+#[derive(Clone, Copy)]
+enum Family {
+    History = 0,
+    Runs = 1,
+    Due = 2,
+    Claims = 3,
+}
+
+/// One row to write: its key and value are ranges of ``Rows::bytes``.
+struct Row {
+    family: Family,
+    key: Range<usize>,
+    /// None: delete the key.
+    value: Option<Range<usize>>,
+}
+
+/// The rows of one batch, their bytes in one buffer that is kept, with its capacity,
+/// from batch to batch (a batch writes tens of megabytes; allocating them anew each
+/// time cost page faults).
 #[derive(Default)]
 struct Rows {
-    history_keys: Vec<Vec<u8>>,
-    history_chunks: Vec<Vec<u8>>,
-    run_keys: Vec<Vec<u8>>,
-    run_values: Vec<Vec<u8>>,
-    due_puts: Vec<Vec<u8>>,
-    due_deletes: Vec<Vec<u8>>,
-    claim_keys: Vec<Vec<u8>>,
-    claim_values: Vec<Vec<u8>>,
+    bytes: Vec<u8>,
+    rows: Vec<Row>,
     /// Runs that began in this batch (were in neither the carry nor the store).
     started: usize,
+}
+
+impl Rows {
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.rows.clear();
+        self.started = 0;
+    }
+
+    /// A row of the key and the value ``key`` and ``value`` write.
+    fn put(
+        &mut self,
+        family: Family,
+        key: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
+        value: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<(), String> {
+        let key = self.key(key)?;
+        let start = self.bytes.len();
+        value(&mut self.bytes);
+        let value = Some(start..self.bytes.len());
+        self.rows.push(Row { family, key, value });
+        Ok(())
+    }
+
+    /// A delete of the key ``key`` writes.
+    fn delete(
+        &mut self,
+        family: Family,
+        key: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let key = self.key(key)?;
+        self.rows.push(Row {
+            family,
+            key,
+            value: None,
+        });
+        Ok(())
+    }
+
+    fn key(
+        &mut self,
+        key: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
+    ) -> Result<Range<usize>, String> {
+        let start = self.bytes.len();
+        key(&mut self.bytes)?;
+        Ok(start..self.bytes.len())
+    }
 }
 
 /// Folds batches of one partition's facts, in log order, carrying the runs of each
@@ -49,9 +110,9 @@ struct Rows {
 #[pyclass]
 struct Kernel {
     schemas: Schemas,
-    carried: FxHashMap<String, RunState>,
-    /// A run's JSON is written here, then copied into its bytes (one buffer, reused).
-    json: Vec<u8>,
+    carried: FxHashMap<String, Box<RunState>>,
+    /// The rows of the batch being folded (kept for the next batch's).
+    rows: Rows,
 }
 
 #[pymethods]
@@ -96,7 +157,7 @@ impl Kernel {
         Ok(Kernel {
             schemas: parsed,
             carried: FxHashMap::default(),
-            json: Vec::with_capacity(4096),
+            rows: Rows::default(),
         })
     }
 
@@ -129,39 +190,29 @@ impl Kernel {
         if result.is_err() {
             self.carried.clear();
         }
-        let rows = result?;
-        let [history, runs, due, claims] = families;
-        let bytes = |data: &[u8]| PyBytes::new(py, data);
-        for (key, chunk) in rows.history_keys.iter().zip(&rows.history_chunks) {
-            put.call1((bytes(key), bytes(chunk), &history))?;
-        }
-        for (key, value) in rows.run_keys.iter().zip(&rows.run_values) {
-            put.call1((bytes(key), bytes(value), &runs))?;
-        }
-        for key in &rows.due_deletes {
-            delete.call1((bytes(key), &due))?;
-        }
-        let empty = bytes(b"");
-        for key in &rows.due_puts {
-            put.call1((bytes(key), &empty, &due))?;
-        }
-        for (key, value) in rows.claim_keys.iter().zip(&rows.claim_values) {
-            put.call1((bytes(key), bytes(value), &claims))?;
+        result?;
+        let rows = &self.rows;
+        let empty = PyBytes::new(py, b"");
+        for row in &rows.rows {
+            let family = &families[row.family as usize];
+            let key = PyBytes::new(py, &rows.bytes[row.key.clone()]);
+            match &row.value {
+                Some(value) if value.is_empty() => put.call1((key, &empty, family))?,
+                Some(value) => {
+                    let value = PyBytes::new(py, &rows.bytes[value.clone()]);
+                    put.call1((key, value, family))?
+                }
+                None => delete.call1((key, family))?,
+            };
         }
         Ok(rows.started)
     }
 }
-
 impl Kernel {
     /// Group the batch by run and load the runs not carried (with the GIL), then fold
     /// every run without it (``fold_runs`` touches no Python object), so other threads
     /// of the process run meanwhile: the catch-up pool's feeder, the processor's own.
-    fn fold(
-        &mut self,
-        py: Python<'_>,
-        values: &[&[u8]],
-        load: &Bound<'_, PyAny>,
-    ) -> PyResult<Rows> {
+    fn fold(&mut self, py: Python<'_>, values: &[&[u8]], load: &Bound<'_, PyAny>) -> PyResult<()> {
         let invalid = |e: String| PyValueError::new_err(e);
         // A run has a few facts in a batch: room for values / 4 runs spares most rehashing.
         let mut runs: IndexMap<&str, (), FxBuildHasher> =
@@ -180,12 +231,15 @@ impl Kernel {
             .copied()
             .filter(|run_id| !self.carried.contains_key(*run_id))
             .collect();
-        let mut stored: FxHashMap<&str, Option<RunState>> = FxHashMap::default();
+        let mut stored: FxHashMap<&str, Option<Box<RunState>>> = FxHashMap::default();
         stored.reserve(missing.len());
         if !missing.is_empty() {
-            let keys = missing
-                .iter()
-                .map(|run_id| PyBytes::new(py, &rows::string_key_of(run_id)));
+            let mut key = Vec::new();
+            let keys = missing.iter().map(|run_id| {
+                key.clear();
+                rows::string_key(run_id, &mut key);
+                PyBytes::new(py, &key)
+            });
             let answered: Vec<Option<Vec<u8>>> =
                 load.call1((PyList::new(py, keys)?,))?.extract()?;
             if answered.len() != missing.len() {
@@ -193,7 +247,7 @@ impl Kernel {
             }
             for (run_id, raw) in missing.iter().zip(answered) {
                 let state = raw
-                    .map(|raw| RunState::from_json(&raw))
+                    .map(|raw| RunState::from_json(&raw).map(Box::new))
                     .transpose()
                     .map_err(invalid)?;
                 stored.insert(run_id, state);
@@ -204,8 +258,9 @@ impl Kernel {
             heads: &heads,
             runs: &runs,
         };
-        let (carried, json) = (&mut self.carried, &mut self.json);
-        py.allow_threads(|| fold_runs(&batch, carried, stored, json))
+        let (carried, rows) = (&mut self.carried, &mut self.rows);
+        rows.clear();
+        py.allow_threads(|| fold_runs(&batch, carried, stored, rows))
             .map_err(invalid)
     }
 }
@@ -227,93 +282,98 @@ struct Batch<'b, 'a> {
 }
 
 /// Fold each run of ``batch`` onto its state (``carried``, else ``stored``: None for a
-/// run not in the store), and the rows that writes; ``carried`` becomes this batch's
-/// runs. Each run's facts are decoded here, while they are fresh in the cache.
+/// run not in the store) and write the rows that changes into ``rows``; ``carried``
+/// becomes this batch's runs.
 fn fold_runs<'a>(
     batch: &Batch<'_, 'a>,
-    carried: &mut FxHashMap<String, RunState>,
-    mut stored: FxHashMap<&'a str, Option<RunState>>,
-    json: &mut Vec<u8>,
-) -> Result<Rows, String> {
+    carried: &mut FxHashMap<String, Box<RunState>>,
+    mut stored: FxHashMap<&'a str, Option<Box<RunState>>>,
+    rows: &mut Rows,
+) -> Result<(), String> {
     let (starts, order) = by_run(batch.heads.iter().map(|head| head.run), batch.runs.len());
-    let mut rows = Rows::default();
+    // Every fact, decoded, in run order (the run id was read by the header pass: each
+    // body is decoded from what follows it).
+    let mut decoded: Vec<Value> = Vec::with_capacity(batch.values.len() * 10);
+    for &index in &order {
+        let head = &batch.heads[index];
+        decoded.push(Value::Str(
+            batch.runs.get_index(head.run).map_or("", |(id, _)| *id),
+        ));
+        head.schema
+            .record
+            .decode_from(batch.values[index], head.after_run_id, 1, &mut decoded)?;
+    }
+    let mut facts = Vec::with_capacity(order.len());
+    let mut at = 0;
+    for &index in &order {
+        let schema = batch.heads[index].schema;
+        let fields = &decoded[at..at + schema.record.fields.len()];
+        at += fields.len();
+        facts.push(Fact::new(schema, fields)?);
+    }
+    let stripped = |index: usize| {
+        let raw = batch.values[index];
+        rows::Stripped {
+            header: &raw[..HEADER_LEN],
+            body: &raw[batch.heads[index].after_run_id..],
+        }
+    };
     let mut folded = FxHashMap::default();
     folded.reserve(batch.runs.len());
-    let mut decoded: Vec<Value> = Vec::new();
+    let (mut new, mut old_due, mut new_due) = (Vec::new(), Vec::new(), Vec::new());
     for (run, run_id) in batch.runs.keys().enumerate() {
         let members = &order[starts[run]..starts[run + 1]];
-        decoded.clear();
-        for &index in members {
-            // The run id was read by the header pass: decode what follows it.
-            let head = &batch.heads[index];
-            decoded.push(Value::Str(run_id));
-            head.schema.record.decode_from(
-                batch.values[index],
-                head.after_run_id,
-                1,
-                &mut decoded,
+        let run_facts = &facts[starts[run]..starts[run + 1]];
+        let (key, mut state) = match carried.remove_entry(*run_id) {
+            Some((key, state)) => (key, Some(state)),
+            None => (run_id.to_string(), stored.remove(run_id).flatten()),
+        };
+        let was_new = state.is_none();
+        rows::due_entries(state.as_deref(), &mut old_due);
+        reduce::journal_facts(run_facts, state.as_deref(), &mut new);
+        if let Some(&first) = new.first() {
+            rows.put(
+                Family::History,
+                |out| rows::history_key(run_id, run_facts[first].seq, out),
+                |out| rows::history_chunk(new.iter().map(|&i| stripped(members[i])), out),
             )?;
         }
-        let mut facts = Vec::with_capacity(members.len());
-        let mut at = 0;
-        for &index in members {
-            let schema = batch.heads[index].schema;
-            let fields = &decoded[at..at + schema.record.fields.len()];
-            at += fields.len();
-            facts.push(Fact::new(schema, fields)?);
-        }
-        let run_facts: Vec<(&Fact, rows::Stripped)> = facts
-            .iter()
-            .zip(members)
-            .map(|(fact, &index)| {
-                let raw = batch.values[index];
-                let stripped = rows::Stripped {
-                    header: &raw[..HEADER_LEN],
-                    body: &raw[batch.heads[index].after_run_id..],
-                };
-                (fact, stripped)
-            })
-            .collect();
-        let before = match carried.remove(*run_id) {
-            Some(state) => Some(state),
-            None => stored.remove(run_id).flatten(),
-        };
-        let was_new = before.is_none();
-        let old_due = rows::due_entries(before.as_ref());
-        let new = reduce::journal_facts(&run_facts, before.as_ref());
-        if let Some((first, _)) = new.first() {
-            let seq = rows::u64_bytes(first.seq)?;
-            rows.history_keys.push(rows::history_key(run_id, &seq));
-            rows.history_chunks.push(rows::history_chunk(&new));
-        }
-        let new_facts: Vec<&Fact> = new.iter().map(|(fact, _)| *fact).collect();
-        let (after, changed) = reduce::fold(&new_facts, before)?;
-        if let (Some(state), true) = (&after, changed) {
-            rows.run_keys.push(rows::string_key_of(run_id));
-            json.clear();
-            json::write_run(state, json);
-            rows.run_values.push(json.clone());
-            let new_due = rows::due_entries(Some(state));
-            for entry in old_due.difference(&new_due) {
-                rows.due_deletes.push(rows::due_key(entry)?);
+        let changed = reduce::fold(new.iter().map(|&i| &run_facts[i]), &mut state)?;
+        if let (Some(state), true) = (&state, changed) {
+            rows.put(
+                Family::Runs,
+                |out| {
+                    rows::string_key(run_id, out);
+                    Ok(())
+                },
+                |out| json::write_run(state, out),
+            )?;
+            rows::due_entries(Some(state), &mut new_due);
+            for entry in rows::due_difference(&old_due, &new_due) {
+                rows.delete(Family::Due, |out| rows::due_key(run_id, entry, out))?;
             }
-            for entry in new_due.difference(&old_due) {
-                rows.due_puts.push(rows::due_key(entry)?);
+            for entry in rows::due_difference(&new_due, &old_due) {
+                rows.put(Family::Due, |out| rows::due_key(run_id, entry, out), |_| {})?;
             }
-            if let (Some(key), true) = (&state.idempotency_key, was_new) {
-                rows.claim_keys.push(rows::string_key_of(key));
+            if let (Some(claim), true) = (&state.idempotency_key, was_new) {
                 let fingerprint = state.fingerprint.as_deref();
-                rows.claim_values
-                    .push(rows::claim_value(&state.run_id, fingerprint));
+                rows.put(
+                    Family::Claims,
+                    |out| {
+                        rows::string_key(claim, out);
+                        Ok(())
+                    },
+                    |out| rows::claim_value(&state.run_id, fingerprint, out),
+                )?;
             }
         }
-        if let Some(state) = after {
+        if let Some(state) = state {
             rows.started += usize::from(was_new);
-            folded.insert(run_id.to_string(), state);
+            folded.insert(key, state);
         }
     }
     *carried = folded;
-    Ok(rows)
+    Ok(())
 }
 
 /// The schema of an encoded fact, its run id (the first field of every fact) and where

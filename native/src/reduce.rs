@@ -2,6 +2,8 @@
 //! reducers are the reference: tests fold the same facts both ways and compare
 //! every row.
 
+use std::cell::Cell;
+
 use indexmap::IndexMap;
 use rustc_hash::FxHashMap;
 
@@ -92,6 +94,8 @@ pub struct Fact<'a> {
     pub kind: Kind,
     record: &'a RecordSchema,
     values: &'a [Value<'a>],
+    /// Where ``get`` starts looking.
+    next: Cell<usize>,
 }
 
 /// Every fact schema begins with these fields, in this order (``FactHeader``).
@@ -114,15 +118,26 @@ impl<'a> Fact<'a> {
             kind: schema.kind,
             record: &schema.record,
             values,
+            next: Cell::new(HEADER.len()),
         })
     }
 
+    /// The value of field ``name`` (after the header). The reducers mostly read fields
+    /// in declaration order, so the search starts after the field read last.
     fn get(&self, name: &str) -> Result<&Value<'a>, Error> {
-        self.record.fields[HEADER.len()..]
-            .iter()
-            .position(|(field, _)| field == name)
-            .map(|index| &self.values[HEADER.len() + index])
-            .ok_or_else(|| format!("{} has no field {name}", self.record.name))
+        let fields = &self.record.fields;
+        let mut index = self.next.get();
+        for _ in HEADER.len()..fields.len() {
+            if index >= fields.len() {
+                index = HEADER.len();
+            }
+            if fields[index].0 == name {
+                self.next.set(index + 1);
+                return Ok(&self.values[index]);
+            }
+            index += 1;
+        }
+        Err(format!("{} has no field {name}", self.record.name))
     }
 
     fn string(&self, name: &str) -> Result<String, Error> {
@@ -177,34 +192,33 @@ impl<'a> Fact<'a> {
     }
 }
 
-/// ``reduce.journal_facts``: the facts new to the run's journal after ``state`` (all but
-/// duplicates at or below its version; before the run starts, every fact).
-pub fn journal_facts<'f, 'a, T: Copy>(
-    facts: &[(&'f Fact<'a>, T)],
-    state: Option<&RunState>,
-) -> Vec<(&'f Fact<'a>, T)> {
+/// ``reduce.journal_facts``: which of the run's ``facts`` are new to its journal after
+/// ``state`` (all but duplicates at or below its version; before the run starts, every
+/// fact), as indexes into ``facts``, in ``new``.
+pub fn journal_facts(facts: &[Fact], state: Option<&RunState>, new: &mut Vec<usize>) {
+    new.clear();
     let mut version = state.map(|run| run.version);
-    let mut new = Vec::with_capacity(facts.len());
-    for &(fact, extra) in facts {
+    for (index, fact) in facts.iter().enumerate() {
         if version.is_some_and(|v| fact.seq <= v) {
             continue;
         }
-        new.push((fact, extra));
+        new.push(index);
         if version.is_some() || fact.kind == Kind::RunSubmitted {
             version = Some(fact.seq);
         }
     }
-    new
 }
 
-/// ``reduce.fold``: the run after ``facts`` (in order), and whether it changed.
-pub fn fold(facts: &[&Fact], state: Option<RunState>) -> Result<(Option<RunState>, bool), Error> {
-    let mut state = state;
+/// ``reduce.fold``: the run after ``facts`` (in order), in place; whether it changed.
+pub fn fold<'f, 'a: 'f>(
+    facts: impl Iterator<Item = &'f Fact<'a>>,
+    state: &mut Option<Box<RunState>>,
+) -> Result<bool, Error> {
     let mut changed = false;
     for fact in facts {
         match state.as_mut() {
             None => {
-                state = start(fact)?;
+                *state = start(fact)?.map(Box::new);
                 changed = state.is_some();
             }
             Some(run) => {
@@ -218,7 +232,7 @@ pub fn fold(facts: &[&Fact], state: Option<RunState>) -> Result<(Option<RunState
             }
         }
     }
-    Ok((state, changed))
+    Ok(changed)
 }
 
 fn start(fact: &Fact) -> Result<Option<RunState>, Error> {

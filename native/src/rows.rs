@@ -1,9 +1,6 @@
 //! The store rows of ``processor/store``: keys as ``keys.py`` builds them, timers as
 //! ``model/due.py`` derives them, claims as ``StoreBatch.put_claim`` writes them.
 
-use std::collections::BTreeSet;
-
-use crate::reduce::Fact;
 use crate::state::RunState;
 
 pub type Error = String;
@@ -13,19 +10,11 @@ pub fn string_key(value: &str, out: &mut Vec<u8>) {
     out.extend_from_slice(value.as_bytes());
 }
 
-/// ``keys.string_key``: a run's key, a claim's key.
-pub fn string_key_of(value: &str) -> Vec<u8> {
-    let mut key = Vec::with_capacity(value.len() + 4);
-    string_key(value, &mut key);
-    key
-}
-
 /// ``keys.history_key``: (run id, seq of the chunk's first fact).
-pub fn history_key(run_id: &str, seq: &[u8; 8]) -> Vec<u8> {
-    let mut key = Vec::with_capacity(run_id.len() + 12);
-    string_key(run_id, &mut key);
-    key.extend_from_slice(seq);
-    key
+pub fn history_key(run_id: &str, first_seq: i64, out: &mut Vec<u8>) -> Result<(), Error> {
+    string_key(run_id, out);
+    out.extend_from_slice(&u64_bytes(first_seq)?);
+    Ok(())
 }
 
 /// An encoded fact without its run id (the key of its history row holds it): its
@@ -38,15 +27,13 @@ pub struct Stripped<'a> {
 
 /// ``history.encode_chunk``: each fact without its run id, length-prefixed, in journal
 /// order.
-pub fn history_chunk(facts: &[(&Fact, Stripped)]) -> Vec<u8> {
-    let size = |fact: &Stripped| fact.header.len() + fact.body.len();
-    let mut chunk = Vec::with_capacity(facts.iter().map(|(_, fact)| 4 + size(fact)).sum());
-    for (_, fact) in facts {
-        chunk.extend_from_slice(&(size(fact) as u32).to_be_bytes());
-        chunk.extend_from_slice(fact.header);
-        chunk.extend_from_slice(fact.body);
+pub fn history_chunk<'a>(facts: impl Iterator<Item = Stripped<'a>>, out: &mut Vec<u8>) {
+    for fact in facts {
+        let size = fact.header.len() + fact.body.len();
+        out.extend_from_slice(&(size as u32).to_be_bytes());
+        out.extend_from_slice(fact.header);
+        out.extend_from_slice(fact.body);
     }
-    chunk
 }
 
 pub fn u64_bytes(value: i64) -> Result<[u8; 8], Error> {
@@ -55,8 +42,9 @@ pub fn u64_bytes(value: i64) -> Result<[u8; 8], Error> {
         .map_err(|_| format!("{value} does not fit an unsigned 64-bit key"))
 }
 
-/// A due-work row: (due ms, run id, kind code, scope, ordinal), ordered as the key.
-pub type Due = (i64, String, u8, i64, i64);
+/// A due-work row of a run: (due ms, kind code, scope, ordinal); its key holds the run
+/// id after the due time.
+pub type Due = (i64, u8, i64, i64);
 
 const ATTEMPT_TIMEOUT: u8 = 1;
 const RETRY: u8 = 2;
@@ -66,16 +54,16 @@ const RUN_DEADLINE: u8 = 5;
 const COMPENSATION_TIMEOUT: u8 = 6;
 const COMPENSATION_RETRY: u8 = 7;
 
-/// ``due.due_entries``: every timer the run waits on (none once terminal).
-pub fn due_entries(state: Option<&RunState>) -> BTreeSet<Due> {
-    let mut entries = BTreeSet::new();
-    let Some(s) = state else { return entries };
+/// ``due.due_entries``: every timer the run waits on (none once terminal), in key
+/// order (within a run), each once.
+pub fn due_entries(state: Option<&RunState>, entries: &mut Vec<Due>) {
+    entries.clear();
+    let Some(s) = state else { return };
     if s.terminal() {
-        return entries;
+        return;
     }
-    let run_id = || s.run_id.clone();
     if let (Some(deadline), None) = (s.deadline_ms, &s.stop_reason) {
-        entries.insert((deadline, run_id(), RUN_DEADLINE, 0, 0));
+        entries.push((deadline, RUN_DEADLINE, 0, 0));
     }
     let step = s.compensating_step.unwrap_or(0);
     let generation = s.compensation_generation;
@@ -96,41 +84,38 @@ pub fn due_entries(state: Option<&RunState>) -> BTreeSet<Due> {
         "suspended" => {
             for i in s.interactions.values() {
                 if i.boundary == s.boundary && i.status == "open" && i.deadline_ms > 0 {
-                    let entry = (
-                        i.deadline_ms,
-                        run_id(),
-                        INTERACTION_TIMEOUT,
-                        i.boundary,
-                        i.item_index,
-                    );
-                    entries.insert(entry);
+                    entries.push((i.deadline_ms, INTERACTION_TIMEOUT, i.boundary, i.item_index));
                 }
             }
             None
         }
         _ => None,
     };
-    if let Some((due_ms, kind, scope, ordinal)) = timer {
-        entries.insert((due_ms, run_id(), kind, scope, ordinal));
-    }
-    entries
+    entries.extend(timer);
+    entries.sort_unstable();
+    entries.dedup();
 }
 
-pub fn due_key(entry: &Due) -> Result<Vec<u8>, Error> {
-    let (due_ms, run_id, kind, scope, ordinal) = entry;
-    let mut key = Vec::with_capacity(run_id.len() + 25);
-    key.extend_from_slice(&u64_bytes(*due_ms)?);
-    string_key(run_id, &mut key);
-    key.push(*kind);
+/// The entries of ``of`` not in ``but`` (both sorted, as ``due_entries`` leaves them).
+pub fn due_difference<'e>(of: &'e [Due], but: &'e [Due]) -> impl Iterator<Item = &'e Due> {
+    of.iter().filter(|entry| but.binary_search(entry).is_err())
+}
+
+/// ``keys.due_key`` of a run's timer.
+pub fn due_key(run_id: &str, entry: &Due, out: &mut Vec<u8>) -> Result<(), Error> {
+    let (due_ms, kind, scope, ordinal) = *entry;
+    out.extend_from_slice(&u64_bytes(due_ms)?);
+    string_key(run_id, out);
+    out.push(kind);
     for part in [scope, ordinal] {
-        let part = u32::try_from(*part).map_err(|_| format!("{part} does not fit 32 bits"))?;
-        key.extend_from_slice(&part.to_be_bytes());
+        let part = u32::try_from(part).map_err(|_| format!("{part} does not fit 32 bits"))?;
+        out.extend_from_slice(&part.to_be_bytes());
     }
-    Ok(key)
+    Ok(())
 }
 
 /// The claims row's value: Python's ``json.dumps({"run_id": ..., "fingerprint": ...})``.
-pub fn claim_value(run_id: &str, fingerprint: Option<&str>) -> Vec<u8> {
+pub fn claim_value(run_id: &str, fingerprint: Option<&str>, value: &mut Vec<u8>) {
     let mut out = String::from("{\"run_id\": ");
     python_json_string(run_id, &mut out);
     out.push_str(", \"fingerprint\": ");
@@ -139,7 +124,7 @@ pub fn claim_value(run_id: &str, fingerprint: Option<&str>) -> Vec<u8> {
         None => out.push_str("null"),
     }
     out.push('}');
-    out.into_bytes()
+    value.extend_from_slice(out.as_bytes());
 }
 
 /// A JSON string as ``json.dumps`` writes it by default (``ensure_ascii=True``).
