@@ -54,8 +54,7 @@ def catch_up(
     applied = in_python = started_in_python = 0
     for values, next_offset in reader.read_values(facts, start, end, batch_size=batch_size):
         with gc_paused():
-            present = [value for value in values if value is not None]
-            if compiled is not None and compiled.fold(present, next_offset):
+            if compiled is not None and compiled.fold(values, next_offset):
                 staging.discard()  # its carried runs are stale now
             else:
                 if compiled is not None:
@@ -63,6 +62,7 @@ def catch_up(
                     in_python += 1
                 # Decode the whole batch first (a bad fact raises before anything is
                 # staged: nothing of this batch is written), then fold it in one go.
+                present = [value for value in values if value is not None]
                 staging.fold_read(list(zip(decode_facts(present), present, strict=True)))
                 started_in_python += staging.flush(next_offset, wal=False)
         applied += len(values)

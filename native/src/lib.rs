@@ -166,7 +166,8 @@ impl Kernel {
         self.carried.clear();
     }
 
-    /// Fold a batch of encoded facts and put its rows with ``put(key, value, family)``
+    /// Fold a batch of encoded facts (None values, which are no facts, left out) and
+    /// put its rows with ``put(key, value, family)``
     /// and ``delete(key, family)`` (a WriteBatch's methods); return how many runs
     /// began in it. ``families`` are the history, runs, due and claims column
     /// families. ``load(run_keys)`` answers the stored JSON (or None) of the runs not
@@ -181,8 +182,10 @@ impl Kernel {
         delete: &Bound<'_, PyAny>,
         families: [PyObject; 4],
     ) -> PyResult<usize> {
+        // A record without a value (None) is no fact: it is left out, as the Python fold does.
         let raws: Vec<Bound<'_, PyBytes>> = values
             .iter()
+            .filter(|value| !value.is_none())
             .map(|value| value.downcast_into::<PyBytes>().map_err(PyErr::from))
             .collect::<PyResult<_>>()?;
         let slices: Vec<&[u8]> = raws.iter().map(|raw| raw.as_bytes()).collect();

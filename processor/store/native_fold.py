@@ -39,7 +39,7 @@ class _Kernel(Protocol):
 
     def fold_into(
         self,
-        values: Sequence[bytes],
+        values: Sequence[bytes | None],
         load: Callable[[list[bytes]], list[bytes | None]],
         put: Callable[[bytes, bytes, Any], None],
         delete: Callable[[bytes, Any], None],
@@ -91,11 +91,12 @@ class NativeFold:
         #: Runs that began in the batches folded here (not in the store before).
         self.runs_started = 0
 
-    def fold(self, values: Sequence[bytes], facts_offset: int) -> bool:
-        """Fold ``values`` and write their rows with ``facts_offset`` in one WriteBatch,
-        without the write-ahead log (what ``Staging.fold_read`` + ``flush(wal=False)``
-        do); False, with nothing written, if the extension does not handle this batch,
-        which must then be folded in Python."""
+    def fold(self, values: Sequence[bytes | None], facts_offset: int) -> bool:
+        """Fold ``values`` (None values left out: they are no facts) and write their
+        rows with ``facts_offset`` in one WriteBatch, without the write-ahead log (what
+        ``Staging.fold_read`` + ``flush(wal=False)`` do); False, with nothing written,
+        if the extension does not handle this batch, which must then be folded in
+        Python."""
         batch = self._store.batch()
         put, delete, families = batch.writer(_FAMILIES)
         try:

@@ -322,6 +322,8 @@ def _log(tmp_path: Path, values: list[bytes]) -> EmbeddedTransport:
 
 
 _Rows = dict[str, list[Any]]
+#: The column families a fold writes (all but ``meta``, which holds the facts offset).
+_FOLDED = ("runs", "history", "due", "claims")
 
 
 def _rows(store: PartitionStore) -> _Rows:
@@ -479,9 +481,8 @@ def test_simulated_runs_fold_to_the_same_rows(
 
 @requires_native
 def test_a_broken_value_in_a_later_run_declines_the_whole_batch(tmp_path: Path) -> None:
-    """Each run's facts are decoded when the run is folded: a value that does not decode
-    in the last run folded still declines the whole batch, with nothing written, and
-    the next batches fold as if it had never been offered."""
+    """A value that does not decode, in the run folded last, declines the whole batch,
+    with nothing written, and the next batches fold as if it had never been offered."""
     facts = _every_fact_type()
     values = [encode(fact) for fact in facts]
     last_run = list(dict.fromkeys(fact.run_id for fact in facts))[-1]  # folded last
@@ -501,3 +502,21 @@ def test_a_broken_value_in_a_later_run_declines_the_whole_batch(tmp_path: Path) 
         store.close()
     transport = _log(tmp_path, values)
     assert folded == _catch_up(transport, tmp_path / "python", [(5, False), (10**9, False)], 10**6)
+
+
+@requires_native
+def test_records_without_a_value_are_left_out(tmp_path: Path) -> None:
+    """A record without a value (a tombstone someone produced to runs.facts) is no fact:
+    the compiled fold leaves it out, as catch-up's Python fold does."""
+    values = [encode(fact) for fact in _every_fact_type()]
+    with_gaps = [None, *values[:3], None, *values[3:], None]
+    folded = {}
+    for name, batch in (("values", values), ("with gaps", with_gaps)):
+        store = PartitionStore(tmp_path / name)
+        try:
+            assert native_fold.NativeFold(store).fold(batch, facts_offset=len(batch))
+            folded[name] = {family: list(store.items(family)) for family in _FOLDED}
+        finally:
+            store.close()
+    assert folded["with gaps"] == folded["values"]
+    assert folded["values"]["runs"] and folded["values"]["history"]
