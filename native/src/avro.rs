@@ -23,15 +23,18 @@ pub struct FieldType {
     pub null_branch: Option<u8>,
 }
 
-/// A decoded field; strings and bytes borrow from the encoded value.
-#[derive(Clone, Debug)]
+/// A decoded field; strings and bytes borrow from the encoded value, and so does an
+/// array of numbers (checked when decoded, read with ``longs`` when wanted: most facts
+/// have none, and a value that owns nothing needs no dropping).
+#[derive(Clone, Copy, Debug)]
 pub enum Value<'a> {
     Null,
     Str(&'a str),
     Long(i64),
     Bytes(&'a [u8]),
     Bool(bool),
-    Longs(Vec<i64>),
+    /// An encoded array of numbers.
+    Longs(&'a [u8]),
 }
 
 #[derive(Clone, Debug)]
@@ -190,7 +193,11 @@ impl<'a> Input<'a> {
                 1 => Value::Bool(true),
                 _ => return Err("boolean byte not 0 or 1"),
             },
-            Plain::Longs => Value::Longs(self.longs()?),
+            Plain::Longs => {
+                let start = self.pos;
+                self.longs(|_| ())?;
+                Value::Longs(&self.raw[start..self.pos])
+            }
         })
     }
 
@@ -245,21 +252,32 @@ impl<'a> Input<'a> {
         utf8(self.bytes()?)
     }
 
-    fn longs(&mut self) -> Result<Vec<i64>, Fault> {
-        let mut items = Vec::new();
+    /// An array of numbers, each given to ``item``.
+    fn longs(&mut self, mut item: impl FnMut(i64)) -> Result<(), Fault> {
         loop {
             let count = self.long()?;
             if count == 0 {
-                return Ok(items);
+                return Ok(());
             }
             if count < 0 {
                 self.long()?; // a negative count is followed by the block's size
             }
             for _ in 0..count.unsigned_abs() {
-                items.push(self.long()?);
+                item(self.long()?);
             }
         }
     }
+}
+
+/// The numbers of an encoded array that decoded as ``Value::Longs``.
+pub fn longs(encoded: &[u8]) -> Result<Vec<i64>, Error> {
+    let mut items = Vec::new();
+    Input {
+        raw: encoded,
+        pos: 0,
+    }
+    .longs(|number| items.push(number))?;
+    Ok(items)
 }
 
 fn zigzag(encoded: u64) -> i64 {

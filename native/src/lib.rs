@@ -113,6 +113,27 @@ struct Kernel {
     carried: FxHashMap<String, Box<RunState>>,
     /// The rows of the batch being folded (kept for the next batch's).
     rows: Rows,
+    /// The allocation of a batch's decoded facts, empty between batches.
+    spare: Spare,
+}
+
+/// Buffers a batch fills and empties, kept with their capacity for the next batch (a
+/// fresh allocation of this size costs page faults every batch).
+#[derive(Default)]
+struct Spare {
+    decoded: Vec<Value<'static>>,
+}
+
+/// An empty Vec of ``U`` in the allocation of ``buffer`` (left empty) when ``T`` and
+/// ``U`` have the same layout, as a value type and the same type borrowing for another
+/// lifetime do: the standard library collects a mapped ``IntoIter`` in place.
+fn reuse<T, U>(buffer: &mut Vec<T>) -> Vec<U> {
+    let mut taken = std::mem::take(buffer);
+    taken.clear();
+    taken
+        .into_iter()
+        .map(|_| unreachable!("the vector is empty"))
+        .collect()
 }
 
 #[pymethods]
@@ -158,6 +179,7 @@ impl Kernel {
             schemas: parsed,
             carried: FxHashMap::default(),
             rows: Rows::default(),
+            spare: Spare::default(),
         })
     }
 
@@ -261,9 +283,9 @@ impl Kernel {
             heads: &heads,
             runs: &runs,
         };
-        let (carried, rows) = (&mut self.carried, &mut self.rows);
+        let (carried, rows, spare) = (&mut self.carried, &mut self.rows, &mut self.spare);
         rows.clear();
-        py.allow_threads(|| fold_runs(&batch, carried, stored, rows))
+        py.allow_threads(|| fold_runs(&batch, carried, stored, rows, spare))
             .map_err(invalid)
     }
 }
@@ -292,11 +314,19 @@ fn fold_runs<'a>(
     carried: &mut FxHashMap<String, Box<RunState>>,
     mut stored: FxHashMap<&'a str, Option<Box<RunState>>>,
     rows: &mut Rows,
+    spare: &mut Spare,
 ) -> Result<(), String> {
     let (starts, order) = by_run(batch.heads.iter().map(|head| head.run), batch.runs.len());
     // Every fact, decoded, in run order (the run id was read by the header pass: each
     // body is decoded from what follows it).
-    let mut decoded: Vec<Value> = Vec::with_capacity(batch.values.len() * 10);
+    let mut decoded: Vec<Value> = reuse(&mut spare.decoded);
+    decoded.reserve(
+        batch
+            .heads
+            .iter()
+            .map(|head| head.schema.record.fields.len())
+            .sum(),
+    );
     for &index in &order {
         let head = &batch.heads[index];
         decoded.push(Value::Str(
@@ -376,6 +406,8 @@ fn fold_runs<'a>(
         }
     }
     *carried = folded;
+    drop(facts);
+    spare.decoded = reuse(&mut decoded);
     Ok(())
 }
 

@@ -7,7 +7,7 @@ use std::cell::Cell;
 use indexmap::IndexMap;
 use rustc_hash::FxHashMap;
 
-use crate::avro::{RecordSchema, Value};
+use crate::avro::{self, RecordSchema, Value};
 use crate::state::{Interaction, RecordedResolution, RunState, UnknownAttempt, B64};
 
 pub type Error = String;
@@ -186,7 +186,7 @@ impl<'a> Fact<'a> {
 
     fn longs(&self, name: &str) -> Result<Vec<i64>, Error> {
         match self.get(name)? {
-            Value::Longs(items) => Ok(items.clone()),
+            Value::Longs(encoded) => avro::longs(encoded),
             _ => Err(format!("{name} is not a list of numbers")),
         }
     }
