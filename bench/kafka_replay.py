@@ -137,8 +137,8 @@ def replicate(
 
 def bare_consume(bootstrap: str, topic: str) -> tuple[int, int, float, float]:
     """(a) Every record of every partition, touching each value, with the collector
-    paused while it consumes and touches a batch, as the reader replay uses does
-    (``KafkaReader._fetch``): both read the same way.
+    paused from each consume until its messages are freed, as the reader replay uses
+    does (``KafkaReader._next``): both read the same way.
 
     (count, bytes, wall seconds, CPU seconds).
     """
@@ -154,10 +154,6 @@ def bare_consume(bootstrap: str, topic: str) -> tuple[int, int, float, float]:
     while len(ended) < PARTITIONS:
         with gc_paused():
             messages = consumer.consume(10_000, 0)
-        if not messages:
-            first = consumer.poll(1.0)
-            messages = [] if first is None else [first]
-        with gc_paused():
             for msg in messages:
                 err = msg.error()
                 if err is None:
@@ -165,6 +161,15 @@ def bare_consume(bootstrap: str, topic: str) -> tuple[int, int, float, float]:
                     count += 1
                 elif err.code() == eof:
                     ended.add(msg.partition())
+            waiting = not messages
+            del messages
+        if waiting and (first := consumer.poll(1.0)) is not None:
+            err = first.error()
+            if err is None:
+                size += len(first.value())
+                count += 1
+            elif err.code() == eof:
+                ended.add(first.partition())
     seconds = time.perf_counter() - started
     cpu = machine_cpu_seconds() - cpu
     consumer.close()

@@ -209,9 +209,7 @@ class KafkaReader(Closeable):
             while True:
                 if self._generation != generation:
                     raise TransportError(f"read of {tp.topic}[{tp.partition}] was superseded")
-                messages = self._fetch(tp, batch_size)
-                with gc_paused():
-                    batch, done = convert(messages, tp, stop)
+                batch, done = self._next(tp, stop, batch_size, convert)
                 if batch is not None:
                     yield batch
                 if done:
@@ -227,31 +225,46 @@ class KafkaReader(Closeable):
         except KafkaException as exc:
             logger.warning("reader: unassign failed: %s", exc)
 
-    def _fetch(self, tp: TopicPartition, batch_size: int) -> list[Message]:
-        """What is queued (up to ``batch_size``), else the first message or event to arrive.
+    def _next(
+        self, tp: TopicPartition, stop: int, batch_size: int, convert: _Converter[B]
+    ) -> tuple[B | None, bool]:
+        """The next batch: what is queued (up to ``batch_size``), else the first message
+        or event to arrive and what is queued after it; and whether the read is done.
 
-        ``consume(n, timeout)`` waits for all ``n`` messages even after the EOF
-        event; so drain without waiting, and block in ``poll`` only when empty.
+        ``consume(n, timeout)`` waits for all ``n`` messages even after the EOF event,
+        so it drains without waiting, and only ``poll`` blocks (with the collector
+        running). The collector is paused from the consume until its messages are
+        freed again: collections their allocation would trigger meanwhile walk tens
+        of thousands of them, and they hold no reference cycles.
         """
         consumer = self._consumer
         try:
             with gc_paused():
                 messages = consumer.consume(batch_size, 0)
-            if messages:
-                return messages
-            deadline = time.monotonic() + _STALL_TIMEOUT_S
-            while (first := consumer.poll(_WAIT_STEP_S)) is None:
-                if time.monotonic() >= deadline:
-                    raise TransportError(
-                        f"read {tp.topic}[{tp.partition}]: nothing received for "
-                        f"{_STALL_TIMEOUT_S:.0f}s"
-                    )
-            if batch_size == 1:
-                return [first]
+                converted = convert(messages, tp, stop) if messages else None
+                del messages
+            if converted is not None:
+                return converted
+            first = self._first(tp)
             with gc_paused():
-                return [first, *consumer.consume(batch_size - 1, 0)]
+                messages = [first]
+                if batch_size > 1:
+                    messages += consumer.consume(batch_size - 1, 0)
+                converted = convert(messages, tp, stop)
+                del messages
+            return converted
         except KafkaException as exc:
             raise translate(f"read {tp.topic}[{tp.partition}]", exc) from exc
+
+    def _first(self, tp: TopicPartition) -> Message:
+        """The first message or event to arrive (waiting up to the stall timeout)."""
+        deadline = time.monotonic() + _STALL_TIMEOUT_S
+        while (first := self._consumer.poll(_WAIT_STEP_S)) is None:
+            if time.monotonic() >= deadline:
+                raise TransportError(
+                    f"read {tp.topic}[{tp.partition}]: nothing received for {_STALL_TIMEOUT_S:.0f}s"
+                )
+        return first
 
     def _convert(
         self, messages: list[Message], tp: TopicPartition, stop: int
