@@ -8,6 +8,7 @@ mod avro;
 mod json;
 mod reduce;
 mod rows;
+mod seen;
 mod state;
 
 use indexmap::IndexMap;
@@ -19,6 +20,7 @@ use std::ops::Range;
 
 use avro::{FieldType, Plain, RecordSchema, Value};
 use reduce::{Fact, FactSchema, Kind, Schemas, HEADER};
+use seen::Seen;
 use state::RunState;
 
 /// The fold allocates and frees a run's strings and bytes by the thousand per batch;
@@ -115,6 +117,9 @@ struct Kernel {
     rows: Rows,
     /// The allocation of a batch's decoded facts, empty between batches.
     spare: Spare,
+    /// The runs written since the store was empty (None: it was not, or it was
+    /// written by someone else since): the others need no lookup.
+    seen: Option<Seen>,
 }
 
 /// Buffers a batch fills and empties, kept with their capacity for the next batch (a
@@ -139,8 +144,11 @@ fn reuse<T, U>(buffer: &mut Vec<T>) -> Vec<U> {
 #[pymethods]
 impl Kernel {
     /// ``schemas``: (8-byte fingerprint, declared schema JSON) of each current fact schema.
+    /// ``empty_store``: the store holds no run yet (so a run this kernel has not
+    /// written is new, with no lookup), until ``reset``.
     #[new]
-    fn new(schemas: Vec<(Vec<u8>, String)>) -> PyResult<Self> {
+    #[pyo3(signature = (schemas, empty_store = false))]
+    fn new(schemas: Vec<(Vec<u8>, String)>, empty_store: bool) -> PyResult<Self> {
         let mut parsed = Schemas::default();
         for (fingerprint, declared) in schemas {
             let fingerprint: [u8; 8] = fingerprint
@@ -180,12 +188,14 @@ impl Kernel {
             carried: FxHashMap::default(),
             rows: Rows::default(),
             spare: Spare::default(),
+            seen: empty_store.then(Seen::new),
         })
     }
 
     /// Forget the carried runs (after a batch folded elsewhere changed the store).
     fn reset(&mut self) {
         self.carried.clear();
+        self.seen = None;
     }
 
     /// Fold a batch of encoded facts (None values, which are no facts, left out) and
@@ -251,10 +261,12 @@ impl Kernel {
                 after_run_id,
             });
         }
+        let seen = self.seen.as_ref();
         let missing: Vec<&str> = runs
             .keys()
             .copied()
             .filter(|run_id| !self.carried.contains_key(*run_id))
+            .filter(|run_id| seen.is_none_or(|seen| seen.may_contain(run_id)))
             .collect();
         let mut stored: FxHashMap<&str, Option<Box<RunState>>> = FxHashMap::default();
         stored.reserve(missing.len());
@@ -286,7 +298,11 @@ impl Kernel {
         let (carried, rows, spare) = (&mut self.carried, &mut self.rows, &mut self.spare);
         rows.clear();
         py.allow_threads(|| fold_runs(&batch, carried, stored, rows, spare))
-            .map_err(invalid)
+            .map_err(invalid)?;
+        if let Some(seen) = self.seen.as_mut() {
+            runs.keys().for_each(|run_id| seen.insert(run_id));
+        }
+        Ok(())
     }
 }
 

@@ -86,7 +86,9 @@ class NativeFold:
     def __init__(self, store: PartitionStore) -> None:
         if _EXTENSION is None:
             raise RuntimeError("processor_native is not installed")
-        self._kernel: _Kernel = _EXTENSION.Kernel(_fact_schemas())
+        # A store without runs (a replay's, a lost store's): the kernel then knows the
+        # runs it has not written are new, and looks none of them up.
+        self._kernel: _Kernel = _EXTENSION.Kernel(_fact_schemas(), store.holds_no_runs())
         self._store = store
         #: Runs that began in the batches folded here (not in the store before).
         self.runs_started = 0

@@ -149,6 +149,12 @@ class PartitionStore:
         """The fact keys in the run's journal (for conditional append)."""
         return {fact_key for chunk in self._chunks(run_id) for fact_key in chunk_fact_keys(chunk)}
 
+    def holds_no_runs(self) -> bool:
+        """Whether no run has been written here yet."""
+        it = self._cf["runs"].iter()
+        it.seek_to_first()
+        return not it.valid()
+
     def facts_offset(self) -> int:
         raw = self._cf["meta"].get(_FACTS_OFFSET)
         return 0 if raw is None else int.from_bytes(raw, "big")

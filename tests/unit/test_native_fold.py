@@ -9,6 +9,7 @@ declined every batch would pass the comparison by falling back to Python).
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 from pathlib import Path
@@ -50,7 +51,7 @@ from processor.facts.models import (
     TerminalPublicationPrepared,
 )
 from processor.restore import catch_up
-from processor.store import native_fold
+from processor.store import keys, native_fold
 from processor.store.rocks import COLUMN_FAMILIES, PartitionStore
 from processor.transport.base import Outbound, TopicPartition, TopicSpec
 from processor.transport.embedded import EmbeddedTransport
@@ -520,3 +521,56 @@ def test_records_without_a_value_are_left_out(tmp_path: Path) -> None:
             store.close()
     assert folded["with gaps"] == folded["values"]
     assert folded["values"]["runs"] and folded["values"]["history"]
+
+
+@requires_native
+def test_into_an_empty_store_it_looks_up_only_runs_it_has_written(tmp_path: Path) -> None:
+    """A replay rebuilds into empty stores, where a run the compiled fold has not
+    written yet is new: it looks up only runs it wrote in an earlier batch and no longer
+    carries. Into a store that holds runs, it looks up every run it does not carry."""
+    # Each run's facts in batches of 3, the runs' batches taken in turn: a run is
+    # missing from the batch after each of its own.
+    by_run: dict[str, list[bytes]] = {}
+    for fact in _every_fact_type():
+        by_run.setdefault(fact.run_id, []).append(encode(fact))
+    chunks = [[facts[at : at + 3] for at in range(0, len(facts), 3)] for facts in by_run.values()]
+    batches = [chunk for turn in itertools.zip_longest(*chunks) for chunk in turn if chunk]
+    runs_of = [{decode_fact(value).run_id for value in batch} for batch in batches]
+    requested: dict[str, list[set[str]]] = {}
+    other = RunSubmitted(
+        **_Header("run-other")("submitted"),
+        pipeline="p",
+        pipeline_version=1,
+        input=b"",
+        submitted_ms=1,
+    )
+    for name, prior in (("empty", []), ("holding a run", [encode(other)])):
+        store = PartitionStore(tmp_path / name)
+        asked: list[set[str]] = []
+
+        def load(
+            run_keys: list[bytes], store: PartitionStore = store, asked: list[set[str]] = asked
+        ) -> list[bytes | None]:
+            asked[-1] |= {keys.decode_string_key(key) for key in run_keys}
+            return PartitionStore.raw_runs_at(store, run_keys)
+
+        try:
+            if prior:
+                assert native_fold.NativeFold(store).fold(prior, facts_offset=0)
+            store.raw_runs_at = load  # type: ignore[method-assign]
+            fold = native_fold.NativeFold(store)
+            for batch in batches:
+                asked.append(set())
+                assert fold.fold(batch, facts_offset=0)
+        finally:
+            store.close()
+        requested[name] = asked
+    written: set[str] = set()
+    for runs, asked in zip(runs_of, requested["empty"], strict=True):
+        assert asked <= written  # never a run new to the store
+        written |= runs
+    assert any(requested["empty"])  # a run came back after a batch without it
+    new_each_batch = [runs - set().union(*runs_of[:i]) for i, runs in enumerate(runs_of)]
+    assert all(
+        new <= asked for new, asked in zip(new_each_batch, requested["holding a run"], strict=True)
+    )
