@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from _support import command_line, digest, machine_cpu_seconds
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from kafka_support import (
     broker_pid,
@@ -73,6 +73,7 @@ from processor.transport.kafka import PRODUCER_CONFIG
 from processor.transport.kafka_reader import READER_CONFIG
 
 PARTITIONS = 4
+_EOF = KafkaError._PARTITION_EOF
 _COPY_NAMESPACE = uuid.UUID("6c1f5d2e-8a4b-4e3c-9d7f-1b2a3c4d5e6f")
 
 
@@ -150,30 +151,30 @@ def bare_consume(bootstrap: str, topic: str) -> tuple[int, int, float, float]:
     consumer.assign([KafkaTopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     count = size = 0
     ended: set[int] = set()
-    eof = KafkaError._PARTITION_EOF
     while len(ended) < PARTITIONS:
         with gc_paused():
             messages = consumer.consume(10_000, 0)
-            for msg in messages:
-                err = msg.error()
-                if err is None:
-                    size += len(msg.value())
-                    count += 1
-                elif err.code() == eof:
-                    ended.add(msg.partition())
             waiting = not messages
+            count, size = _touch(messages, count, size, ended)
             del messages
         if waiting and (first := consumer.poll(1.0)) is not None:
-            err = first.error()
-            if err is None:
-                size += len(first.value())
-                count += 1
-            elif err.code() == eof:
-                ended.add(first.partition())
+            count, size = _touch([first], count, size, ended)
     seconds = time.perf_counter() - started
     cpu = machine_cpu_seconds() - cpu
     consumer.close()
     return count, size, seconds, cpu
+
+
+def _touch(messages: list[Message], count: int, size: int, ended: set[int]) -> tuple[int, int]:
+    """Count and measure the records of ``messages``; add the partitions that ended."""
+    for msg in messages:
+        err = msg.error()
+        if err is None:
+            size += len(msg.value())
+            count += 1
+        elif err.code() == _EOF:
+            ended.add(msg.partition())
+    return count, size
 
 
 def supports_processes() -> bool:
