@@ -237,24 +237,32 @@ class KafkaReader(Closeable):
         freed again: collections their allocation would trigger meanwhile walk tens
         of thousands of them, and they hold no reference cycles.
         """
-        consumer = self._consumer
         try:
-            with gc_paused():
-                messages = consumer.consume(batch_size, 0)
-                converted = convert(messages, tp, stop) if messages else None
-                del messages
-            if converted is not None:
-                return converted
-            first = self._first(tp)
-            with gc_paused():
-                messages = [first]
-                if batch_size > 1:
-                    messages += consumer.consume(batch_size - 1, 0)
-                converted = convert(messages, tp, stop)
-                del messages
+            converted = self._drain(None, tp, stop, batch_size, convert)
+            while converted is None:  # nothing queued: wait for the first to arrive
+                converted = self._drain(self._first(tp), tp, stop, batch_size, convert)
             return converted
         except KafkaException as exc:
             raise translate(f"read {tp.topic}[{tp.partition}]", exc) from exc
+
+    def _drain(
+        self,
+        first: Message | None,
+        tp: TopicPartition,
+        stop: int,
+        batch_size: int,
+        convert: _Converter[B],
+    ) -> tuple[B | None, bool] | None:
+        """``first`` (if given) and what is queued after it, up to ``batch_size`` in all,
+        converted with the collector paused until those messages are freed (the list is
+        built here, so nothing else holds it); None if there were none."""
+        with gc_paused():
+            messages = [] if first is None else [first]
+            if len(messages) < batch_size:
+                messages += self._consumer.consume(batch_size - len(messages), 0)
+            converted = convert(messages, tp, stop) if messages else None
+            del messages
+        return converted
 
     def _first(self, tp: TopicPartition) -> Message:
         """The first message or event to arrive (waiting up to the stall timeout)."""
