@@ -115,18 +115,12 @@ struct Kernel {
     carried: FxHashMap<String, Box<RunState>>,
     /// The rows of the batch being folded (kept for the next batch's).
     rows: Rows,
-    /// The allocation of a batch's decoded facts, empty between batches.
-    spare: Spare,
+    /// The allocation of a batch's decoded facts, empty between batches, kept with its
+    /// capacity for the next batch (a fresh one of this size costs page faults).
+    decoded: Vec<Value<'static>>,
     /// The runs written since the store was empty (None: it was not, or it was
     /// written by someone else since): the others need no lookup.
     seen: Option<Seen>,
-}
-
-/// Buffers a batch fills and empties, kept with their capacity for the next batch (a
-/// fresh allocation of this size costs page faults every batch).
-#[derive(Default)]
-struct Spare {
-    decoded: Vec<Value<'static>>,
 }
 
 /// An empty Vec of ``U`` in the allocation of ``buffer`` (left empty) when ``T`` and
@@ -187,7 +181,7 @@ impl Kernel {
             schemas: parsed,
             carried: FxHashMap::default(),
             rows: Rows::default(),
-            spare: Spare::default(),
+            decoded: Vec::new(),
             seen: empty_store.then(Seen::new),
         })
     }
@@ -199,12 +193,12 @@ impl Kernel {
     }
 
     /// Fold a batch of encoded facts (None values, which are no facts, left out) and
-    /// put its rows with ``put(key, value, family)``
-    /// and ``delete(key, family)`` (a WriteBatch's methods); return how many runs
-    /// began in it. ``families`` are the history, runs, due and claims column
-    /// families. ``load(run_keys)`` answers the stored JSON (or None) of the runs not
-    /// carried, by their keys. Raises ValueError before writing anything, and forgets
-    /// the carried runs, for any value or stored run not handled exactly here.
+    /// put its rows with ``put(key, value, family)`` and ``delete(key, family)`` (a
+    /// WriteBatch's methods); return how many runs began in it. ``families`` are the
+    /// history, runs, due and claims column families. ``load(run_keys)`` answers the
+    /// stored JSON (or None) of the runs not carried, by their keys. Raises ValueError
+    /// before writing anything, and forgets the carried runs, for any value or stored
+    /// run not handled exactly here.
     fn fold_into(
         &mut self,
         py: Python<'_>,
@@ -243,6 +237,7 @@ impl Kernel {
         Ok(rows.started)
     }
 }
+
 impl Kernel {
     /// Group the batch by run and load the runs not carried (with the GIL), then fold
     /// every run without it (``fold_runs`` touches no Python object), so other threads
@@ -295,9 +290,9 @@ impl Kernel {
             heads: &heads,
             runs: &runs,
         };
-        let (carried, rows, spare) = (&mut self.carried, &mut self.rows, &mut self.spare);
+        let (carried, rows, decoded) = (&mut self.carried, &mut self.rows, &mut self.decoded);
         rows.clear();
-        py.allow_threads(|| fold_runs(&batch, carried, stored, rows, spare))
+        py.allow_threads(|| fold_runs(&batch, carried, stored, rows, decoded))
             .map_err(invalid)?;
         if let Some(seen) = self.seen.as_mut() {
             runs.keys().for_each(|run_id| seen.insert(run_id));
@@ -330,12 +325,12 @@ fn fold_runs<'a>(
     carried: &mut FxHashMap<String, Box<RunState>>,
     mut stored: FxHashMap<&'a str, Option<Box<RunState>>>,
     rows: &mut Rows,
-    spare: &mut Spare,
+    spare_decoded: &mut Vec<Value<'static>>,
 ) -> Result<(), String> {
     let (starts, order) = by_run(batch.heads.iter().map(|head| head.run), batch.runs.len());
     // Every fact, decoded, in run order (the run id was read by the header pass: each
     // body is decoded from what follows it).
-    let mut decoded: Vec<Value> = reuse(&mut spare.decoded);
+    let mut decoded: Vec<Value> = reuse(spare_decoded);
     decoded.reserve(
         batch
             .heads
@@ -343,14 +338,17 @@ fn fold_runs<'a>(
             .map(|head| head.schema.record.fields.len())
             .sum(),
     );
-    for &index in &order {
-        let head = &batch.heads[index];
-        decoded.push(Value::Str(
-            batch.runs.get_index(head.run).map_or("", |(id, _)| *id),
-        ));
-        head.schema
-            .record
-            .decode_from(batch.values[index], head.after_run_id, 1, &mut decoded)?;
+    for (run, run_id) in batch.runs.keys().enumerate() {
+        for &index in &order[starts[run]..starts[run + 1]] {
+            let head = &batch.heads[index];
+            decoded.push(Value::Str(run_id));
+            head.schema.record.decode_from(
+                batch.values[index],
+                head.after_run_id,
+                1,
+                &mut decoded,
+            )?;
+        }
     }
     let mut facts = Vec::with_capacity(order.len());
     let mut at = 0;
@@ -423,7 +421,7 @@ fn fold_runs<'a>(
     }
     *carried = folded;
     drop(facts);
-    spare.decoded = reuse(&mut decoded);
+    *spare_decoded = reuse(&mut decoded);
     Ok(())
 }
 

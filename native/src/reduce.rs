@@ -2,8 +2,6 @@
 //! reducers are the reference: tests fold the same facts both ways and compare
 //! every row.
 
-use std::cell::Cell;
-
 use indexmap::IndexMap;
 use rustc_hash::FxHashMap;
 
@@ -94,8 +92,6 @@ pub struct Fact<'a> {
     pub kind: Kind,
     record: &'a RecordSchema,
     values: &'a [Value<'a>],
-    /// Where ``get`` starts looking.
-    next: Cell<usize>,
 }
 
 /// Every fact schema begins with these fields, in this order (``FactHeader``).
@@ -118,26 +114,15 @@ impl<'a> Fact<'a> {
             kind: schema.kind,
             record: &schema.record,
             values,
-            next: Cell::new(HEADER.len()),
         })
     }
 
-    /// The value of field ``name`` (after the header). The reducers mostly read fields
-    /// in declaration order, so the search starts after the field read last.
     fn get(&self, name: &str) -> Result<&Value<'a>, Error> {
-        let fields = &self.record.fields;
-        let mut index = self.next.get();
-        for _ in HEADER.len()..fields.len() {
-            if index >= fields.len() {
-                index = HEADER.len();
-            }
-            if fields[index].0 == name {
-                self.next.set(index + 1);
-                return Ok(&self.values[index]);
-            }
-            index += 1;
-        }
-        Err(format!("{} has no field {name}", self.record.name))
+        self.record.fields[HEADER.len()..]
+            .iter()
+            .position(|(field, _)| field == name)
+            .map(|index| &self.values[HEADER.len() + index])
+            .ok_or_else(|| format!("{} has no field {name}", self.record.name))
     }
 
     fn string(&self, name: &str) -> Result<String, Error> {

@@ -324,7 +324,7 @@ def _log(tmp_path: Path, values: list[bytes]) -> EmbeddedTransport:
 
 _Rows = dict[str, list[Any]]
 #: The column families a fold writes (all but ``meta``, which holds the facts offset).
-_FOLDED = ("runs", "history", "due", "claims")
+_FOLDED = tuple(family for family in COLUMN_FAMILIES if family != "meta")
 
 
 def _rows(store: PartitionStore) -> _Rows:
