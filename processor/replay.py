@@ -17,6 +17,7 @@ from itertools import zip_longest
 from pathlib import Path
 
 from processor.facts.topics import TopicName
+from processor.malloc_tuning import keep_freed_memory
 from processor.restore_parallel import catch_up_partitions, worker_count
 from processor.store.native_fold import native_fold_available
 from processor.store.rocks import (
@@ -86,6 +87,7 @@ def replay(
     fold when it is installed (``store/native_fold.py``).
     """
     report = ReplayReport(compiled_fold=native_fold and native_fold_available())
+    keep_freed_memory()  # a replay is a bulk load: see ``malloc_tuning``
     facts_topic = topology.name(TopicName.FACTS)
     reader = transport.reader()
     scratch = target_dir is None

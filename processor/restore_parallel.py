@@ -26,6 +26,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from multiprocessing.synchronize import Event as ProcessEvent
 from pathlib import Path
 
+from processor.malloc_tuning import keep_freed_memory
 from processor.restore import CaughtUp, catch_up
 from processor.store.rocks import open_store, store_path
 from processor.transport.base import Reader, TopicPartition, Transport
@@ -209,7 +210,9 @@ class _PoolFeeder(threading.Thread):
 
 
 def _started(up: ProcessEvent) -> None:
-    """A pool process's first act: say it is up (``_PoolFeeder.wait_started``)."""
+    """A pool process's first act: say it is up (``_PoolFeeder.wait_started``), and
+    keep the memory it frees (``malloc_tuning``): it ends when the pool does."""
+    keep_freed_memory()
     up.set()
 
 
