@@ -85,6 +85,10 @@ def replay(
     ``None`` picks: one per CPU for ``PARALLEL_MIN_FACTS`` facts or more, else 1
     (``restore_parallel.worker_count``). ``native_fold``: fold with the compiled
     fold when it is installed (``store/native_fold.py``).
+
+    The calling process keeps the memory it frees from then on (``malloc_tuning``),
+    as the catch-up pool's processes do: call it from a process that ends with the
+    replay or does not mind its RSS staying at its peak (the CLI, the demo).
     """
     report = ReplayReport(compiled_fold=native_fold and native_fold_available())
     keep_freed_memory()  # a replay is a bulk load: see ``malloc_tuning``
