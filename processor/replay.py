@@ -80,8 +80,8 @@ def replay(
     With ``verify``, each partition is rebuilt up to exactly the offset the live
     store has applied, then every column family is compared row by row.
     With ``processes > 1``, up to that many partitions are rebuilt at once, each
-    in a process of its own (progress then advances a partition at a time); a
-    transport that cannot be sent to another process is rebuilt here, in turn.
+    in a process of its own (the pool's progress is passed on every half second);
+    a transport that cannot be sent to another process is rebuilt here, in turn.
     ``None`` picks: one per CPU for ``PARALLEL_MIN_FACTS`` facts or more, else 1
     (``restore_parallel.worker_count``). ``native_fold``: fold with the compiled
     fold when it is installed (``store/native_fold.py``).

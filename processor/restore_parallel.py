@@ -7,14 +7,16 @@ Replay uses it for every rebuild it is asked for, and the processor for a big
 restore on assignment (a lost store, or an instance taking partitions over).
 
 The calling process catches partitions up too, from the front of the list, while
-the pool takes them from the back. Each pool process opens its own reader from the
-pickled transport, and the store directory itself; the caller must not hold those
-stores open meanwhile.
+the pool's processes take them from the back (the list is in shared memory). Each
+process catches its partitions up in turn with one reader, and starts the next
+partition's read before it persists the last one's store, so that the first fetch
+arrives meanwhile. Each pool process opens its reader from the pickled transport,
+and the store directories itself; the caller must not hold those stores open
+meanwhile.
 """
 
 from __future__ import annotations
 
-import collections
 import functools
 import logging
 import multiprocessing
@@ -22,12 +24,14 @@ import os
 import pickle
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event as ProcessEvent
 from pathlib import Path
+from typing import NamedTuple
 
 from processor.malloc_tuning import keep_freed_memory
-from processor.restore import CaughtUp, catch_up
+from processor.restore import CaughtUp, PartitionCatchUp
 from processor.store.rocks import open_store, store_path
 from processor.transport.base import Reader, TopicPartition, Transport
 
@@ -82,66 +86,124 @@ def catch_up_partitions(
     Returns what was folded per partition (facts, runs begun) and the number of
     processes used. With one process (or a transport that cannot be sent to another
     process) ``reader`` catches the partitions up here, in turn; otherwise this
-    process and a pool of ``processes - 1`` share them, and progress advances a
-    partition at a time for those the pool caught up. ``native``: fold with the
-    compiled fold if it is installed (``restore.catch_up``).
+    process and a pool of ``processes - 1`` share them. ``advance`` is called with
+    the facts folded, batch by batch (every ``_PROGRESS_S`` for the pool's). ``native``:
+    fold with the compiled fold if it is installed (``restore.PartitionCatchUp``).
     """
     shipped = _shippable(transport) if processes > 1 and len(ends) > 1 else None
     if shipped is None:
-        serial = {
-            partition: _catch_up(
-                reader, facts_topic, root, partition, end, advance=advance, native=native
-            )
-            for partition, end in ends.items()
-        }
+        in_order = iter(ends)
+        serial = _catch_up_in_turn(
+            reader,
+            _Job(facts_topic, root, ends, native),
+            lambda: next(in_order, None),
+            advance=advance,
+        )
         return serial, 1
     workers = min(processes, len(ends))
-    left = _Partitions(ends)
-    in_pool = functools.partial(_catch_up_in_process, shipped, facts_topic, root, native=native)
-    pool = _PoolFeeder(
-        workers - 1, _context(transport), left, catch_up_one=in_pool, ends=ends, advance=advance
-    )
+    context = _context(transport)
+    left = _Partitions(ends, context)
+    job = _Job(facts_topic, root, ends, native)
+    pool = _PoolFeeder(workers - 1, context, left, shipped=shipped, job=job, advance=advance)
     pool.start()
     pool.wait_started()
-    folded: dict[int, CaughtUp] = {}
     try:
-        while (partition := left.take(back=False)) is not None:
-            folded[partition] = _catch_up(
-                reader,
-                facts_topic,
-                root,
-                partition,
-                ends[partition],
-                advance=advance,
-                native=native,
-            )
+        folded = _catch_up_in_turn(
+            reader, job, functools.partial(left.take, back=False), advance=advance
+        )
     finally:
         left.clear()  # after a failure here, the pool starts nothing more
         pool.join()
     return {**folded, **pool.result()}, workers
 
 
-class _Partitions:
-    """The partitions no process has started: this process takes them from the
-    front, the pool from the back."""
+class _Job(NamedTuple):
+    """What every process catching up needs to know: where the facts are, where the
+    stores go, where each partition ends, and how to fold."""
 
-    def __init__(self, partitions: Iterable[int]) -> None:
-        self._left = collections.deque(partitions)
-        self._lock = threading.Lock()
+    facts_topic: str
+    root: Path
+    ends: dict[int, int]
+    native: bool
+
+
+def _catch_up_in_turn(
+    reader: Reader, job: _Job, take: Callable[[], int | None], *, advance: Progress | None
+) -> dict[int, CaughtUp]:
+    """Catch up the partitions ``take`` hands out, one after another, with ``reader``.
+
+    Each next partition's store is opened and its read started (its first fetch in
+    flight) before the last one's store is persisted and closed.
+    """
+    folded: dict[int, CaughtUp] = {}
+    upcoming = _start(reader, job, take())
+    while upcoming is not None:
+        current = upcoming
+        try:
+            folded[current.facts.partition] = current.fold(progress=advance, native=job.native)
+            upcoming = _start(reader, job, take())
+        except BaseException:
+            current.store.close()
+            raise
+        try:
+            current.persist()
+        except BaseException:
+            if upcoming is not None:
+                upcoming.store.close()
+            raise
+        finally:
+            current.store.close()
+    return folded
+
+
+def _start(reader: Reader, job: _Job, partition: int | None) -> PartitionCatchUp | None:
+    """Open the store of ``partition`` and start its read (None for no partition)."""
+    if partition is None:
+        return None
+    store = open_store(store_path(job.root, partition))
+    try:
+        return PartitionCatchUp(
+            store,
+            reader,
+            TopicPartition(job.facts_topic, partition),
+            end=job.ends[partition],
+            batch_size=BATCH_FACTS,
+        )
+    except BaseException:
+        store.close()
+        raise
+
+
+class _Partitions:
+    """The partitions no process has started, in memory shared with the pool's
+    processes: the calling process takes them from the front, the pool's from the back."""
+
+    def __init__(
+        self, partitions: Iterable[int], context: multiprocessing.context.BaseContext
+    ) -> None:
+        order = list(partitions)
+        self._order = context.Array("q", order, lock=False)
+        self._bounds = context.Array("q", [0, len(order)])  # [front, back), with a lock
 
     def take(self, *, back: bool) -> int | None:
-        with self._lock:
-            if not self._left:
+        with self._bounds.get_lock():
+            front, end = self._bounds[0], self._bounds[1]
+            if front >= end:
                 return None
-            return self._left.pop() if back else self._left.popleft()
+            if back:
+                self._bounds[1] = end - 1
+                return int(self._order[end - 1])
+            self._bounds[0] = front + 1
+            return int(self._order[front])
 
     def clear(self) -> None:
-        with self._lock:
-            self._left.clear()
+        with self._bounds.get_lock():
+            self._bounds[0] = self._bounds[1]
 
 
 class _PoolFeeder(threading.Thread):
-    """Keeps ``size`` pool processes busy with partitions taken from ``left``."""
+    """Runs ``size`` pool processes, each catching up partitions taken from ``left``
+    until none are left, and passes on their progress."""
 
     def __init__(
         self,
@@ -149,17 +211,19 @@ class _PoolFeeder(threading.Thread):
         context: multiprocessing.context.BaseContext,
         left: _Partitions,
         *,
-        catch_up_one: Callable[[int, int], CaughtUp],
-        ends: dict[int, int],
+        shipped: bytes,
+        job: _Job,
         advance: Progress | None,
     ) -> None:
         super().__init__(name="catch-up-pool", daemon=True)
         self._size, self._context, self._left = size, context, left
-        self._catch_up_one, self._ends, self._advance = catch_up_one, ends, advance
+        self._shipped, self._job, self._advance = shipped, job, advance
         self._folded: dict[int, CaughtUp] = {}
         self._error: BaseException | None = None
-        self._submitted = threading.Event()  # the first partitions went to the pool
+        self._submitted = threading.Event()  # the pool's work was handed over
         self._up = context.Event()  # a pool process has started
+        self._progress = context.Value("q", 0)  # facts the pool has folded
+        self._reported = 0
 
     def wait_started(self) -> None:
         """Let a pool process start before this process starts catching up, when the
@@ -176,31 +240,31 @@ class _PoolFeeder(threading.Thread):
                 max_workers=self._size,
                 mp_context=self._context,
                 initializer=_started,
-                initargs=(self._up,),
+                initargs=(self._up, self._left, self._progress),
             ) as pool:
-                running: dict[Future[CaughtUp], int] = {}
-                for _ in range(self._size):
-                    self._submit_next(pool, running)
+                running = {
+                    pool.submit(_catch_up_taken, self._shipped, self._job)
+                    for _ in range(self._size)
+                }
                 self._submitted.set()
                 while running:
-                    finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                    finished, running = wait(
+                        running, timeout=_PROGRESS_S, return_when=FIRST_COMPLETED
+                    )
+                    self._pass_progress_on()
                     for future in finished:
-                        partition = running.pop(future)
-                        self._folded[partition] = future.result()
-                        if self._advance is not None:
-                            self._advance(self._folded[partition].facts)
-                        self._submit_next(pool, running)
+                        self._folded.update(future.result())
         except BaseException as exc:  # re-raised by ``result`` in the calling thread
             self._left.clear()
             self._error = exc
         finally:
             self._submitted.set()
 
-    def _submit_next(self, pool: ProcessPoolExecutor, running: dict[Future[CaughtUp], int]) -> None:
-        partition = self._left.take(back=True)
-        if partition is not None:
-            future = pool.submit(self._catch_up_one, partition, self._ends[partition])
-            running[future] = partition
+    def _pass_progress_on(self) -> None:
+        folded = self._progress.value
+        if self._advance is not None and folded > self._reported:
+            self._advance(folded - self._reported)
+        self._reported = folded
 
     def result(self) -> dict[int, CaughtUp]:
         """What the pool folded per partition (after ``join``)."""
@@ -209,11 +273,49 @@ class _PoolFeeder(threading.Thread):
         return self._folded
 
 
-def _started(up: ProcessEvent) -> None:
-    """A pool process's first act: say it is up (``_PoolFeeder.wait_started``), and
-    keep the memory it frees (``malloc_tuning``): it ends when the pool does."""
+#: How often the pool's progress is passed on.
+_PROGRESS_S = 0.5
+
+
+class _Inherited:
+    """What a pool process is handed when it starts (``_started``), shared with the
+    calling process: the partitions left, and the facts the pool has folded."""
+
+    left: _Partitions | None = None
+    progress: Synchronized[int] | None = None
+
+
+_INHERITED = _Inherited()
+
+
+def _started(up: ProcessEvent, left: _Partitions, progress: Synchronized[int]) -> None:
+    """A pool process's first act: keep what it shares with the calling process, say it
+    is up (``_PoolFeeder.wait_started``), and keep the memory it frees
+    (``malloc_tuning``): it ends when the pool does."""
+    _INHERITED.left, _INHERITED.progress = left, progress
     keep_freed_memory()
     up.set()
+
+
+def _catch_up_taken(shipped: bytes, job: _Job) -> dict[int, CaughtUp]:
+    """In a pool process: catch up partitions taken from the back of the shared list,
+    in turn, with a reader of its own, until none are left."""
+    left, progress = _INHERITED.left, _INHERITED.progress
+    if left is None or progress is None:
+        raise RuntimeError("a catch-up pool process was not started by _PoolFeeder")
+
+    def advance(facts: int) -> None:
+        with progress.get_lock():
+            progress.value += facts
+
+    transport: Transport = pickle.loads(shipped)
+    reader = transport.reader()
+    try:
+        return _catch_up_in_turn(
+            reader, job, functools.partial(left.take, back=True), advance=advance
+        )
+    finally:
+        reader.close()
 
 
 def _context(transport: Transport) -> multiprocessing.context.BaseContext:
@@ -228,43 +330,6 @@ def _context(transport: Transport) -> multiprocessing.context.BaseContext:
     preload = ["__main__", __name__, type(transport).__module__, "processor.pool_preload"]
     context.set_forkserver_preload(preload)
     return context
-
-
-def _catch_up(
-    reader: Reader,
-    facts_topic: str,
-    root: Path,
-    partition: int,
-    end: int,
-    *,
-    advance: Progress | None = None,
-    native: bool = True,
-) -> CaughtUp:
-    store = open_store(store_path(root, partition))
-    try:
-        return catch_up(
-            store,
-            reader,
-            TopicPartition(facts_topic, partition),
-            end=end,
-            batch_size=BATCH_FACTS,
-            progress=advance,
-            native=native,
-        )
-    finally:
-        store.close()
-
-
-def _catch_up_in_process(
-    shipped: bytes, facts_topic: str, root: Path, partition: int, end: int, *, native: bool
-) -> CaughtUp:
-    """``_catch_up`` in a pool process, with a reader of its own."""
-    transport: Transport = pickle.loads(shipped)
-    reader = transport.reader()
-    try:
-        return _catch_up(reader, facts_topic, root, partition, end, native=native)
-    finally:
-        reader.close()
 
 
 def _shippable(transport: Transport) -> bytes | None:

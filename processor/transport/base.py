@@ -161,7 +161,12 @@ class Reader(Protocol):
     def read(
         self, tp: TopicPartition, start: int, end: int | None = None, batch_size: int = 10_000
     ) -> Iterator[list[Record]]:
-        """Yield batches from ``start`` until ``end`` (default: the end when called)."""
+        """Yield batches from ``start`` until ``end`` (default: the end when called).
+
+        A reader may start fetching when this is called (Kafka's does), so a caller
+        that reads partitions in turn can start the next read before it is done
+        with the last one's batches; starting a read ends the previous one.
+        """
         ...
 
     def read_values(

@@ -145,7 +145,7 @@ class KafkaReader(Closeable):
         """Yield non-empty batches of committed records in ``[start, end)`` in offset order.
 
         ``end`` defaults to the end of the partition (its last stable offset) when
-        ``read`` is called.
+        ``read`` is called. Fetching starts when ``read`` is called.
         """
         return self._read(tp, start, end, batch_size, self._convert)
 
@@ -172,9 +172,13 @@ class KafkaReader(Closeable):
         self._generation += 1
         if start >= stop:
             return iter(())
-        return self._batches(
-            tp, start, stop, batch_size, generation=self._generation, convert=convert
-        )
+        # Fetching starts now, not at the first batch asked for: a caller can start
+        # the next partition's read while it still writes out the last one's.
+        try:
+            self._consumer.assign([KafkaTopicPartition(tp.topic, tp.partition, start)])
+        except KafkaException as exc:
+            raise translate(f"read {tp.topic}[{tp.partition}]", exc) from exc
+        return self._batches(tp, stop, batch_size, generation=self._generation, convert=convert)
 
     def close(self) -> None:
         """Close the consumer."""
@@ -193,18 +197,12 @@ class KafkaReader(Closeable):
     def _batches(
         self,
         tp: TopicPartition,
-        start: int,
         stop: int,
         batch_size: int,
         *,
         generation: int,
         convert: _Converter[B],
     ) -> Iterator[B]:
-        consumer = self._consumer
-        try:
-            consumer.assign([KafkaTopicPartition(tp.topic, tp.partition, start)])
-        except KafkaException as exc:
-            raise translate(f"read {tp.topic}[{tp.partition}]", exc) from exc
         try:
             while True:
                 if self._generation != generation:

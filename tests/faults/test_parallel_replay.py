@@ -6,15 +6,18 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from processor.facts.models import RunSucceeded
+from processor.facts.topics import TopicName
 from processor.loop import LoopConfig, ProcessorLoop
 from processor.replay import replay
-from processor.restore_parallel import PARALLEL_MIN_FACTS, worker_count
+from processor.restore_parallel import PARALLEL_MIN_FACTS, catch_up_partitions, worker_count
 from processor.store.rocks import COLUMN_FAMILIES, PartitionStore
+from processor.transport.base import Reader, TopicPartition, ValueBatch
 from tests.apps.support import LoopHarness, wait_until
 
 RUNS = 24
@@ -76,6 +79,76 @@ def test_replay_counts_the_runs_it_rebuilt_and_those_a_target_held(
         assert (fresh.facts, fresh.runs) == (facts, RUNS)
         again = replay(*args, target_dir=target, processes=processes)
         assert (again.facts, again.runs) == (0, RUNS)
+
+
+def test_progress_counts_the_facts_every_process_folds(
+    harness: LoopHarness, tmp_path: Path
+) -> None:
+    run_ids = _all_succeed(harness)
+    deployment = harness.deployment
+    facts = sum(len(harness.facts(r)) for r in run_ids)
+    totals: list[int] = []
+    advanced: list[int] = []
+
+    def progress_total(total: int) -> Callable[[int], None]:
+        totals.append(total)
+        return advanced.append
+
+    report = replay(
+        deployment.transport,
+        deployment.topology,
+        deployment.settings.state_dir,
+        target_dir=tmp_path / "replayed",
+        progress_total=progress_total,
+        processes=2,
+    )
+    assert report.processes == 2
+    assert totals == [facts]
+    assert sum(advanced) == facts  # the pool's partitions included
+
+
+def test_the_next_read_starts_before_the_last_store_is_persisted(
+    harness: LoopHarness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Partitions caught up in turn overlap: the next one's read is started (on Kafka
+    its first fetch is then in flight) before the last store is persisted."""
+    _all_succeed(harness)
+    deployment = harness.deployment
+    facts_topic = deployment.topology.name(TopicName.FACTS)
+    events: list[str] = []
+    persist = PartitionStore.persist
+
+    def recorded_persist(store: PartitionStore) -> None:
+        events.append(f"persist {store.path.name}")
+        persist(store)
+
+    monkeypatch.setattr(PartitionStore, "persist", recorded_persist)
+    reader = _RecordingReader(deployment.transport.reader(), events)
+    partitions = range(deployment.topology.partitions)
+    ends = {p: reader.end_offset(TopicPartition(facts_topic, p)) for p in partitions}
+    assert all(ends.values())
+    try:
+        catch_up_partitions(deployment.transport, reader, facts_topic, tmp_path, ends, processes=1)
+    finally:
+        reader.close()
+    expected = ["read p0000"]
+    for p in partitions[1:]:
+        expected += [f"read p{p:04d}", f"persist p{p - 1:04d}"]
+    assert events == [*expected, f"persist p{partitions[-1]:04d}"]
+
+
+class _RecordingReader:
+    """A reader that notes each read it starts."""
+
+    def __init__(self, reader: Reader, events: list[str]) -> None:
+        self._reader, self._events = reader, events
+        self.end_offset, self.close = reader.end_offset, reader.close
+
+    def read_values(
+        self, tp: TopicPartition, start: int, end: int | None = None, batch_size: int = 10_000
+    ) -> Iterator[ValueBatch]:
+        self._events.append(f"read p{tp.partition:04d}")
+        return self._reader.read_values(tp, start, end, batch_size)
 
 
 def test_by_default_only_big_catch_ups_start_processes(monkeypatch: pytest.MonkeyPatch) -> None:
