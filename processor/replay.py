@@ -108,11 +108,13 @@ def replay(
             p: _end(reader, TopicPartition(facts_topic, p), live.get(p), verify)
             for p in range(topology.partitions)
         }
-        advance = progress_total(sum(ends.values())) if progress_total else None
-        started = time.perf_counter()
         # A target that holds stores already is caught up from where they are; their
         # runs are counted by a scan. A fresh store's runs are the runs that began.
-        resumed = {p for p in ends if stored_facts_offset(store_path(root, p)) > 0}
+        starts = {p: stored_facts_offset(store_path(root, p)) for p in ends}
+        resumed = {p for p, start in starts.items() if start > 0}
+        to_read = sum(max(0, ends[p] - starts[p]) for p in ends)
+        advance = progress_total(to_read) if progress_total else None
+        started = time.perf_counter()
         workers = worker_count(processes, sum(ends.values()), len(ends))
         folded, report.processes = catch_up_partitions(
             transport,

@@ -51,7 +51,7 @@ class PartitionCatchUp:
         end: int | None = None,
         batch_size: int = 10_000,
     ) -> None:
-        self.store, self.facts = store, facts
+        self.store, self.facts, self._end = store, facts, end
         self.start = store.facts_offset()
         nothing_to_read = end is not None and self.start >= end
         self._batches: Iterable[ValueBatch] = (
@@ -64,8 +64,12 @@ class PartitionCatchUp:
         self, *, progress: Callable[[int], None] | None = None, native: bool = True
     ) -> CaughtUp:
         """Fold every batch read into the store; return how many facts, and how many
-        runs began (so a fresh store's runs are counted without a scan)."""
+        runs began (so a fresh store's runs are counted without a scan).
+
+        ``progress`` is called with the offsets each batch moved past; with an ``end``,
+        they add up to ``end`` minus the start (transaction markers included)."""
         store = self.store
+        position = self.start
         # The only writer of ``store`` while catching up: carry each batch's runs to the next.
         staging = Staging(store, carry=True)
         compiled = NativeFold(store) if native and native_fold_available() else None
@@ -85,7 +89,10 @@ class PartitionCatchUp:
                     started_in_python += staging.flush(next_offset, wal=False)
             applied += len(values)
             if progress is not None:
-                progress(len(values))
+                progress(next_offset - position)
+            position = next_offset
+        if progress is not None and self._end is not None and position < self._end:
+            progress(self._end - position)  # past the last fact: transaction markers
         started = started_in_python + (compiled.runs_started if compiled is not None else 0)
         self._caught = CaughtUp(applied, started)
         return self._caught

@@ -87,7 +87,8 @@ def catch_up_partitions(
     processes used. With one process (or a transport that cannot be sent to another
     process) ``reader`` catches the partitions up here, in turn; otherwise this
     process and a pool of ``processes - 1`` share them. ``advance`` is called with
-    the facts folded, batch by batch (every ``_PROGRESS_S`` for the pool's). ``native``:
+    the offsets caught up, batch by batch (every ``_PROGRESS_S`` for the pool's),
+    adding up to the ends minus the stores' offsets. ``native``:
     fold with the compiled fold if it is installed (``restore.PartitionCatchUp``).
     """
     shipped = _shippable(transport) if processes > 1 and len(ends) > 1 else None
@@ -222,7 +223,7 @@ class _PoolFeeder(threading.Thread):
         self._error: BaseException | None = None
         self._submitted = threading.Event()  # the pool's work was handed over
         self._up = context.Event()  # a pool process has started
-        self._progress = context.Value("q", 0)  # facts the pool has folded
+        self._progress = context.Value("q", 0)  # offsets the pool has caught up
         self._reported = 0
 
     def wait_started(self) -> None:
@@ -261,10 +262,10 @@ class _PoolFeeder(threading.Thread):
             self._submitted.set()
 
     def _pass_progress_on(self) -> None:
-        folded = self._progress.value
-        if self._advance is not None and folded > self._reported:
-            self._advance(folded - self._reported)
-        self._reported = folded
+        caught_up = self._progress.value
+        if self._advance is not None and caught_up > self._reported:
+            self._advance(caught_up - self._reported)
+        self._reported = caught_up
 
     def result(self) -> dict[int, CaughtUp]:
         """What the pool folded per partition (after ``join``)."""
@@ -279,7 +280,7 @@ _PROGRESS_S = 0.5
 
 class _Inherited:
     """What a pool process is handed when it starts (``_started``), shared with the
-    calling process: the partitions left, and the facts the pool has folded."""
+    calling process: the partitions left, and the offsets the pool has caught up."""
 
     left: _Partitions | None = None
     progress: Synchronized[int] | None = None
@@ -304,9 +305,9 @@ def _catch_up_taken(shipped: bytes, job: _Job) -> dict[int, CaughtUp]:
     if left is None or progress is None:
         raise RuntimeError("a catch-up pool process was not started by _PoolFeeder")
 
-    def advance(facts: int) -> None:
+    def advance(offsets: int) -> None:
         with progress.get_lock():
-            progress.value += facts
+            progress.value += offsets
 
     transport: Transport = pickle.loads(shipped)
     reader = transport.reader()

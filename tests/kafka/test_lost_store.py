@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from processor.client import Client
 from processor.facts.topics import TopicName
+from processor.replay import replay
 from processor.transport.base import TopicPartition
 from processor.transport.partitioner import partition_for
 from tests.apps.support import wait_until
@@ -105,3 +107,23 @@ def test_deleted_partition_store_is_rebuilt_from_the_journal(
     # The same rebuilt by a pool of processes, each with a Kafka reader of its own.
     in_processes = assert_replay_verifies(space, processor.data_dir, "--processes", "2")
     assert (in_processes["processes"], in_processes["facts"]) == (2, report["facts"])
+
+    # In process, its progress reaches the offsets to read: transaction markers too.
+    totals: list[int] = []
+    advanced: list[int] = []
+
+    def progress_total(total: int) -> Callable[[int], None]:
+        totals.append(total)
+        return advanced.append
+
+    again = replay(
+        deployment.transport,
+        topology,
+        tmp_path / "unused",
+        target_dir=tmp_path / "replayed",
+        progress_total=progress_total,
+        processes=2,
+    )
+    assert (again.processes, again.facts) == (2, report["facts"])
+    assert totals[0] > again.facts  # every committed transaction ends with a marker
+    assert sum(advanced) == totals[0]
