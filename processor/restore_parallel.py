@@ -236,30 +236,33 @@ class _PoolFeeder(threading.Thread):
             self._up.wait(_POOL_START_S)
 
     def run(self) -> None:
+        pool: ProcessPoolExecutor | None = None
         try:
-            with ProcessPoolExecutor(
+            pool = ProcessPoolExecutor(
                 max_workers=self._size,
                 mp_context=self._context,
                 initializer=_started,
                 initargs=(self._up, self._left, self._progress),
-            ) as pool:
-                running = {
-                    pool.submit(_catch_up_taken, self._shipped, self._job)
-                    for _ in range(self._size)
-                }
-                self._submitted.set()
-                while running:
-                    finished, running = wait(
-                        running, timeout=_PROGRESS_S, return_when=FIRST_COMPLETED
-                    )
-                    self._pass_progress_on()
-                    for future in finished:
-                        self._folded.update(future.result())
+            )
+            running = {
+                pool.submit(_catch_up_taken, self._shipped, self._job) for _ in range(self._size)
+            }
+            self._submitted.set()
+            while running:
+                finished, running = wait(running, timeout=_PROGRESS_S, return_when=FIRST_COMPLETED)
+                self._pass_progress_on()
+                for future in finished:
+                    self._folded.update(future.result())
         except BaseException as exc:  # re-raised by ``result`` in the calling thread
             self._left.clear()
             self._error = exc
         finally:
             self._submitted.set()
+            if pool is not None:
+                # After a failure, wait until no pool process can hold a store open.
+                # Otherwise each task closed its stores before it returned: the
+                # processes' exit (~30 ms) need not be waited for.
+                pool.shutdown(wait=self._error is not None)
 
     def _pass_progress_on(self) -> None:
         caught_up = self._progress.value
