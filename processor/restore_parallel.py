@@ -91,20 +91,14 @@ def catch_up_partitions(
     adding up to the ends minus the stores' offsets. ``native``:
     fold with the compiled fold if it is installed (``restore.PartitionCatchUp``).
     """
+    job = _Job(facts_topic, root, ends, native)
     shipped = _shippable(transport) if processes > 1 and len(ends) > 1 else None
     if shipped is None:
         in_order = iter(ends)
-        serial = _catch_up_in_turn(
-            reader,
-            _Job(facts_topic, root, ends, native),
-            lambda: next(in_order, None),
-            advance=advance,
-        )
-        return serial, 1
+        return _catch_up_in_turn(reader, job, lambda: next(in_order, None), advance=advance), 1
     workers = min(processes, len(ends))
     context = _context(transport)
     left = _Partitions(ends, context)
-    job = _Job(facts_topic, root, ends, native)
     pool = _PoolFeeder(workers - 1, context, left, shipped=shipped, job=job, advance=advance)
     pool.start()
     pool.wait_started()
@@ -139,14 +133,10 @@ def _catch_up_in_turn(
     folded: dict[int, CaughtUp] = {}
     upcoming = _start(reader, job, take())
     while upcoming is not None:
-        current = upcoming
+        current, upcoming = upcoming, None
         try:
             folded[current.facts.partition] = current.fold(progress=advance, native=job.native)
             upcoming = _start(reader, job, take())
-        except BaseException:
-            current.store.close()
-            raise
-        try:
             current.persist()
         except BaseException:
             if upcoming is not None:
