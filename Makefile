@@ -34,6 +34,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check processor tests bench
 	$(VENV)/bin/ruff format --check processor tests bench
 	$(VENV)/bin/mypy processor
+	$(VENV)/bin/lint-imports
 	@# rustfmt and clippy come with rustup's default profile.
 	if cargo fmt --version >/dev/null 2>&1 && cargo clippy --version >/dev/null 2>&1; then \
 		cargo fmt --manifest-path native/Cargo.toml --check && \

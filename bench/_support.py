@@ -1,9 +1,9 @@
 """Shared by the embedded-log benchmarks: the demo engine, outcome collection, /proc reads.
 
-The engine is what ``processor demo`` runs (``processor.demo.run_demo``): a
-``processor.host.Host`` (processor loop + in-process worker threads) with the
+The engine is what ``processor demo`` runs (``processor.examples.demo_runner.run_demo``): a
+``processor.engine.host.Host`` (processor loop + in-process worker threads) with the
 bundled ``processor.examples.demo:app``, plus the demo's external-system
-simulator (``processor.external.Responder``) answering the pipeline's await
+simulator (``processor.clients.external.Responder``) answering the pipeline's await
 steps, when the example has them. Unlike the demo it sends no duplicate or
 forged completions.
 """
@@ -22,14 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from processor.client import Client, new_submit
+from processor.clients.client import Client, new_submit
+from processor.config.settings import Settings
+from processor.engine.host import Host
 from processor.facts.codec import codec
 from processor.facts.models import RunOutcome
 from processor.facts.topics import TopicName
-from processor.host import Deployment, Host
-from processor.settings import Settings
 from processor.store.rocks import COLUMN_FAMILIES, PartitionStore, store_path
 from processor.transport.base import Reader, TopicPartition
+from processor.transport.deployment import Deployment
 
 APP = "processor.examples.demo"
 MIB = 1024 * 1024
@@ -45,7 +46,7 @@ def command_line(argv: list[str]) -> str:
 
 
 def percentile(sorted_values: Sequence[float], fraction: float) -> float:
-    """Nearest-rank percentile of a sorted list (the rule processor.demo uses)."""
+    """Nearest-rank percentile of a sorted list (the rule processor.examples.demo_runner uses)."""
     if not sorted_values:
         return 0.0
     index = min(len(sorted_values) - 1, round(fraction * (len(sorted_values) - 1)))
@@ -97,7 +98,7 @@ def engine(data_dir: Path, workers: int, group: str | None = None) -> Iterator[E
     try:
         host.start()
         if handlers:
-            from processor.external import Responder
+            from processor.clients.external import Responder
 
             responder = Responder(deployment.transport, deployment.topology, handlers)
             responding = threading.Thread(

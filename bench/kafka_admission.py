@@ -10,7 +10,7 @@ each suspends at ``capture_payment`` (its BoundaryRequest, with the resume token
 is read from boundary.requests). Then the worker is stopped, so the processor does
 nothing but admission, and this process:
 
-1. burst: produces ``--runs`` completions at once (``processor.external.CompletionClient``,
+1. burst: produces ``--runs`` completions at once (``processor.clients.external.CompletionClient``,
    the payload ``processor.examples.demo.payments_simulator`` answers, flushed once);
 2. paced: produces ``--paced`` more at ``--paced-fraction`` of the burst rate (open
    loop).
@@ -58,8 +58,8 @@ from kafka_support import (
     unique_prefix,
 )
 
+from processor.clients.external import CompletionClient
 from processor.examples.demo import payments_simulator
-from processor.external import CompletionClient
 from processor.facts import payload
 from processor.facts.codec import codec
 from processor.facts.models import BoundaryRequest, WorkItem

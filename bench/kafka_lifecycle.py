@@ -9,13 +9,13 @@ Engine (bench/kafka_support.py ``engine``), on a fresh topic prefix:
   processor.examples.demo:app --workers 0`` (its own process, no in-process workers);
 - ONE worker process: ``python -m processor --broker kafka://... worker --app ...``;
 - the demo's payment system answering the ``payments`` await: a
-  ``processor.external.Responder`` with ``processor.examples.demo.payments_simulator``,
+  ``processor.clients.external.Responder`` with ``processor.examples.demo.payments_simulator``,
   in a third process (bench/kafka_responder.py, default) or on a thread of this one.
 
 The bundled ``orders`` pipeline: validate -> reserve_stock (fails once for one order
 in five, retried after 20 ms) -> capture_payment (await) -> invoice. After
 ``--warmup`` runs (group joins, first fetches), ``--runs`` runs are submitted at once
-(a full backlog) through ``processor.client.Client``; runs/s = runs / (first submit
+(a full backlog) through ``processor.clients.client.Client``; runs/s = runs / (first submit
 -> last RunOutcome visible on runs.results), latency = ``finished_ms - submitted_ms``
 of each RunOutcome (includes queueing behind the backlog).
 

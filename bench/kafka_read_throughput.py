@@ -30,7 +30,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 
-from processor.settings import Settings
+from processor.config.settings import Settings
 from processor.transport.base import TopicPartition, TopicSpec
 from processor.transport.kafka import PRODUCER_CONFIG, KafkaTransport
 from processor.transport.kafka_reader import READER_CONFIG

@@ -16,7 +16,7 @@ Run: ``PYTHONPATH=. python bench/kafka_replay.py --bootstrap 127.0.0.1:9092
        settings) assigned all 4 partitions, draining with ``consume(10000, 0)`` and
        blocking in ``poll`` only when empty, touching every value, until every
        partition's EOF event;
-   (b) ``processor.replay.replay`` of every partition into fresh stores, with each
+   (b) ``processor.restore.replay.replay`` of every partition into fresh stores, with each
        ``--processes`` value (1: the serial loop; N > 1: partitions rebuilt by N
        processes, if this version of replay supports it);
    the ratio is replay / bare (medians). Each side is timed like for like: the bare
@@ -67,16 +67,16 @@ from kafka_support import (
     unique_prefix,
 )
 
+from processor.config.settings import Settings
 from processor.facts.topics import TopicName
-from processor.gc_pause import gc_paused
-from processor.replay import ReplayReport, replay
-from processor.settings import Settings
+from processor.restore.replay import ReplayReport, replay
 from processor.store.native_fold import native_fold_available
-from processor.topology import Topology
 from processor.transport.base import TopicPartition
 from processor.transport.factory import open_transport
+from processor.transport.gc_pause import gc_paused
 from processor.transport.kafka import PRODUCER_CONFIG
 from processor.transport.kafka_reader import READER_CONFIG
+from processor.transport.topology import Topology
 
 PARTITIONS = 4
 _EOF = KafkaError._PARTITION_EOF
@@ -190,7 +190,7 @@ def supports_processes() -> bool:
 def replay_once(
     settings: Settings, topology: Topology, processes: int, target: Path | None
 ) -> tuple[ReplayReport, float, float]:
-    """(b) processor.replay.replay of every partition; (its report, wall seconds around
+    """(b) processor.restore.replay.replay of every partition; (its report, wall seconds around
     the call, CPU seconds of the machine around the call)."""
     if target is not None:
         shutil.rmtree(target, ignore_errors=True)

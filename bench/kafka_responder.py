@@ -3,7 +3,7 @@
 Run: ``PYTHONPATH=. PROCESSOR_RESUME_SECRET=... python bench/kafka_responder.py
 --broker kafka://127.0.0.1:9092 --topic-prefix P. [--group G]``
 
-A ``processor.external.Responder`` (what ``processor demo`` runs on a thread)
+A ``processor.clients.external.Responder`` (what ``processor demo`` runs on a thread)
 consuming ``boundary.requests`` and answering target ``payments`` with
 ``processor.examples.demo.payments_simulator`` through ``boundary.completions``,
 until SIGTERM/SIGINT. It sends no duplicate or forged completions.
@@ -15,10 +15,10 @@ import argparse
 import signal
 import threading
 
+from processor.clients.external import Responder
+from processor.config.settings import Settings
 from processor.examples.demo import payments_simulator
-from processor.external import Responder
-from processor.host import Deployment
-from processor.settings import Settings
+from processor.transport.deployment import Deployment
 
 
 def main() -> None:

@@ -9,9 +9,9 @@ validate -> reserve_stock (fails once for one order in five: a retry after 20 ms
 own process (bench/kafka_support.py ``engine``): the processor (``python -m processor
 --broker kafka://... run --app processor.examples.demo:app --workers 0``), one worker
 (``python -m processor ... worker --app ...``) and the external payment system
-(bench/kafka_responder.py: ``processor.external.Responder`` with
+(bench/kafka_responder.py: ``processor.clients.external.Responder`` with
 ``processor.examples.demo.payments_simulator``). This process submits through
-``processor.client.Client`` and reads outcomes on runs.results.
+``processor.clients.client.Client`` and reads outcomes on runs.results.
 
 Two phases after ``--warmup`` runs:
 

@@ -4,7 +4,7 @@
   ``python -m processor --broker ... run --app processor.examples.demo:app --workers 0``
   (the processor alone), ``python -m processor --broker ... worker --app ...`` (one
   worker process) and ``python bench/kafka_responder.py`` (the demo's payment system:
-  ``processor.external.Responder`` with ``processor.examples.demo.payments_simulator``).
+  ``processor.clients.external.Responder`` with ``processor.examples.demo.payments_simulator``).
   Every run uses a fresh topic prefix, consumer groups and state directory, and the
   topics are deleted at the end.
 - ``OutcomeWatcher`` consumes ``runs.results`` on a thread (read_committed) and
@@ -37,12 +37,12 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from processor.client import Client, new_submit
+from processor.clients.client import Client, new_submit
+from processor.config.settings import Settings
 from processor.facts.codec import codec
 from processor.facts.models import RunOutcome
 from processor.facts.topics import TopicName
-from processor.host import Deployment, ensure_topics
-from processor.settings import Settings
+from processor.transport.deployment import Deployment, ensure_topics
 from processor.transport.kafka import PRODUCER_CONFIG
 from processor.worker.pipeline import load_application
 
@@ -196,7 +196,7 @@ class Fleet:
 def deployment_for(settings: Settings) -> Deployment:
     """The deployment with every declared topic (and the app's output topics) created."""
     deployment = Deployment.from_settings(settings)
-    ensure_topics(deployment, load_application(APP))
+    ensure_topics(deployment, load_application(APP).output_topics)
     return deployment
 
 
@@ -537,8 +537,8 @@ def engine(
         if responder == "process":
             fleet.start("responder", responder_argv(settings), env)
         elif responder == "thread":
+            from processor.clients.external import Responder
             from processor.examples.demo import payments_simulator
-            from processor.external import Responder
 
             answering = Responder(
                 deployment.transport,

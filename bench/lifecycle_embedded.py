@@ -2,10 +2,10 @@
 
 Run: ``PYTHONPATH=. python bench/lifecycle_embedded.py [--runs 5000] [--workers 2] [--json]``
 
-Engine: what ``processor demo`` runs (see bench/_support.py): a ``processor.host.Host``
+Engine: what ``processor demo`` runs (see bench/_support.py): a ``processor.engine.host.Host``
 (processor loop + ``--workers`` in-process worker threads) with
 ``processor.examples.demo:app`` and the demo's payment simulator answering the
-await step. All runs are submitted at once through ``processor.client.Client`` (a
+await step. All runs are submitted at once through ``processor.clients.client.Client`` (a
 full backlog, as in the demo), then every ``RunOutcome`` is collected from
 ``runs.results``. Reports runs/s (first submit to last outcome), p50/p99
 submit-to-result latency (``finished_ms - submitted_ms``, which includes queueing
@@ -33,7 +33,7 @@ from typing import Any
 
 from _support import Outcomes, command_line, cpus, engine, facts_in_log, percentile, submit
 
-from processor.client import Client, new_submit
+from processor.clients.client import Client, new_submit
 from processor.facts.codec import encode
 from processor.transport.base import Outbound, TopicPartition, TopicSpec
 from processor.transport.embedded import EmbeddedTransport

@@ -2,10 +2,10 @@
 
 Run: ``PYTHONPATH=. python bench/memory_embedded.py [--runs 100000] [--chunk 5000] [--json]``
 
-A child process (this script with ``--child``) runs ``processor.host.Host``: the
+A child process (this script with ``--child``) runs ``processor.engine.host.Host``: the
 processor loop plus ``--workers`` in-process worker threads, with the bundled
 ``processor.examples.demo:app``. This parent submits runs in chunks through
-``processor.client.Client`` and keeps at most two chunks outstanding, so neither the
+``processor.clients.client.Client`` and keeps at most two chunks outstanding, so neither the
 backlog nor the client grows with the run count; it counts ``RunOutcome``s on
 ``runs.results`` without keeping them. After each completed chunk it reads the
 child's ``VmRSS`` (and peak ``VmHWM``) from ``/proc/<pid>/status``. psutil is not used.
@@ -33,9 +33,10 @@ from typing import Any
 
 from _support import MIB, Outcomes, command_line, cpus, engine, proc_status, submit
 
-from processor.client import Client
-from processor.host import Deployment, Host, ensure_topics
-from processor.settings import Settings
+from processor.clients.client import Client
+from processor.config.settings import Settings
+from processor.engine.host import Host
+from processor.transport.deployment import Deployment, ensure_topics
 
 
 def child(data_dir: Path, group: str, workers: int) -> None:

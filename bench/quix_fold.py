@@ -10,7 +10,7 @@ engine's, replicated with fresh run ids; see bench/kafka_replay.py), or the one 
 earlier ``--keep`` run with ``--reuse-prefix``. Both sides read the same topic, one
 after the other, in one process each, from offset 0 to the end.
 
-Ours, ``processor.replay.replay`` (restore's ``catch_up`` of each partition in turn),
+Ours, ``processor.restore.replay.replay`` (restore's ``catch_up`` of each partition in turn),
 with the compiled fold (``processor_native``, Rust) when it is installed, else (or
 with ``PROCESSOR_NATIVE_FOLD=false``) the Python reducers; either way: per record,
 decode the fact (``decode_facts``: Avro single-object into the pydantic
@@ -61,9 +61,9 @@ from kafka_support import (
     unique_prefix,
 )
 
+from processor.config.settings import Settings
 from processor.facts.topics import TopicName
-from processor.settings import Settings
-from processor.topology import Topology
+from processor.transport.topology import Topology
 
 
 def prepare(args: argparse.Namespace, prefix: str, root: Path, say: Any) -> None:

@@ -14,7 +14,7 @@ Run: ``PYTHONPATH=. python bench/replay_embedded.py [--facts 1000000] [--data-di
    follows whatever the engine emits today, with no hand-written fact sequences.
 2. Measures (a) a raw read: every value of runs.facts through
    ``transport.reader().read_values()`` (the leanest read of the log), touching each
-   one; (b) ``processor.replay.replay`` into fresh stores, once per ``--processes``
+   one; (b) ``processor.restore.replay.replay`` into fresh stores, once per ``--processes``
    mode (1: serial; auto: replay's default, one process per CPU for a replay this
    big). Prints facts/s of each and the ratio (b)/(a) (target >= 0.5), and the CPU
    seconds the machine spent on each (``machine_cpu_seconds``).
@@ -55,13 +55,13 @@ from _support import (
     submit,
 )
 
-from processor.client import Client
+from processor.clients.client import Client
+from processor.config.settings import Settings
 from processor.facts.topics import TopicName
-from processor.replay import ReplayReport, replay
-from processor.settings import Settings
-from processor.topology import Topology
+from processor.restore.replay import ReplayReport, replay
 from processor.transport.base import Outbound, TopicPartition
 from processor.transport.embedded import EmbeddedTransport
+from processor.transport.topology import Topology
 
 PARTITIONS = 4
 _COPY_NAMESPACE = uuid.UUID("1b0c5d3e-2f4a-4c6b-8d9e-0a1b2c3d4e5f")
@@ -146,7 +146,7 @@ def raw_read(
 def replay_once(
     transport: EmbeddedTransport, topology: Topology, target: Path | None, processes: int | None
 ) -> tuple[ReplayReport, float]:
-    """(b) processor.replay.replay of every partition into fresh stores; (report, CPU s).
+    """(b) processor.restore.replay.replay of every partition into fresh stores; (report, CPU s).
 
     CPU: the machine's (``machine_cpu_seconds``), with the replay's pool processes.
     """

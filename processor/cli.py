@@ -19,12 +19,13 @@ from typing import Annotated, Any, NoReturn
 import typer
 from pydantic import ValidationError
 
-from processor.client import Client, fact_dict, status_dict
+from processor.clients.client import Client, fact_dict, status_dict
+from processor.config.settings import Settings
+from processor.engine.host import Host
 from processor.errors import ProcessorError
 from processor.facts.codec import decode_fact
 from processor.facts.payload import InvalidPayloadError, dumps, loads
-from processor.host import Deployment, Host, ensure_topics
-from processor.settings import Settings
+from processor.transport.deployment import Deployment, ensure_topics
 
 __all__ = ["main"]
 
@@ -301,7 +302,7 @@ def replay(
     """Rebuild projections from runs.facts into a fresh store (with --verify: compare)."""
     from tqdm import tqdm
 
-    from processor.replay import replay as run_replay
+    from processor.restore.replay import replay as run_replay
 
     options = _options(ctx, broker, data_dir)
     deployment = options.deployment()
@@ -344,9 +345,9 @@ def demo(
     data_dir: DataDirOption = None,
 ) -> None:
     """Run the bundled order pipeline end to end, then replay and verify."""
-    from processor.demo import run_demo
     from processor.examples.demo import app as demo_app
     from processor.examples.demo import payments_simulator
+    from processor.examples.demo_runner import run_demo
 
     options = _options(ctx, broker, data_dir)
     try:
@@ -473,8 +474,8 @@ def complete(
     data_dir: DataDirOption = None,
 ) -> None:
     """Complete (or --fail) an await interaction, as an external system does."""
-    from processor.admission import tokens
-    from processor.external import CompletionClient
+    from processor.clients.external import CompletionClient
+    from processor.facts import tokens
 
     if (payload_json is None) == (fail is None):
         _fail("give exactly one of --payload and --fail", json_output, code=2)
@@ -514,7 +515,7 @@ def rejected(
     data_dir: DataDirOption = None,
 ) -> None:
     """List refused input kept in admission.rejected: reason, source, time, run id."""
-    from processor.inspect import rejected_records
+    from processor.clients.rejected import rejected_records
 
     options = _options(ctx, broker, data_dir)
     rows = [r for r in rejected_records(options.deployment()) if reason in (None, r["reason"])]

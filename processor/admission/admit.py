@@ -8,9 +8,8 @@ whichever order the two are processed: it is refused, and the timeout commits.
 
 from __future__ import annotations
 
-from processor.admission import tokens
 from processor.admission.arrivals import Arrival
-from processor.facts import keys, payload
+from processor.facts import keys, payload, tokens
 from processor.facts.models import (
     BoundaryCompletionAdmitted,
     BoundaryDispatchCompleted,
@@ -19,6 +18,7 @@ from processor.facts.models import (
     SegmentSuspended,
 )
 from processor.model import control
+from processor.model.continuation import plan_continuation
 from processor.model.decide import (
     Context,
     Decision,
@@ -30,7 +30,6 @@ from processor.model.decide import (
 )
 from processor.model.pipeline_spec import PipelineSpec
 from processor.model.state import Interaction, RunState
-from processor.runtime.continuation import plan_continuation
 
 __all__ = ["admit"]
 

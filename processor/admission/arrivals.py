@@ -9,7 +9,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Literal
 
-from processor.admission import tokens
+from processor.facts import tokens
 from processor.facts.codec import codec
 from processor.facts.models import BoundaryCompletion, CheckpointHandoff
 from processor.facts.payload import InvalidPayloadError, canonical_json, derive_run_id

@@ -7,8 +7,7 @@ then go through the continuation planner, whose plan becomes facts here.
 
 from __future__ import annotations
 
-from processor.admission import tokens
-from processor.facts import keys
+from processor.facts import keys, tokens
 from processor.facts.models import (
     BoundaryDispatchCompleted,
     BoundaryInteractionDispatched,
@@ -22,16 +21,16 @@ from processor.facts.models import (
 from processor.facts.payload import canonical_json
 from processor.facts.topics import TopicName
 from processor.model import control
-from processor.model.decision import Context, FactMaker
-from processor.model.pipeline_spec import AwaitSpec, PipelineSpec
-from processor.model.transitions import finish_success, start_attempt, step_completed
-from processor.runtime.continuation import (
+from processor.model.continuation import (
     FailParent,
     Plan,
     ReleaseItemized,
     ReleaseScalar,
     plan_continuation,
 )
+from processor.model.decision import Context, FactMaker
+from processor.model.pipeline_spec import AwaitSpec, PipelineSpec
+from processor.model.transitions import finish_success, start_attempt, step_completed
 
 __all__ = ["apply_plan", "suspend", "timeout_interaction"]
 

@@ -19,7 +19,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from processor.gc_pause import gc_paused
 from processor.transport.base import (
     Closeable,
     Outbound,
@@ -37,6 +36,7 @@ from processor.transport.embedded_sqlite import (
     TopicMeta,
     initialize_log,
 )
+from processor.transport.gc_pause import gc_paused
 
 if TYPE_CHECKING:
     from processor.transport.base import (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from processor.settings import Settings
+from processor.config.settings import Settings
 from processor.transport.base import Transport
 
 __all__ = ["open_transport"]

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from processor.settings import Settings, kafka_bootstrap, librdkafka_security
+from processor.config.settings import Settings, kafka_bootstrap, librdkafka_security
 from processor.transport.kafka_admin import KafkaAdmin
 from processor.transport.kafka_consumer import KafkaGroupConsumer
 from processor.transport.kafka_producer import KafkaProducer

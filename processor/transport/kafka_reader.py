@@ -24,8 +24,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from processor.errors import TransportError
-from processor.gc_pause import gc_paused
 from processor.transport.base import Closeable, Record, TopicPartition, ValueBatch
+from processor.transport.gc_pause import gc_paused
 from processor.transport.kafka_common import RECORD_SETTERS, ErrorReporter, kafka_error, translate
 
 __all__ = ["READER_CONFIG", "KafkaReader"]

@@ -16,8 +16,8 @@ from processor.errors import FactDecodeError, TransportError
 from processor.facts.codec import codec, encode
 from processor.facts.models import Rejected, WorkItem
 from processor.facts.topics import TopicName
-from processor.topology import Topology
 from processor.transport.base import GroupConsumer, Outbound, Producer, Record, Transport
+from processor.transport.topology import Topology
 from processor.worker.executor import execute
 from processor.worker.pipeline import Application
 

@@ -12,15 +12,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from processor.client import new_submit
+from processor.clients.client import new_submit
+from processor.config.settings import Settings
+from processor.engine.loop import LoopConfig, ProcessorLoop
 from processor.facts.codec import codec, decode_fact, encode
 from processor.facts.models import AvroModel, FactHeader, Rejected, WorkItem
 from processor.facts.topics import TopicName
-from processor.host import Deployment, ensure_topics
-from processor.loop import LoopConfig, ProcessorLoop
 from processor.model.state import RunState
-from processor.settings import Settings
 from processor.transport.base import Outbound, Reader, Record, TopicPartition
+from processor.transport.deployment import Deployment, ensure_topics
 from processor.transport.partitioner import partition_for
 from processor.worker.executor import execute
 from processor.worker.pipeline import Application
@@ -304,7 +304,7 @@ class LoopHarness:
         settings = settings or Settings(data_dir=data_dir)
         self.app = app
         self.deployment = Deployment.from_settings(settings)
-        ensure_topics(self.deployment, app)
+        ensure_topics(self.deployment, app.output_topics)
         self.clock = clock or FakeClock()
         transport, topology = self.deployment.transport, self.deployment.topology
         # Scan timers whenever the fake clock moved, so due times are exact to the millisecond.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.settings import Settings
+from processor.config.settings import Settings
 from tests.apps.boundary_pipelines import app
 from tests.apps.support import LoopHarness
 

@@ -7,7 +7,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from processor.admission import tokens
+from processor.facts import tokens
 from processor.facts.models import (
     BoundaryCompletion,
     BoundaryCompletionAdmitted,
@@ -17,7 +17,7 @@ from processor.facts.models import (
     TerminalPublicationCompleted,
 )
 from processor.facts.topics import TopicName
-from processor.runtime.continuation import TIMED_OUT
+from processor.model.continuation import TIMED_OUT
 from tests.apps.boundary_pipelines import AWAIT_TIMEOUT_S, PUBLISHED_TOPIC
 from tests.apps.support import LoopHarness, TopicTail, decode_records
 from tests.control.control_support import timers_held

@@ -26,7 +26,7 @@ def _embedded(tmp_path: Path) -> Transport:
 
 
 def _kafka(tmp_path: Path) -> Transport:
-    from processor.settings import Settings
+    from processor.config.settings import Settings
     from processor.transport.kafka import KafkaTransport
     from tests.kafka_broker import kafka_bootstrap, unavailable_reason
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.settings import Settings
+from processor.config.settings import Settings
 from tests.apps.control_pipelines import app
 from tests.apps.support import FakeClock, LoopHarness
 from tests.control.control_support import Control

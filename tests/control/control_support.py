@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from processor.client import Client, new_submit
+from processor.clients.client import Client, new_submit
 from processor.facts.models import (
     BoundaryCompletion,
     BoundaryRequest,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from processor.client import status_dict
+from processor.clients.client import status_dict
 from processor.facts.models import (
     BoundaryCompletion,
     CompensationAttemptFailed,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from processor.host import Deployment
-from processor.settings import Settings
+from processor.config.settings import Settings
+from processor.transport.deployment import Deployment
 from tests.apps.support import ProcessorProcess, cli
 
 __all__ = ["CrashEnv", "crash_env"]

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from processor.client import Client, new_submit
+from processor.clients.client import Client, new_submit
+from processor.config.settings import Settings
+from processor.engine.host import Host
 from processor.facts.codec import encode
 from processor.facts.models import (
     RunOutcome,
@@ -24,9 +26,8 @@ from processor.facts.models import (
 )
 from processor.facts.payload import derive_run_id, dumps
 from processor.facts.topics import TopicName
-from processor.host import Deployment, Host
-from processor.settings import Settings
 from processor.transport.base import Outbound, Producer, Reader, Record, TopicPartition
+from processor.transport.deployment import Deployment
 from processor.transport.partitioner import partition_for
 from tests.apps.pipelines import app, expected_steps3_result
 from tests.apps.support import LoopHarness, RejectedWatch, find_produced, run_facts, wait_until

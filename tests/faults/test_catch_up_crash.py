@@ -16,7 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from processor.restore import catch_up
+from processor.restore.catch_up import catch_up
 from processor.store.rocks import PartitionStore, stored_facts_offset
 from processor.transport.base import TopicPartition
 from tests.apps.support import wait_until
@@ -37,7 +37,7 @@ def test_a_killed_catch_up_resumes_to_the_same_store(tmp_path: Path) -> None:
     child = textwrap.dedent(
         f"""
         from pathlib import Path
-        from processor.restore import catch_up
+        from processor.restore.catch_up import catch_up
         from processor.store.rocks import PartitionStore
         from processor.transport.base import TopicPartition
         from processor.transport.embedded import EmbeddedTransport

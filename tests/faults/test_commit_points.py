@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from processor.client import Client
+from processor.clients.client import Client
 from processor.facts.models import RunSubmitted, RunSucceeded, SegmentAttemptStarted
 from processor.facts.topics import TopicName
-from processor.replay import replay
+from processor.restore.replay import replay
 from processor.store.rocks import PartitionStore
 from processor.store.staging import Staging
 from processor.transport.base import TopicPartition

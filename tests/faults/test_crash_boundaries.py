@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from processor.client import Client, new_submit
-from processor.external import CompletionClient, Responder
+from processor.clients.client import Client, new_submit
+from processor.clients.external import CompletionClient, Responder
 from processor.facts.codec import codec, decode_fact, encode
 from processor.facts.models import (
     BoundaryCompletion,
@@ -33,7 +33,7 @@ from processor.facts.models import (
     RunSucceeded,
 )
 from processor.facts.topics import TopicName
-from processor.host import ensure_topics
+from processor.transport.deployment import ensure_topics
 from tests.apps.control_pipelines import (
     APPROVALS,
     expected_approval_result,

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from processor.client import Client, new_submit
+from processor.clients.client import Client, new_submit
 from processor.facts.codec import codec, decode_fact
 from processor.facts.models import (
     AttemptOutcomeUnknown,
@@ -50,7 +50,7 @@ from processor.facts.models import (
     StepCompleted,
 )
 from processor.facts.topics import TopicName
-from processor.host import Deployment, ensure_topics
+from processor.transport.deployment import Deployment, ensure_topics
 from tests.apps.control_pipelines import expected_booking_result
 from tests.apps.support import ProcessorProcess, TopicTail, read_topic, wait_until
 from tests.faults.crash_env import CrashEnv

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from processor.client import Client, new_submit
+from processor.clients.client import Client, new_submit
+from processor.config.settings import Settings
 from processor.facts.codec import codec, decode_fact
 from processor.facts.models import FactHeader, RunFailed, RunOutcome, RunSucceeded
 from processor.facts.topics import TopicName
-from processor.host import Deployment, ensure_topics
-from processor.settings import Settings
+from processor.transport.deployment import Deployment, ensure_topics
 from tests.apps.pipelines import expected_steps3_result
 from tests.apps.support import ProcessorProcess, TopicTail, cli, read_topic, wait_until
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from processor.config.settings import Settings
 from processor.facts.models import (
     BoundaryCompletion,
     BoundaryCompletionAdmitted,
@@ -25,8 +26,7 @@ from processor.facts.models import (
     FactHeader,
 )
 from processor.facts.topics import TopicName
-from processor.replay import replay
-from processor.settings import Settings
+from processor.restore.replay import replay
 from tests.apps.control_pipelines import app, expected_approval_result, expected_survey_result
 from tests.apps.support import FakeClock, LoopHarness
 from tests.control.control_support import Control

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from processor.engine.loop import LoopConfig, ProcessorLoop
 from processor.facts.models import RunSucceeded
 from processor.facts.topics import TopicName
-from processor.loop import LoopConfig, ProcessorLoop
-from processor.replay import replay
-from processor.restore_parallel import PARALLEL_MIN_FACTS, catch_up_partitions, worker_count
+from processor.restore.parallel import PARALLEL_MIN_FACTS, catch_up_partitions, worker_count
+from processor.restore.replay import replay
 from processor.store.rocks import COLUMN_FAMILIES, PartitionStore
 from processor.transport.base import Reader, TopicPartition, ValueBatch
 from tests.apps.support import LoopHarness, wait_until
@@ -178,7 +178,7 @@ def test_a_lost_store_of_several_partitions_is_restored_in_processes(
     loop = ProcessorLoop(
         deployment.transport, harness.app, deployment.topology, config, clock=harness.clock
     )
-    caplog.set_level(logging.INFO, logger="processor.loop")
+    caplog.set_level(logging.INFO, logger="processor.engine.loop")
     try:
         loop.start()
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-import processor.replay as replay_module
+import processor.restore.replay as replay_module
 from processor.facts.models import RunSucceeded
-from processor.replay import replay
+from processor.restore.replay import replay
 from tests.apps.support import LoopHarness
 
 

@@ -13,7 +13,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from processor.client import Client, new_submit
+from processor.clients.client import Client, new_submit
+from processor.config.settings import Settings
+from processor.engine.host import Host
 from processor.facts.models import (
     DeadLetter,
     FactHeader,
@@ -28,8 +30,7 @@ from processor.facts.models import (
 )
 from processor.facts.payload import dumps
 from processor.facts.topics import TopicName
-from processor.host import Deployment, Host
-from processor.settings import Settings
+from processor.transport.deployment import Deployment
 from tests.apps.pipelines import ALWAYS_FAILS_ERROR, CALLS, app, expected_steps3_result
 from tests.apps.support import (
     LoopHarness,

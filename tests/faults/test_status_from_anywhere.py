@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from processor.client import Client
+from processor.clients.client import Client
 from processor.facts.codec import decode_fact
 from processor.facts.models import RunSucceeded
 from tests.apps.support import LoopHarness

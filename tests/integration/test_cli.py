@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from processor.config.settings import Settings
 from processor.facts.topics import TopicName
-from processor.host import Deployment
-from processor.settings import Settings
 from processor.transport.base import TopicPartition
+from processor.transport.deployment import Deployment
 from tests.apps.pipelines import expected_steps3_result
 from tests.apps.support import REPO_ROOT, ProcessorProcess, cli, subprocess_env, wait_until
 

@@ -17,8 +17,8 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
+from processor.config.settings import Settings
 from processor.errors import FencedError, TransportError
-from processor.settings import Settings
 from processor.transport.base import (
     GroupConsumer,
     Outbound,

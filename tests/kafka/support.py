@@ -24,14 +24,14 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from processor.client import Client, new_submit
+from processor.clients.client import Client, new_submit
+from processor.config.settings import Settings
 from processor.facts.codec import codec, decode_fact
 from processor.facts.models import FactHeader, RunFailed, RunOutcome, RunSucceeded
 from processor.facts.topics import TopicName
-from processor.host import Deployment, ensure_topics
-from processor.settings import Settings
-from processor.topology import Topology
 from processor.transport.base import Reader
+from processor.transport.deployment import Deployment, ensure_topics
+from processor.transport.topology import Topology
 from tests.apps.pipelines import app, expected_steps3_result
 from tests.apps.support import REPO_ROOT, ProcessorProcess, TopicTail, read_topic
 
@@ -102,7 +102,7 @@ class KafkaSpace:
     def deployment(self, data_dir: Path) -> Deployment:
         """An in-process deployment in this space, its topics created (those of ``app`` too)."""
         deployment = Deployment.from_settings(self.settings(data_dir))
-        ensure_topics(deployment, app)
+        ensure_topics(deployment, app.output_topics)
         return deployment
 
     def _fields(self, data_dir: Path) -> dict[str, Any]:

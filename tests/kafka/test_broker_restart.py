@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.client import Client
+from processor.clients.client import Client
 from processor.errors import TransportError
 from processor.transport.kafka import TRANSACTION_TIMEOUT_MS
 from tests.apps.support import wait_until

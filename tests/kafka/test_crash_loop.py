@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.client import Client
+from processor.clients.client import Client
 from tests.apps.support import wait_until
 from tests.kafka.conftest import ProcessFactory
 from tests.kafka.support import (

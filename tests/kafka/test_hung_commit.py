@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaException
 
+from processor.config.settings import Settings
 from processor.errors import SessionLostError
 from processor.facts.models import RunSubmitted, RunSucceeded, SegmentAttemptStarted, WorkItem
-from processor.replay import replay
-from processor.settings import Settings
+from processor.restore.replay import replay
 from processor.transport.base import Outbound, Record, TopicPartition, TopicSpec
 from processor.transport.kafka import KafkaTransport
 from processor.transport.kafka_common import translate

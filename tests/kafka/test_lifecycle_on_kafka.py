@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from processor.client import Client, new_submit
+from processor.clients.client import Client, new_submit
+from processor.engine.host import Host
 from processor.facts.models import (
     DeadLetter,
     FactHeader,
@@ -33,7 +34,7 @@ from processor.facts.models import (
 )
 from processor.facts.payload import dumps
 from processor.facts.topics import TopicName
-from processor.host import Deployment, Host
+from processor.transport.deployment import Deployment
 from tests.apps.pipelines import ALWAYS_FAILS_ERROR, CALLS, app, expected_steps3_result
 from tests.apps.support import decode_records, read_topic, run_facts, wait_until
 from tests.kafka.support import FactsWatch, KafkaSpace, assert_replay_verifies

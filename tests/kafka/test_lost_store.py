@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from processor.client import Client
+from processor.clients.client import Client
 from processor.facts.topics import TopicName
-from processor.replay import replay
+from processor.restore.replay import replay
 from processor.transport.base import TopicPartition
 from processor.transport.partitioner import partition_for
 from tests.apps.support import wait_until

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.client import Client
+from processor.clients.client import Client
 from processor.transport.partitioner import partition_for
 from tests.apps.support import wait_until
 from tests.kafka.conftest import ProcessFactory

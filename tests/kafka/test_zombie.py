@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.client import Client
+from processor.clients.client import Client
 from processor.facts.topics import TopicName
 from processor.transport.base import Outbound, Record, TopicPartition, TopicSpec, Transport
 from processor.transport.kafka_session import KafkaSession

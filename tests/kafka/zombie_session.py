@@ -15,8 +15,8 @@ from __future__ import annotations
 import sys
 import time
 
+from processor.config.settings import Settings
 from processor.errors import FencedError
-from processor.settings import Settings
 from processor.transport.base import Outbound, TopicPartition
 from processor.transport.factory import open_transport
 from processor.transport.kafka import KafkaTransport

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from processor.client import new_submit
+from processor.clients.client import new_submit
 from processor.facts.models import FactHeader, SegmentResult, StepOutput
 from processor.model.decide import (
     Context,

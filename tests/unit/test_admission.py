@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processor.admission import tokens
 from processor.admission.admit import admit
 from processor.admission.arrivals import Arrival, Refusal, completion_arrival, handoff_arrival
-from processor.client import new_submit
+from processor.clients.client import new_submit
+from processor.facts import tokens
 from processor.facts.codec import encode
 from processor.facts.models import (
     BoundaryCompletion,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processor.client import new_submit
+from processor.clients.client import new_submit
 from processor.errors import AppendConflictError
 from processor.facts.models import (
     CommandReply,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from processor.engine.instance import claim_instance
 from processor.errors import ConfigurationError
-from processor.instance import claim_instance
 
 
 def test_the_id_is_generated_once_and_kept(tmp_path: Path) -> None:

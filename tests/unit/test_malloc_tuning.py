@@ -1,4 +1,4 @@
-"""A bulk-loading process keeps the memory it frees (processor.malloc_tuning)."""
+"""A bulk-loading process keeps the memory it frees (processor.restore.malloc_tuning)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ _BLOCK_MIB = 64
 # Resident memory kept after freeing one big block, in a fresh interpreter.
 _KEPT_AFTER_FREE = f"""
 import os, sys
-from processor.malloc_tuning import keep_freed_memory
+from processor.restore.malloc_tuning import keep_freed_memory
 if sys.argv[1] == "tuned" and not keep_freed_memory():
     sys.exit("not applied")
 def resident():

@@ -50,7 +50,7 @@ from processor.facts.models import (
     TerminalPublicationCompleted,
     TerminalPublicationPrepared,
 )
-from processor.restore import catch_up
+from processor.restore.catch_up import catch_up
 from processor.store import keys, native_fold
 from processor.store.rocks import COLUMN_FAMILIES, PartitionStore
 from processor.transport.base import Outbound, TopicPartition, TopicSpec

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from processor.client import new_submit
+from processor.clients.client import new_submit
 from processor.facts.models import (
     CancelRun,
     CommandReply,

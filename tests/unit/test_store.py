@@ -12,16 +12,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rocksdict import Options, Rdict
 
-from processor.client import Client
+from processor.clients.client import Client
 from processor.errors import StoreFormatError
 from processor.facts.codec import decode_fact, decode_facts, encode
 from processor.facts.models import StepCompleted
 from processor.model.reduce import fold
-from processor.restore import catch_up
+from processor.restore.catch_up import catch_up
 from processor.store.history import chunk_fact_keys, chunk_facts, encode_chunk
 from processor.store.rocks import COLUMN_FAMILIES, PartitionStore, open_store
-from processor.topology import Topology
 from processor.transport.base import TopicPartition
+from processor.transport.topology import Topology
 from tests.store_support import TOPIC, simulated_log, store_contents
 
 FACTS = TopicPartition(TOPIC, 0)
@@ -116,7 +116,7 @@ def test_a_catch_up_is_on_disk_when_it_returns(tmp_path: Path) -> None:
         f"""
         import os
         from pathlib import Path
-        from processor.restore import catch_up
+        from processor.restore.catch_up import catch_up
         from processor.store.rocks import PartitionStore
         from processor.transport.base import TopicPartition
         from processor.transport.embedded import EmbeddedTransport

@@ -7,8 +7,8 @@ import pytest
 from processor.errors import ConfigurationError
 from processor.facts.models import FACT_TYPES, MESSAGE_TYPES
 from processor.facts.topics import RUN_ADDRESSED_INPUTS, TopicName
-from processor.topology import Topology, load_declarations
 from processor.transport.base import TopicSpec
+from processor.transport.topology import Topology, load_declarations
 
 
 def test_every_topic_is_declared_with_known_value_schemas() -> None:

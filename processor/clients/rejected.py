@@ -9,8 +9,8 @@ from processor.errors import FactDecodeError
 from processor.facts.codec import codec
 from processor.facts.models import Rejected
 from processor.facts.topics import TopicName
-from processor.host import Deployment
 from processor.transport.base import TopicPartition
+from processor.transport.deployment import Deployment
 
 __all__ = ["rejected_records"]
 

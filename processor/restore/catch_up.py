@@ -7,11 +7,11 @@ from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from processor.facts.codec import decode_facts
-from processor.gc_pause import gc_paused
 from processor.store.native_fold import NativeFold, native_fold_available
 from processor.store.rocks import PartitionStore
 from processor.store.staging import Staging
 from processor.transport.base import Reader, TopicPartition, ValueBatch
+from processor.transport.gc_pause import gc_paused
 
 __all__ = ["CaughtUp", "PartitionCatchUp", "catch_up"]
 

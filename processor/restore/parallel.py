@@ -30,8 +30,8 @@ from multiprocessing.synchronize import Event as ProcessEvent
 from pathlib import Path
 from typing import NamedTuple
 
-from processor.malloc_tuning import keep_freed_memory
-from processor.restore import CaughtUp, PartitionCatchUp
+from processor.restore.catch_up import CaughtUp, PartitionCatchUp
+from processor.restore.malloc_tuning import keep_freed_memory
 from processor.store.rocks import open_store, store_path
 from processor.transport.base import Reader, TopicPartition, Transport
 
@@ -321,7 +321,7 @@ def _context(transport: Transport) -> multiprocessing.context.BaseContext:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    preload = ["__main__", __name__, type(transport).__module__, "processor.pool_preload"]
+    preload = ["__main__", __name__, type(transport).__module__, "processor.restore.pool_preload"]
     context.set_forkserver_preload(preload)
     return context
 

@@ -26,9 +26,9 @@ from processor.facts.topics import TopicName
 from processor.model.reduce import fold
 from processor.model.state import RunState
 from processor.store.rocks import PartitionStore, open_existing, store_path
-from processor.topology import Topology
 from processor.transport.base import Outbound, Producer, Reader, TopicPartition, Transport
 from processor.transport.partitioner import partition_for
+from processor.transport.topology import Topology
 
 Command = SubmitRun | CancelRun | ResolveAttempt
 

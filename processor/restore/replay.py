@@ -17,8 +17,8 @@ from itertools import zip_longest
 from pathlib import Path
 
 from processor.facts.topics import TopicName
-from processor.malloc_tuning import keep_freed_memory
-from processor.restore_parallel import catch_up_partitions, worker_count
+from processor.restore.malloc_tuning import keep_freed_memory
+from processor.restore.parallel import catch_up_partitions, worker_count
 from processor.store.native_fold import native_fold_available
 from processor.store.rocks import (
     COLUMN_FAMILIES,
@@ -27,8 +27,8 @@ from processor.store.rocks import (
     store_path,
     stored_facts_offset,
 )
-from processor.topology import Topology
 from processor.transport.base import Reader, TopicPartition, Transport
+from processor.transport.topology import Topology
 
 __all__ = ["ReplayReport", "replay"]
 

@@ -53,11 +53,10 @@ from processor.model.decide import (
     decide_timer,
 )
 from processor.model.state import RunState
-from processor.restore import catch_up
-from processor.restore_parallel import PARALLEL_MIN_FACTS, catch_up_partitions, worker_count
+from processor.restore.catch_up import catch_up
+from processor.restore.parallel import PARALLEL_MIN_FACTS, catch_up_partitions, worker_count
 from processor.store.rocks import open_store, store_path, stored_facts_offset
 from processor.store.staging import Staging
-from processor.topology import Topology
 from processor.transport.base import (
     Outbound,
     ProcessorSession,
@@ -67,6 +66,7 @@ from processor.transport.base import (
     Transport,
 )
 from processor.transport.partitioner import partition_for
+from processor.transport.topology import Topology
 
 __all__ = ["Clock", "LoopConfig", "ProcessorLoop", "wall_clock_ms"]
 

@@ -14,14 +14,13 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from processor.admission import tokens
 from processor.errors import ProcessorError, TransportError
-from processor.facts import payload
+from processor.facts import payload, tokens
 from processor.facts.codec import codec, encode
 from processor.facts.models import BoundaryCompletion, BoundaryRequest
 from processor.facts.topics import TopicName
-from processor.topology import Topology
 from processor.transport.base import Outbound, Producer, Transport
+from processor.transport.topology import Topology
 
 __all__ = ["CompletionClient", "Handler", "Responder"]
 

@@ -13,7 +13,7 @@ from processor.transport.base import TopicSpec
 
 __all__ = ["TOPICS_FILE", "Drift", "TopicDeclaration", "Topology", "load_declarations"]
 
-TOPICS_FILE = Path(__file__).resolve().parent / "topics" / "topics.toml"
+TOPICS_FILE = Path(__file__).resolve().parent.parent / "topics" / "topics.toml"
 
 
 @dataclass(frozen=True, slots=True)

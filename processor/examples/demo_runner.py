@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from processor.client import Client, new_submit
-from processor.external import CompletionClient, Handler, Responder
+from processor.clients.client import Client, new_submit
+from processor.clients.external import CompletionClient, Handler, Responder
+from processor.config.settings import Settings
+from processor.engine.host import Host
 from processor.facts.codec import codec, encode
 from processor.facts.models import (
     BoundaryCompletion,
@@ -23,10 +25,9 @@ from processor.facts.models import (
     RunOutcome,
 )
 from processor.facts.topics import TopicName
-from processor.host import Deployment, Host
-from processor.replay import replay
-from processor.settings import Settings
+from processor.restore.replay import replay
 from processor.transport.base import Reader, Record, TopicPartition
+from processor.transport.deployment import Deployment
 from processor.worker.pipeline import Application
 
 __all__ = ["DemoReport", "run_demo"]

@@ -6,8 +6,8 @@ import os
 import secrets
 from pathlib import Path
 
+from processor.config.settings import Settings
 from processor.errors import ConfigurationError
-from processor.settings import Settings
 
 __all__ = ["resume_secret"]
 

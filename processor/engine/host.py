@@ -5,64 +5,19 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
+from processor.config.resume_secret import resume_secret
+from processor.engine.instance import InstanceClaim, claim_instance
+from processor.engine.loop import Clock, LoopConfig, ProcessorLoop, wall_clock_ms
 from processor.errors import TransportError
-from processor.facts.topics import TopicName
-from processor.instance import InstanceClaim, claim_instance
-from processor.loop import Clock, LoopConfig, ProcessorLoop, wall_clock_ms
-from processor.secrets import resume_secret
-from processor.settings import Settings
-from processor.topology import Topology
-from processor.transport.base import TopicSpec, Transport
-from processor.transport.factory import open_transport
+from processor.transport.deployment import Deployment, ensure_topics
 from processor.worker.pipeline import Application
 from processor.worker.service import Worker
 
-__all__ = ["Deployment", "Host", "ensure_topics"]
+__all__ = ["Host"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Deployment:
-    """The settings, log and topics that one command works against."""
-
-    settings: Settings
-    transport: Transport
-    topology: Topology
-
-    @staticmethod
-    def from_settings(settings: Settings) -> Deployment:
-        """The deployment ``settings`` name; an existing journal's partition count wins.
-
-        Every client must place run ids on the partitions the topics really have,
-        so once runs.facts exists its partition count overrides the setting (which
-        only sizes topics that are still to be created).
-        """
-        transport = open_transport(settings)
-        topology = Topology(prefix=settings.topic_prefix, partitions=settings.partitions)
-        admin = transport.admin()
-        try:
-            journal = admin.describe_topics().get(topology.name(TopicName.FACTS))
-        finally:
-            admin.close()
-        if journal is not None and journal.partitions != topology.partitions:
-            topology = replace(topology, partitions=journal.partitions)
-        return Deployment(settings, transport, topology)
-
-
-def ensure_topics(deployment: Deployment, app: Application | None = None) -> list[str]:
-    """Create the declared topics (and the app's output topics) that are missing."""
-    specs = deployment.topology.specs()
-    if app is not None:
-        partitions = deployment.topology.partitions
-        specs += [TopicSpec(name, partitions, {}) for name in app.output_topics]
-    admin = deployment.transport.admin()
-    try:
-        return admin.create_topics(specs)
-    finally:
-        admin.close()
 
 
 @dataclass
@@ -86,7 +41,7 @@ class Host:
         self._claim = claim_instance(settings.state_dir, settings.instance_id)
         self.instance_id = self._claim.instance_id
         try:
-            ensure_topics(self.deployment, self.app)
+            ensure_topics(self.deployment, self.app.output_topics)
             config = LoopConfig(
                 state_dir=settings.state_dir,
                 group=settings.group,

@@ -1,0 +1,1 @@
+"""What a user or an external system drives the processor with: submit, query, complete."""

@@ -1,0 +1,1 @@
+"""Configuration: the settings object and the secrets derived from it."""

@@ -1,0 +1,1 @@
+"""Catch-up, replay and verify: projections rebuilt from runs.facts, and their tuning."""
