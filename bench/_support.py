@@ -188,6 +188,15 @@ def machine_cpu_seconds() -> float:
     return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
+def per_cpu_second(count: int, cpu_seconds: float) -> float:
+    """``count`` per CPU-second, for CPU read from ``machine_cpu_seconds``.
+
+    That clock counts in ticks (1/``SC_CLK_TCK`` s): a stretch shorter than one tick
+    (a tiny smoke run) is counted as one tick rather than divided by zero.
+    """
+    return count / max(cpu_seconds, 1 / os.sysconf("SC_CLK_TCK"))
+
+
 def digest(root: Path, partitions: int) -> dict[str, str]:
     """SHA-256 over every (key, value) of every column family of the stores under ``root``."""
     out = {}

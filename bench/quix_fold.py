@@ -1,7 +1,8 @@
 """A stateful per-run fold of runs.facts into RocksDB, exactly once: ours against Quix Streams.
 
 Run: ``PYTHONPATH=. python bench/quix_fold.py --bootstrap 127.0.0.1:9092 [--facts 500000]
-[--quix-python /tmp/quixvenv/bin/python] [--modes runstate,minimal] [--repeat 1] [--json]``
+[--quix-python /tmp/quixvenv/bin/python] [--modes runstate,minimal] [--repeat 1]
+[--ours-only] [--json]``
 (Quix Streams in its own virtualenv: ``python3 -m venv /tmp/quixvenv &&
 /tmp/quixvenv/bin/pip install -r bench/requirements-quix.txt``.)
 
@@ -20,6 +21,8 @@ WriteBatch with each fact's history and fact-key rows, each touched run's RunSta
 JSON, its due-index changes and the partition's facts offset. Exactly once: the
 offset is written atomically with the rows it covers (a crash resumes there), and
 only committed facts are read (read_committed).
+
+``--ours-only`` measures our side alone (no ratio): what runs without Quix Streams.
 
 Theirs, bench/quix_fold_app.py: a Quix ``Application`` with
 ``processing_guarantee="exactly-once"`` and ``commit_every=10000`` (the same cadence),
@@ -49,7 +52,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _support import command_line
+from _support import command_line, per_cpu_second
 from kafka_replay import PARTITIONS, build_template, replay_once, replicate
 from kafka_support import (
     BENCH,
@@ -81,16 +84,16 @@ def prepare(args: argparse.Namespace, prefix: str, root: Path, say: Any) -> None
 def ours(args: argparse.Namespace, prefix: str, processes: int) -> dict[str, Any]:
     settings = Settings(broker=f"kafka://{args.bootstrap}", topic_prefix=prefix)
     topology = Topology(prefix=prefix, partitions=PARTITIONS)
-    facts, runs, seconds, cpu = replay_once(settings, topology, processes, None)
+    report, _call_seconds, cpu = replay_once(settings, topology, processes, None)
     return {
         "side": "ours",
         "processes": processes,
-        "records": facts,
-        "runs": runs,
-        "seconds": round(seconds, 3),
+        "records": report.facts,
+        "runs": report.runs,
+        "seconds": round(report.seconds, 3),
         "cpu_seconds": round(cpu, 3),
-        "records_per_s": facts / seconds,
-        "records_per_cpu_s": facts / cpu,
+        "records_per_s": report.facts_per_s,
+        "records_per_cpu_s": per_cpu_second(report.facts, cpu),
     }
 
 
@@ -135,8 +138,18 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--reuse-prefix", help="reuse the facts of an earlier --keep run")
     parser.add_argument("--keep", action="store_true", help="keep the facts topic")
+    parser.add_argument(
+        "--ours-only", action="store_true", help="our side alone (no Quix Streams needed)"
+    )
     parser.add_argument("--json", action="store_true", help="only the one-line JSON summary")
     args = parser.parse_args()
+    if args.ours_only:
+        args.modes = []
+    elif not Path(args.quix_python).exists():
+        parser.error(
+            f"no Quix Streams interpreter at --quix-python {args.quix_python}: create it as "
+            "bench/requirements-quix.txt says, or pass --ours-only"
+        )
     say = (lambda *_: None) if args.json else functools.partial(print, flush=True)
     command = command_line(sys.argv)
     say(f"$ {command}")
