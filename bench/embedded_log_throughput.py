@@ -1,22 +1,27 @@
 """Throughput of the embedded log: transactional commits in batches, and Reader.read.
 
-Run: ``PYTHONPATH=. python bench/embedded_log_throughput.py [--records N] [--durable]``.
+Run: ``PYTHONPATH=. python bench/embedded_log_throughput.py [--records N] [--durable] [--json]``.
 
 Prints records/s for processor-session commits (``--batch`` records per transaction
 with consumed offsets, like the processor loop), for a plain producer, and for
 reading everything back with ``Reader.read`` (best of ``--read-passes``). Each
 figure is given against wall-clock time and against this process's CPU time; the
-second is steadier on a shared machine.
+second is steadier on a shared machine. The last line is a one-line JSON summary
+(``--json``: only that line).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
+
+from _support import command_line
 
 from processor.transport.base import Outbound, TopicPartition, TopicSpec
 from processor.transport.embedded import EmbeddedTransport
@@ -104,7 +109,9 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=10_000, help="distinct keys (run ids)")
     parser.add_argument("--read-passes", type=int, default=3, help="report the best pass")
     parser.add_argument("--durable", action="store_true", help="synchronous=FULL")
+    parser.add_argument("--json", action="store_true", help="only the one-line JSON summary")
     args = parser.parse_args()
+    say = (lambda *_: None) if args.json else print
     value = bytes(range(256)) * (args.value_size // 256) + bytes(args.value_size % 256)
     with tempfile.TemporaryDirectory() as tmp:
         transport = EmbeddedTransport(Path(tmp) / "log", durable=args.durable)
@@ -116,13 +123,26 @@ def main() -> None:
         commits = bench_commits(transport, args, value)
         produced = bench_producer(transport, args, value)
         reads = [bench_read(transport, "bench.out", args.records) for _ in range(args.read_passes)]
-    print(
+    say(
         f"{args.records} records, {args.value_size} B values, 1 header, {args.keys} keys, "
         f"{PARTITIONS} partitions, durable={args.durable}"
     )
-    print(f"session commit, {args.batch}/transaction: {commits}")
-    print(f"producer, flush every 1000:     {produced}")
-    print(f"Reader.read, best of {len(reads)}:        {max(reads)}")
+    say(f"session commit, {args.batch}/transaction: {commits}")
+    say(f"producer, flush every 1000:     {produced}")
+    say(f"Reader.read, best of {len(reads)}:        {max(reads)}")
+    summary = {
+        "bench": "embedded_log_throughput",
+        "records": args.records,
+        "durable": args.durable,
+        "commit_records_per_s": round(commits.wall),
+        "produce_records_per_s": round(produced.wall),
+        "read_records_per_s": round(max(reads).wall),
+        "commit_records_per_cpu_s": round(commits.cpu),
+        "produce_records_per_cpu_s": round(produced.cpu),
+        "read_records_per_cpu_s": round(max(reads).cpu),
+        "command": command_line(sys.argv),
+    }
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Reader.read throughput on Kafka against a bare confluent-kafka consume loop.
 
 Run: ``PYTHONPATH=. python bench/kafka_read_throughput.py --bootstrap 127.0.0.1:9092
-[--records 1000000] [--passes 3]``.
+[--records 1000000] [--passes 3] [--json]``.
 
 Fills a fresh one-partition topic with ``--records`` small records (~100-byte
 values, a run-id key, one header; produced in transactions of 10,000 records so
@@ -15,20 +15,25 @@ partition, alternately, with
   at the partition EOF event.
 
 Each figure is the best of ``--passes`` passes, in records/s of wall-clock time
-and of this process's CPU time; the ratio is Reader/bare on wall-clock time.
+and of this process's CPU time; the ratio is Reader/bare on wall-clock time. The
+last line is a one-line JSON summary (``--json``: only that line).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 import time
 import uuid
 from collections.abc import Callable
 from typing import NamedTuple
 
+from _support import command_line
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
+from kafka_support import wait_until_stable
 
 from processor.config.settings import Settings
 from processor.transport.base import TopicPartition, TopicSpec
@@ -77,6 +82,7 @@ def fill(bootstrap: str, topic: str, records: int) -> None:
                 except BufferError:
                     producer.poll(0.05)
         producer.commit_transaction()
+    wait_until_stable(bootstrap, topic, 1)
 
 
 def read_with_reader(transport: KafkaTransport, tp: TopicPartition, expected: int) -> int:
@@ -125,7 +131,9 @@ def main() -> None:
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--json", action="store_true", help="only the one-line JSON summary")
     args = parser.parse_args()
+    say = (lambda *_: None) if args.json else print
 
     transport = KafkaTransport(Settings(broker=f"kafka://{args.bootstrap}"))
     topic = f"bench.read.{uuid.uuid4().hex[:8]}"
@@ -136,7 +144,7 @@ def main() -> None:
         started = time.perf_counter()
         fill(args.bootstrap, topic, args.records)
         elapsed = time.perf_counter() - started
-        print(f"filled {topic} with {args.records:,} records in {elapsed:.1f}s")
+        say(f"filled {topic} with {args.records:,} records in {elapsed:.1f}s")
         tp = TopicPartition(topic, 0)
         reader_rates: list[Rate] = []
         bare_rates: list[Rate] = []
@@ -147,9 +155,20 @@ def main() -> None:
         cleaner = AdminClient({"bootstrap.servers": args.bootstrap})
         cleaner.delete_topics([topic])[topic].result()  # keep the client alive until done
     reader, bare = max(reader_rates), max(bare_rates)
-    print(f"Reader.read  {reader}")
-    print(f"bare consume {bare}")
-    print(f"ratio        {reader.wall / bare.wall:.2f} (wall), {reader.cpu / bare.cpu:.2f} (CPU)")
+    say(f"Reader.read  {reader}")
+    say(f"bare consume {bare}")
+    say(f"ratio        {reader.wall / bare.wall:.2f} (wall), {reader.cpu / bare.cpu:.2f} (CPU)")
+    summary = {
+        "bench": "kafka_read_throughput",
+        "records": args.records,
+        "reader_records_per_s": round(reader.wall),
+        "bare_records_per_s": round(bare.wall),
+        "ratio_reader_to_bare": round(reader.wall / bare.wall, 3),
+        "reader_records_per_cpu_s": round(reader.cpu),
+        "bare_records_per_cpu_s": round(bare.cpu),
+        "command": command_line(sys.argv),
+    }
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from _support import command_line, digest, machine_cpu_seconds
+from _support import command_line, digest, machine_cpu_seconds, per_cpu_second
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from kafka_support import (
@@ -65,6 +65,7 @@ from kafka_support import (
     measure_runs,
     summary_head,
     unique_prefix,
+    wait_until_stable,
 )
 
 from processor.config.settings import Settings
@@ -139,6 +140,7 @@ def replicate(
         produced += len(template)
         copy += 1
     producer.commit_transaction()
+    wait_until_stable(bootstrap, topic, PARTITIONS)
     return produced
 
 
@@ -248,7 +250,7 @@ def measure(args: argparse.Namespace, prefix: str, root: Path, say: Any) -> dict
     for index in range(args.repeat):
         count, size, seconds, cpu = bare_consume(args.bootstrap, topic)
         bare.append(count / seconds)
-        bare_cpu.append(count / cpu)
+        bare_cpu.append(per_cpu_second(count, cpu))
         say(
             f"(a) bare consume: {count:,} records, {size / 1e6:.0f} MB in {seconds:.2f}s "
             f"(CPU {cpu:.2f}s)"
@@ -259,7 +261,7 @@ def measure(args: argparse.Namespace, prefix: str, root: Path, say: Any) -> dict
             facts, runs = report.facts, report.runs
             rates[processes].append(report.facts_per_s)
             call_rates[processes].append(facts / call_seconds)
-            cpu_rates[processes].append(facts / cpu)
+            cpu_rates[processes].append(per_cpu_second(facts, cpu))
             say(
                 f"(b) replay, {processes} process(es): {facts:,} facts, {runs:,} runs in "
                 f"{report.seconds:.2f}s ({call_seconds:.2f}s around the call; CPU {cpu:.2f}s)"

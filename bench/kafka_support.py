@@ -42,8 +42,10 @@ from processor.config.settings import Settings
 from processor.facts.codec import codec
 from processor.facts.models import RunOutcome
 from processor.facts.topics import TopicName
+from processor.transport.base import TopicPartition
 from processor.transport.deployment import Deployment, ensure_topics
 from processor.transport.kafka import PRODUCER_CONFIG
+from processor.transport.kafka_stable import StableOffsets
 from processor.worker.pipeline import load_application
 
 APP = "processor.examples.demo:app"
@@ -354,6 +356,33 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
             return
         time.sleep(0.05)  # waiting for metadata propagation; there is no event
     raise TimeoutError(f"topic {name} not ready")
+
+
+def wait_until_stable(bootstrap: str, topic: str, partitions: int, timeout_s: float = 60.0) -> None:
+    """Wait until read_committed readers see every record written to ``topic`` so far.
+
+    ``commit_transaction`` returns before the commit markers are written, so a bare
+    consume started right after a fill could stop at an end short of the last
+    transaction (at smoke-test sizes it does). Polls the last stable offsets.
+    """
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex}",  # never joined: watermarks only
+            "isolation.level": "read_uncommitted",  # the high watermark, markers pending
+        }
+    )
+    try:
+        ends = {
+            TopicPartition(topic, p): consumer.get_watermark_offsets(
+                KafkaTopicPartition(topic, p), timeout=10, cached=False
+            )[1]
+            for p in range(partitions)
+        }
+    finally:
+        consumer.close()
+    if not StableOffsets({"bootstrap.servers": bootstrap}).wait_past(ends, timeout_s):
+        raise TimeoutError(f"{topic}: commit markers not visible after {timeout_s}s")
 
 
 _WARM_UP = b"w"

@@ -52,6 +52,7 @@ from _support import (
     digest,
     engine,
     machine_cpu_seconds,
+    per_cpu_second,
     submit,
 )
 
@@ -215,7 +216,7 @@ def measure(
     for index in range(args.repeat):
         count, size, seconds, cpu = raw_read(transport, topic)
         reads.append(count / seconds)
-        cpu_reads.append(count / cpu)
+        cpu_reads.append(per_cpu_second(count, cpu))
         say(
             f"(a) raw read: {count:,} records, {size / 1e6:.0f} MB in {seconds:.2f}s "
             f"(CPU {cpu:.2f}s)"
@@ -227,7 +228,7 @@ def measure(
             target = root / f"replayed-{mode}" if args.digest and index == 0 else None
             report, cpu = replay_once(transport, topology, target, _processes(mode))
             rates[mode].append(report.facts_per_s)
-            cpu_rates[mode].append(report.facts / cpu)
+            cpu_rates[mode].append(per_cpu_second(report.facts, cpu))
             used[mode] = report.processes
             say(
                 f"(b) replay, processes={mode} ({report.processes}): {report.facts:,} facts, "
