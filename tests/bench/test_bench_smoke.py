@@ -1,0 +1,219 @@
+"""Every script in bench/ still runs: a tiny-size smoke run of each.
+
+Each test runs one script as a user would (``python bench/x.py ... --json``, from
+the repository root, with the repository on PYTHONPATH and a private TMPDIR) at
+the smallest sizes it takes, and checks that it exits 0 and that its one-line
+JSON summary holds the figures the script exists to report. The figures
+themselves are meaningless at these sizes; the point is that no script rots
+(bench/quix_fold.py failed for a day before anyone noticed).
+
+Two scripts are helpers, not benchmarks:
+
+- bench/kafka_responder.py answers the demo's payment await in a process of its
+  own; the Kafka lifecycle, standard-workload and replay runs start it, and none of
+  their runs can finish without it.
+- bench/quix_fold_app.py is the Quix Streams side of bench/quix_fold.py. Quix
+  Streams pins confluent-kafka < 2.13 and pydantic < 2.14 (bench/requirements-quix.txt),
+  which conflicts with the processor's environment, so it runs in its own
+  virtualenv, which the test suite does not build. The smoke test runs our side of
+  the comparison (``--ours-only``), checks that asking for the comparison without
+  a Quix interpreter fails loudly, and compiles quix_fold_app.py; it does not run
+  Quix Streams.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import py_compile
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.kafka_broker import kafka_bootstrap, unavailable_reason
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "bench"
+_TIMEOUT_S = 240.0
+
+
+def _run(script: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["TMPDIR"] = str(tmp_path)  # whatever a script leaves behind goes with tmp_path
+    return subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=_TIMEOUT_S,
+        check=False,
+    )
+
+
+def bench(script: str, tmp_path: Path, *args: str) -> dict[str, Any]:
+    """Run ``bench/script`` with ``--json``; its summary, once it exited 0."""
+    done = _run(script, tmp_path, *args, "--json")
+    assert done.returncode == 0, f"{script} exited {done.returncode}:\n{done.stderr[-4000:]}"
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"{script} printed no JSON summary:\n{done.stdout[-2000:]}"
+    summary: dict[str, Any] = json.loads(lines[-1])
+    assert summary["bench"] == script.removesuffix(".py")
+    return summary
+
+
+@pytest.fixture
+def bootstrap() -> str:
+    """The test broker's address (skips outside CI without one; CI never skips)."""
+    found = kafka_bootstrap()
+    if found is None:
+        pytest.skip(unavailable_reason())
+    return found
+
+
+def test_embedded_log_throughput(tmp_path: Path) -> None:
+    out = bench("embedded_log_throughput.py", tmp_path, "--records", "1000", "--read-passes", "1")
+    assert out["records"] == 1000
+    for figure in ("commit", "produce", "read"):
+        assert out[f"{figure}_records_per_s"] > 0
+        assert out[f"{figure}_records_per_cpu_s"] > 0
+
+
+def test_lifecycle_embedded(tmp_path: Path) -> None:
+    out = bench("lifecycle_embedded.py", tmp_path, "--runs", "20", "--workers", "1")
+    assert (out["runs"], out["succeeded"], out["failed"]) == (20, 20, 0)
+    assert out["runs_per_s"] > 0 and out["baseline_round_trips_per_s"] > 0
+    assert out["ratio_runs_to_round_trips"] > 0
+    assert 0 < out["p50_ms"] <= out["p99_ms"]
+    assert out["facts_per_run"] > 1
+
+
+def test_memory_embedded(tmp_path: Path) -> None:
+    out = bench(
+        "memory_embedded.py",
+        tmp_path,
+        *("--runs", "200", "--chunk", "100", "--checkpoint", "100", "--workers", "1"),
+    )
+    assert out["runs"] == 200
+    assert 0 < out["rss_start_mib"] <= out["peak_rss_mib"]
+    assert out["rss_final_mib"] > 0 and out["target_mib"] == 300
+    assert out["under_target"] is (out["rss_final_mib"] < 300)
+    assert out["samples"] and out["samples"][-1]["runs"] == 200
+
+
+def test_replay_embedded(tmp_path: Path) -> None:
+    out = bench(
+        "replay_embedded.py",
+        tmp_path,
+        *("--facts", "2000", "--template-runs", "20", "--workers", "1"),
+        *("--repeat", "1", "--processes", "1,2", "--digest"),
+    )
+    assert out["facts"] >= 2000 and out["runs"] > 0
+    assert out["raw_read_facts_per_s"] > 0
+    assert out["replay_processes"] == {"1": 1, "2": 2}
+    for mode in ("1", "2"):
+        assert out["replay_facts_per_s"][mode] > 0
+        assert out["ratio_replay_to_raw_read"][mode] > 0
+    assert out["digests_equal"] is True and set(out["digest"]) == {"1", "2"}
+
+
+@pytest.mark.kafka
+def test_kafka_read_throughput(tmp_path: Path, bootstrap: str) -> None:
+    out = bench(
+        "kafka_read_throughput.py",
+        tmp_path,
+        *("--bootstrap", bootstrap, "--records", "2000", "--passes", "1"),
+    )
+    assert out["records"] == 2000
+    assert out["reader_records_per_s"] > 0 and out["bare_records_per_s"] > 0
+    assert out["ratio_reader_to_bare"] > 0
+
+
+@pytest.mark.kafka
+def test_kafka_lifecycle(tmp_path: Path, bootstrap: str) -> None:
+    out = bench(
+        "kafka_lifecycle.py",
+        tmp_path,
+        *("--bootstrap", bootstrap, "--runs", "20", "--warmup", "2", "--baseline-records", "200"),
+    )
+    assert (out["runs"], out["succeeded"], out["failed"]) == (20, 20, 0)
+    assert out["runs_per_s"] > 0 and out["baseline_records_per_s"] > 0
+    assert out["ratio_runs_to_raw_records"] > 0
+    assert set(out["cpu_ms_per_run"]) == {"processor", "worker0", "responder"}
+
+
+@pytest.mark.kafka
+def test_kafka_standard_workload(tmp_path: Path, bootstrap: str) -> None:
+    out = bench(
+        "kafka_standard_workload.py",
+        tmp_path,
+        *("--bootstrap", bootstrap, "--runs", "10", "--paced-runs", "5", "--warmup", "2"),
+        *("--baseline-records", "200"),
+    )
+    assert (out["saturation"]["succeeded"], out["saturation"]["failed"]) == (10, 0)
+    assert (out["paced"]["succeeded"], out["paced"]["failed"]) == (5, 0)
+    assert out["saturation"]["runs_per_s"] > 0 and out["baseline"]["records_per_s"] > 0
+    assert out["ratios"]["saturation_runs_to_raw_records"] > 0
+    assert out["ratios"]["paced_p50_to_raw"] > 0
+
+
+@pytest.mark.kafka
+def test_kafka_admission(tmp_path: Path, bootstrap: str) -> None:
+    out = bench(
+        "kafka_admission.py",
+        tmp_path,
+        *("--bootstrap", bootstrap, "--runs", "10", "--paced", "5", "--baseline-records", "200"),
+    )
+    assert out["burst"]["completions"] == 10 and out["paced"]["completions"] == 5
+    assert out["burst"]["completions_per_s"] > 0 and out["baseline"]["records_per_s"] > 0
+    assert out["ratios"]["burst_rate_to_raw"] > 0
+    assert out["ratios"]["paced_p50_to_raw_paced"] > 0
+
+
+@pytest.mark.kafka
+def test_kafka_replay(tmp_path: Path, bootstrap: str) -> None:
+    out = bench(
+        "kafka_replay.py",
+        tmp_path,
+        *("--bootstrap", bootstrap, "--facts", "500", "--template-runs", "10"),
+        *("--repeat", "1", "--processes", "1,2"),
+    )
+    # The script itself fails if a replay folds a different number of facts than
+    # the bare consume read.
+    assert out["facts"] >= 500 and out["runs"] > 0
+    assert out["bare_consume_facts_per_s"] > 0
+    for mode in ("1", "2"):
+        assert out["replay_facts_per_s"][mode] > 0
+        assert out["ratio_replay_to_bare"][mode] > 0
+        assert out["replay_call_facts_per_s"][mode] > 0
+
+
+@pytest.mark.kafka
+def test_quix_fold_ours_only(tmp_path: Path, bootstrap: str) -> None:
+    """Our side of the Quix comparison (Quix Streams itself is not installed here)."""
+    out = bench(
+        "quix_fold.py",
+        tmp_path,
+        *("--bootstrap", bootstrap, "--facts", "300", "--template-runs", "5", "--ours-only"),
+    )
+    assert out["facts"] >= 300
+    assert out["ours_records_per_s"] > 0 and out["ours_records_per_cpu_s"] > 0
+    assert out["quix_records_per_s"] == {} and out["ratio_ours_to_quix"] == {}
+
+
+def test_quix_fold_without_quix_fails_loudly(tmp_path: Path) -> None:
+    missing = tmp_path / "no-quix-venv" / "bin" / "python"
+    done = _run("quix_fold.py", tmp_path, "--quix-python", str(missing), "--json")
+    assert done.returncode == 2
+    assert f"no Quix Streams interpreter at --quix-python {missing}" in done.stderr
+    assert "--ours-only" in done.stderr
+
+
+def test_quix_fold_app_compiles(tmp_path: Path) -> None:
+    py_compile.compile(
+        str(BENCH / "quix_fold_app.py"), cfile=str(tmp_path / "quix_fold_app.pyc"), doraise=True
+    )
