@@ -8,6 +8,7 @@ runs, waits for their outcomes and reads their status and history.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +31,7 @@ from processor.engine.host import Host
 from processor.facts.models import BoundaryRequest
 from processor.facts.topics import TopicName
 from processor.transport.deployment import Deployment
-from tests.apps.support import TopicTail, decode_records, wait_until
+from tests.apps.support import REPO_ROOT, TopicTail, decode_records, wait_until
 from tests.kafka.support import KafkaSpace
 from tests.kafka_broker import kafka_bootstrap, unavailable_reason
 
@@ -225,3 +226,33 @@ def test_a_client_takes_either_settings_or_its_parts(settings: Settings) -> None
         Client(deployment.transport)
     with pytest.raises(processor.ConfigurationError):
         Client(deployment.transport, deployment.topology, settings.state_dir, settings=settings)
+
+
+def _readme_examples() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", (REPO_ROOT / "README.md").read_text(), re.S)
+
+
+def test_the_readme_examples_import_only_the_public_api_and_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    examples = _readme_examples()
+    assert len(examples) >= 4
+    for code in examples:
+        imports = re.findall(r"^\s*(?:from|import) (\S+)", code, re.M)
+        assert imports and set(imports) == {"processor"}, imports
+    definitions = [code for code in examples if "Client(" not in code]
+    (submitting,) = [code for code in examples if "Client(" in code]
+    spaces: list[dict[str, Any]] = [{} for _ in definitions]
+    for code, space in zip(definitions, spaces, strict=True):
+        exec(compile(code, "README.md", "exec"), space)
+
+    monkeypatch.setenv("PROCESSOR_DATA_DIR", str(tmp_path / "data"))
+    host = Host(Deployment.from_settings(Settings()), spaces[0]["app"], workers=1)
+    host.start()
+    try:
+        exec(compile(submitting, "README.md", "exec"), {})
+    finally:
+        host.stop()
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("succeeded {"), printed
+    assert printed[-1].endswith(" RunSucceeded"), printed
