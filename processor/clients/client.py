@@ -320,20 +320,16 @@ class Client(Closeable):
         ended = terminal_result(decode_facts(read.view.history))
         if ended is not None:
             return ended
-        reader = self._transport.reader()
         key = run_id.encode()
+
+        def ending(record: Record) -> RunResult | None:
+            if record.key != key or record.value is None:
+                return None
+            return terminal_result([decode_fact(record.value)])
+
+        reader = self._transport.reader()
         try:
-            ended = _follow(
-                reader,
-                read.facts,
-                read.next_offset,
-                deadline,
-                lambda record: (
-                    terminal_result([decode_fact(record.value)])
-                    if record.key == key and record.value is not None
-                    else None
-                ),
-            )
+            ended = _follow(reader, read.facts, read.next_offset, deadline, ending)
         finally:
             reader.close()
         if ended is None:
