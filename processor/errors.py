@@ -12,6 +12,8 @@ __all__ = [
     "StoreFormatError",
     "TransportError",
     "UnknownPipelineError",
+    "UnknownRunError",
+    "WaitTimeoutError",
 ]
 
 
@@ -61,3 +63,21 @@ class SessionLostError(TransportError):
 
 class UnknownPipelineError(ProcessorError):
     """A pipeline name (or version) that the loaded application does not define."""
+
+
+class UnknownRunError(ProcessorError, LookupError):
+    """No run has this id in the deployment's runs.facts."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"no run {run_id}")
+        self.run_id = run_id
+
+
+class WaitTimeoutError(ProcessorError, TimeoutError):
+    """A run did not end within the time a caller waited for it (it may still end)."""
+
+    def __init__(self, run_id: str, timeout_s: float, status: str) -> None:
+        super().__init__(f"run {run_id} did not end within {timeout_s}s (still {status})")
+        self.run_id = run_id
+        self.timeout_s = timeout_s
+        self.status = status

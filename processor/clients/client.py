@@ -1,11 +1,20 @@
-"""The Python client: submit runs, query status and history.
+"""The Python client: submit runs, wait for their outcome, query status and history.
+
+```python
+from processor import Client
+
+with Client() as client:                     # Settings() from the environment
+    receipt = client.submit("orders", {"order_id": "o-1", "amount": 12})
+    result = client.wait(receipt.run_id, timeout_s=60)
+```
 
 Submits go through runs.commands like any producer's; the processor answers on
-runs.replies, which is how ``created`` is known. ``status`` and ``history`` read
-the RocksDB projections of the local state directory (read-only, safe while
-``processor run`` has them open). ``current`` answers from anywhere, as of the
-end of the log: what the local store has applied (if this machine has it), plus
-the run's facts after that offset read from runs.facts and folded on top.
+runs.replies, which is how ``created`` is known. ``status``, ``history`` and
+``wait`` answer from anywhere, as of the end of the log (``current``): what the
+local store has applied (if this machine has it), plus the run's facts after
+that offset read from runs.facts and folded on top. ``stored_status`` and
+``stored_history`` read only the RocksDB projection of the local state
+directory (read-only, safe while ``processor run`` has it open).
 """
 
 from __future__ import annotations
@@ -14,11 +23,15 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from processor.errors import StoreFormatError
+from processor.clients.external import CompletionClient
+from processor.clients.outcome import RunResult, terminal_result
+from processor.config.settings import Settings
+from processor.errors import ConfigurationError, StoreFormatError, UnknownRunError, WaitTimeoutError
 from processor.facts import payload
 from processor.facts.codec import codec, decode_fact, decode_facts, encode
 from processor.facts.models import CancelRun, CommandReply, FactHeader, ResolveAttempt, SubmitRun
@@ -26,15 +39,33 @@ from processor.facts.topics import TopicName
 from processor.model.reduce import fold
 from processor.model.state import RunState
 from processor.store.rocks import PartitionStore, open_existing, store_path
-from processor.transport.base import Outbound, Producer, Reader, TopicPartition, Transport
+from processor.transport.base import (
+    Closeable,
+    Outbound,
+    Producer,
+    Reader,
+    Record,
+    TopicPartition,
+    Transport,
+)
+from processor.transport.deployment import Deployment, ensure_topics
 from processor.transport.partitioner import partition_for
 from processor.transport.topology import Topology
 
 Command = SubmitRun | CancelRun | ResolveAttempt
 
-__all__ = ["Client", "RunView", "SubmitReceipt", "fact_dict", "new_submit", "status_dict"]
+__all__ = [
+    "Client",
+    "RunResult",
+    "RunView",
+    "SubmitReceipt",
+    "fact_dict",
+    "new_submit",
+    "status_dict",
+]
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +78,18 @@ class RunView:
 
 
 @dataclass(frozen=True, slots=True)
+class _RunRead:
+    """A run read up to the end of its runs.facts partition, and where that end was."""
+
+    view: RunView
+    facts: TopicPartition
+    next_offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class SubmitReceipt:
+    """The processor's answer to a submit: the run id, and whether this call created it."""
+
     run_id: str
     created: bool | None  # None: queued, but no processor answered in time
     refusal: str | None = None
@@ -88,14 +130,47 @@ def new_submit(
     )
 
 
-class Client:
-    """Talks to a deployment through its log and its local state directory."""
+class Client(Closeable):
+    """Talks to a deployment through its log and its local state directory.
 
-    def __init__(self, transport: Transport, topology: Topology, state_dir: Path) -> None:
+    ``Client()`` works against the deployment that ``Settings()`` names (the
+    environment's ``PROCESSOR_*`` variables; by default the embedded log under
+    ``.processor``); ``Client(settings=...)`` or ``Client.from_settings(...)``
+    against another; ``Client(transport, topology, state_dir)`` against parts
+    built by the caller. A client is a context manager: leaving the block closes
+    its producers.
+    """
+
+    def __init__(
+        self,
+        transport: Transport | None = None,
+        topology: Topology | None = None,
+        state_dir: Path | None = None,
+        *,
+        settings: Settings | None = None,
+    ) -> None:
+        parts = (transport, topology, state_dir)
+        self._deployment: Deployment | None = None
+        if transport is None or topology is None or state_dir is None:
+            if any(part is not None for part in parts):
+                raise ConfigurationError(
+                    "Client takes a transport, a topology and a state dir together, or settings"
+                )
+            self._deployment = Deployment.from_settings(settings or Settings())
+            transport, topology = self._deployment.transport, self._deployment.topology
+            state_dir = self._deployment.settings.state_dir
+        elif settings is not None:
+            raise ConfigurationError("Client takes settings or a transport, not both")
         self._transport = transport
         self._topology = topology
         self._state_dir = state_dir
         self._producer: Producer | None = None
+        self._completions: CompletionClient | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None) -> Client:
+        """A client of the deployment ``settings`` name (default: ``Settings()``)."""
+        return cls(settings=settings or Settings())
 
     def _partition(self, run_id: str) -> int:
         return partition_for(run_id.encode(), self._topology.partitions)
@@ -103,11 +178,15 @@ class Client:
     def send(self, command: Command) -> None:
         """Produce a command without waiting (call ``flush`` to make it durable)."""
         if self._producer is None:
+            if self._deployment is not None:
+                # A client built from settings may be the first to use the log.
+                ensure_topics(self._deployment)
             self._producer = self._transport.producer()
         topic = self._topology.name(TopicName.COMMANDS)
         self._producer.produce(Outbound(topic, command.run_id.encode(), encode(command)))
 
     def flush(self) -> None:
+        """Wait until every command sent is durable in runs.commands."""
         if self._producer is not None:
             self._producer.flush()
 
@@ -117,10 +196,26 @@ class Client:
         input_value: Any,
         idempotency_key: str | None = None,
         *,
-        wait_s: float = 30.0,
+        deadline_s: float | None = None,
         deadline_ms: int | None = None,
+        wait_s: float = 30.0,
     ) -> SubmitReceipt:
-        """Submit a run and wait for the processor's answer (up to ``wait_s``)."""
+        """Submit a run and wait for the processor's answer (up to ``wait_s``).
+
+        Args:
+            pipeline: the pipeline's name.
+            input_value: the run input, any JSON value.
+            idempotency_key: the run id derives from it; a retry with the same
+                fields returns the original run (``created`` False).
+            deadline_s: a run deadline this many seconds from now (overrides the
+                pipeline's); ``deadline_ms`` gives it as epoch milliseconds.
+            wait_s: how long to wait for the processor's answer; without one in
+                time the receipt says ``created=None`` (queued).
+        """
+        if deadline_s is not None:
+            if deadline_ms is not None:
+                raise ValueError("give deadline_s or deadline_ms, not both")
+            deadline_ms = _now_ms() + round(deadline_s * 1000)
         command = new_submit(pipeline, input_value, idempotency_key, deadline_ms=deadline_ms)
         reply = self.request(command, wait_s)
         if reply is None:
@@ -140,6 +235,22 @@ class Client:
             return _await_reply(reader, replies, start, command.command_id, wait_s)
         finally:
             reader.close()
+
+    def complete(self, token: str, value: Any, idempotency_key: str | None = None) -> None:
+        """Answer an await with ``value``: the resume token is the one in its boundary.requests
+        record. The processor admits or refuses it (admission.rejected) on its own time."""
+        self._completion_client().complete(token, value, idempotency_key)
+
+    def fail(self, token: str, error: str, idempotency_key: str | None = None) -> None:
+        """Answer an await with a failure (the step's ``on_timeout`` does not apply)."""
+        self._completion_client().fail(token, error, idempotency_key)
+
+    def _completion_client(self) -> CompletionClient:
+        if self._completions is None:
+            if self._deployment is not None:
+                ensure_topics(self._deployment)
+            self._completions = CompletionClient(self._transport, self._topology)
+        return self._completions
 
     def cancel(self, run_id: str, reason: str = "", *, wait_s: float = 30.0) -> CommandReply | None:
         """Request cancellation: stop intent commits once; the first stop reason wins."""
@@ -187,6 +298,47 @@ class Client:
             return None
 
     def status(self, run_id: str) -> RunState | None:
+        """The run's projection as of the end of runs.facts; None if there is no such run."""
+        return self.current(run_id).state
+
+    def history(self, run_id: str) -> list[FactHeader]:
+        """The run's facts in order, up to the end of runs.facts ([] if there is no such run)."""
+        return decode_facts(self.current(run_id).history)
+
+    def wait(self, run_id: str, timeout_s: float = 30.0) -> RunResult:
+        """Wait until the run ends and return how: succeeded (with its output), failed,
+        cancelled or timed out (with the error).
+
+        Raises:
+            UnknownRunError: runs.facts has no fact of this run (yet).
+            WaitTimeoutError: the run did not end within ``timeout_s`` (it goes on).
+        """
+        deadline = time.monotonic() + timeout_s
+        read = self._read_run(run_id)
+        if not read.view.history:
+            raise UnknownRunError(run_id)
+        ended = terminal_result(decode_facts(read.view.history))
+        if ended is not None:
+            return ended
+        key = run_id.encode()
+
+        def ending(record: Record) -> RunResult | None:
+            if record.key != key or record.value is None:
+                return None
+            return terminal_result([decode_fact(record.value)])
+
+        reader = self._transport.reader()
+        try:
+            ended = _follow(reader, read.facts, read.next_offset, deadline, ending)
+        finally:
+            reader.close()
+        if ended is None:
+            state = self.status(run_id)
+            raise WaitTimeoutError(run_id, timeout_s, state.status if state else "unknown")
+        return ended
+
+    def stored_status(self, run_id: str) -> RunState | None:
+        """The run's projection in the local store only (None: not there)."""
         store = self._store(run_id)
         if store is None:
             return None
@@ -195,7 +347,8 @@ class Client:
         finally:
             store.close()
 
-    def history(self, run_id: str) -> list[FactHeader]:
+    def stored_history(self, run_id: str) -> list[FactHeader]:
+        """The run's facts in the local store only ([]: not there)."""
         store = self._store(run_id)
         if store is None:
             return []
@@ -212,6 +365,9 @@ class Client:
         runs.facts and folded on top. Without a local store (another machine, a
         client-only host) the whole partition is read: correct, but slower.
         """
+        return self._read_run(run_id).view
+
+    def _read_run(self, run_id: str) -> _RunRead:
         state, history, start = None, [], 0
         store = self._store(run_id)
         if store is not None:
@@ -226,39 +382,59 @@ class Client:
         facts = TopicPartition(self._topology.name(TopicName.FACTS), self._partition(run_id))
         key = run_id.encode()
         reader = self._transport.reader()
+        tail: list[bytes] = []
+        end = start
         try:
-            tail = [
-                record.value
-                for batch in reader.read(facts, start)
-                for record in batch
-                if record.key == key and record.value is not None
-            ]
+            for batch in reader.read(facts, start):
+                end = batch[-1].offset + 1
+                tail.extend(r.value for r in batch if r.key == key and r.value is not None)
         finally:
             reader.close()
-        return RunView(fold(decode_facts(tail), state), history + tail, len(tail))
+        view = RunView(fold(decode_facts(tail), state), history + tail, len(tail))
+        return _RunRead(view, facts, end)
 
     def close(self) -> None:
+        """Close the producers (sent commands and completions are flushed first)."""
         if self._producer is not None:
             self._producer.close()
             self._producer = None
+        if self._completions is not None:
+            self._completions.close()
+            self._completions = None
 
 
 def _await_reply(
     reader: Reader, replies: TopicPartition, start: int, command_id: str, wait_s: float
 ) -> CommandReply | None:
-    deadline = time.monotonic() + wait_s
+    def reply_to(record: Record) -> CommandReply | None:
+        reply = codec().decode_as(record.value, CommandReply)
+        return reply if reply.command_id == command_id else None
+
+    return _follow(reader, replies, start, time.monotonic() + wait_s, reply_to)
+
+
+def _follow(
+    reader: Reader,
+    tp: TopicPartition,
+    start: int,
+    deadline: float,
+    pick: Callable[[Record], T | None],
+) -> T | None:
+    """Read ``tp`` from ``start`` as records are committed until ``pick`` returns something
+    for one of them (that is returned) or the ``time.monotonic()`` deadline passes (None)."""
     position = start
     pause = 0.005
     while True:
-        for records in reader.read(replies, position):
+        for records in reader.read(tp, position):
             for record in records:
                 position = record.offset + 1
-                reply = codec().decode_as(record.value, CommandReply)
-                if reply.command_id == command_id:
-                    return reply
-        if time.monotonic() >= deadline:
+                found = pick(record)
+                if found is not None:
+                    return found
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
             return None
-        time.sleep(pause)  # polling the log for the reply, not synchronizing a test
+        time.sleep(min(pause, remaining))  # polling the log, bounded by the deadline
         pause = min(pause * 2, 0.1)
 
 

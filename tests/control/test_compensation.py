@@ -180,7 +180,7 @@ def test_the_terminal_record_keeps_execution_and_recovery(ctl: Control, scenario
     assert (state.status, state.execution, state.recovery) == (status, execution, recovery)
     client = ctl.client()
     try:
-        seen = client.status(run_id)  # what `processor status` reads: the same projection
+        seen = client.stored_status(run_id)  # what `processor status` reads: the same projection
     finally:
         client.close()
     assert seen == state

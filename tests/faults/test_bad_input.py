@@ -101,7 +101,7 @@ def test_garbage_on_every_input_is_rejected_and_the_processor_keeps_going(
     original = new_submit("steps3", {"n": 5}, idempotency_key=idem_key)
     running.produce(TopicName.COMMANDS, original.run_id, encode(original))
     wait_until(lambda: running.succeeded(original.run_id), 60, "the keyed run to succeed")
-    before = running.client.status(original.run_id)
+    before = running.client.stored_status(original.run_id)
     assert before is not None
     assert before.status == "succeeded"
 
@@ -205,7 +205,7 @@ def test_garbage_on_every_input_is_rejected_and_the_processor_keeps_going(
     assert len(running.rejected.refresh()) == len(cases)
 
     # The refused conflict and stale results left the keyed run exactly as it was.
-    now = running.client.status(original.run_id)
+    now = running.client.stored_status(original.run_id)
     assert now is not None
     assert (now.status, now.version, now.result) == ("succeeded", before.version, before.result)
     assert running.host.errors == []
@@ -221,7 +221,7 @@ def test_stale_result_does_not_change_a_running_run(harness: LoopHarness) -> Non
         harness.deployment.topology,
         harness.deployment.settings.state_dir,
     )
-    before = client.status(run_id)
+    before = client.stored_status(run_id)
     assert before is not None
     assert (before.status, before.phase, before.generation) == ("running", "dispatched", 1)
     facts_before = harness.facts(run_id)
@@ -241,7 +241,7 @@ def test_stale_result_does_not_change_a_running_run(harness: LoopHarness) -> Non
         rejected = harness.drive(lambda s=source: harness.rejected.find(s), "the refusal")
         assert (rejected.reason, rejected.run_id) == ("stale_attempt", run_id)
         assert rejected.original_value == source.value
-        now = client.status(run_id)
+        now = client.stored_status(run_id)
         assert now == before
         assert harness.facts(run_id) == facts_before
 
@@ -250,7 +250,7 @@ def test_stale_result_does_not_change_a_running_run(harness: LoopHarness) -> Non
     harness.drive(
         lambda: any(isinstance(f, RunSucceeded) for f in harness.facts(run_id)), "success"
     )
-    done = client.status(run_id)
+    done = client.stored_status(run_id)
     assert done is not None
     assert done.status == "succeeded"
     assert done.result == dumps({"wait": True})
@@ -259,7 +259,7 @@ def test_stale_result_does_not_change_a_running_run(harness: LoopHarness) -> Non
     duplicate = harness.complete(item)
     rejected = harness.drive(lambda: harness.rejected.find(duplicate), "the duplicate refusal")
     assert rejected.reason == "stale_attempt"
-    assert client.status(run_id) == done
+    assert client.stored_status(run_id) == done
     client.close()
 
 

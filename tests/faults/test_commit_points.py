@@ -106,7 +106,7 @@ def _finish_and_check(h: LoopHarness, run_id: str) -> None:
     assert sum(isinstance(f, RunSucceeded) for f in facts) == 1
     assert sum(isinstance(f, SegmentAttemptStarted) for f in facts) == 1
     client = Client(h.deployment.transport, h.deployment.topology, h.deployment.settings.state_dir)
-    state = client.status(run_id)
+    state = client.stored_status(run_id)
     client.close()
     assert state is not None
     assert (state.status, state.version) == ("succeeded", len(facts))

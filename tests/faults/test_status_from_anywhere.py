@@ -35,13 +35,13 @@ def test_a_stale_store_is_completed_from_the_log_and_no_store_reads_it_all(
     journal = [f.seq for f in harness.facts(run_id)]
 
     live = _client(harness, live_dir)
-    expected = live.status(run_id)
+    expected = live.stored_status(run_id)
     assert expected is not None and expected.status == "succeeded"
     assert live.current(run_id).state == expected
     assert live.current(run_id).from_log == 0  # the live store has applied everything
 
     stale = _client(harness, stale_dir)
-    old = stale.status(run_id)  # the copy's own projection: before the result
+    old = stale.stored_status(run_id)  # the copy's own projection: before the result
     assert old is not None and old.status == "running"
     view = stale.current(run_id)
     assert view.state == expected
@@ -49,7 +49,7 @@ def test_a_stale_store_is_completed_from_the_log_and_no_store_reads_it_all(
     assert [decode_fact(raw).seq for raw in view.history] == journal
 
     nowhere = _client(harness, tmp_path / "no-state")
-    assert nowhere.status(run_id) is None
+    assert nowhere.stored_status(run_id) is None
     view = nowhere.current(run_id)
     assert view.state == expected
     assert view.from_log == len(journal)

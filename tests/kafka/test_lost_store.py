@@ -79,9 +79,9 @@ def test_deleted_partition_store_is_rebuilt_from_the_journal(
         state_dir = space.settings(processor.data_dir).state_dir
         statuses = Client(deployment.transport, topology, state_dir)
         for run_id in lost_runs:
-            state = statuses.status(run_id)
+            state = statuses.stored_status(run_id)
             assert state is not None and state.status == "succeeded", run_id
-            assert state.version == len(statuses.history(run_id))
+            assert state.version == len(statuses.stored_history(run_id))
         after = submit(AFTER)
         assert LOST in {partition_for(r.encode(), topology.partitions) for r in after}
         wait_until(lambda: ended(after), 60, "the new runs to end")

@@ -78,7 +78,7 @@ def test_survivor_takes_over_the_partitions_of_a_killed_instance(
         for run_id in warm_up:
             owner = owner_of[partition(run_id)]
             state_dir = space.settings(owner.data_dir).state_dir
-            state = Client(deployment.transport, topology, state_dir).status(run_id)
+            state = Client(deployment.transport, topology, state_dir).stored_status(run_id)
             assert state is not None and state.status == "succeeded", (run_id, owner.data_dir)
 
         # kill -9 the victim mid-workload, with runs of its partitions in flight.

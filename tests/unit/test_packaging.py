@@ -1,0 +1,86 @@
+"""The wheel carries every data file the package reads at run time.
+
+A wheel built without ``topics/topics.toml`` once installed cleanly and then
+died on the first command; an editable install never shows it. This builds the
+wheel the way compose/Dockerfile and .ci/wheel-smoke do (``pip wheel --no-deps``)
+from a clean copy of the sources, and lists what it holds.
+"""
+
+from __future__ import annotations
+
+import email
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import processor
+from processor.facts.codec import SCHEMA_DIR
+from processor.facts.models import FACT_TYPES, MESSAGE_TYPES
+
+pytestmark = pytest.mark.slow  # pip builds in an isolated environment: 5 s or more
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+#: What a build needs; a copy keeps a stale build/ or egg-info of the checkout out of it.
+BUILD_INPUTS = ("pyproject.toml", "README.md", "LICENSE", "processor", "schemas", "topics")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    root = tmp_path_factory.mktemp("wheel")
+    source = root / "src"
+    source.mkdir()
+    for name in BUILD_INPUTS:
+        if (REPO_ROOT / name).is_dir():
+            # processor/schemas and processor/topics stay links, as in a clone.
+            ignore = shutil.ignore_patterns("__pycache__")
+            shutil.copytree(REPO_ROOT / name, source / name, symlinks=True, ignore=ignore)
+        else:
+            shutil.copy2(REPO_ROOT / name, source / name)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", str(source), "-w", "dist"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    (path,) = (root / "dist").glob("processor-*.whl")
+    return zipfile.ZipFile(path)
+
+
+def test_the_wheel_holds_a_schema_for_every_model(wheel: zipfile.ZipFile) -> None:
+    names = set(wheel.namelist())
+    missing = [
+        model.__name__
+        for model in (*FACT_TYPES, *MESSAGE_TYPES)
+        if f"processor/schemas/{model.__name__}.avsc" not in names
+    ]
+    assert missing == []
+
+
+def test_the_wheel_holds_every_kept_old_schema(wheel: zipfile.ZipFile) -> None:
+    kept = sorted((SCHEMA_DIR / "history").glob("*.avsc"))
+    assert kept, "no old schemas in the checkout: nothing to check"
+    names = set(wheel.namelist())
+    assert [p.name for p in kept if f"processor/schemas/history/{p.name}" not in names] == []
+
+
+def test_the_wheel_holds_the_topics_and_the_type_marker(wheel: zipfile.ZipFile) -> None:
+    names = set(wheel.namelist())
+    assert "processor/topics/topics.toml" in names
+    assert "processor/py.typed" in names
+    declared = (REPO_ROOT / "topics" / "topics.toml").read_bytes()
+    assert wheel.read("processor/topics/topics.toml") == declared
+
+
+def test_the_wheel_declares_the_package_version_and_license(wheel: zipfile.ZipFile) -> None:
+    (meta_name,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    metadata = email.message_from_bytes(wheel.read(meta_name))
+    assert metadata["Version"] == processor.__version__
+    assert metadata["License-Expression"] == "Apache-2.0"
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in wheel.namelist())
