@@ -27,6 +27,7 @@ from processor.model.reduce import fold
 from processor.model.state import RunState
 from processor.store.rocks import PartitionStore, open_existing, store_path
 from processor.transport.base import Outbound, Producer, Reader, TopicPartition, Transport
+from processor.transport.clock import wall_clock_ms
 from processor.transport.partitioner import partition_for
 from processor.transport.topology import Topology
 
@@ -63,10 +64,6 @@ class SubmitReceipt:
         return out
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def new_submit(
     pipeline: str,
     input_value: Any,
@@ -83,7 +80,7 @@ def new_submit(
         pipeline=pipeline,
         input=payload.dumps(input_value),
         idempotency_key=idempotency_key,
-        submitted_ms=now_ms if now_ms is not None else _now_ms(),
+        submitted_ms=now_ms if now_ms is not None else wall_clock_ms(),
         deadline_ms=deadline_ms,
     )
 
@@ -144,7 +141,7 @@ class Client:
     def cancel(self, run_id: str, reason: str = "", *, wait_s: float = 30.0) -> CommandReply | None:
         """Request cancellation: stop intent commits once; the first stop reason wins."""
         command = CancelRun(
-            command_id=str(uuid.uuid4()), run_id=run_id, reason=reason, requested_ms=_now_ms()
+            command_id=str(uuid.uuid4()), run_id=run_id, reason=reason, requested_ms=wall_clock_ms()
         )
         return self.request(command, wait_s)
 

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 
 from processor.config.resume_secret import resume_secret
 from processor.engine.instance import InstanceClaim, claim_instance
-from processor.engine.loop import Clock, LoopConfig, ProcessorLoop, wall_clock_ms
+from processor.engine.loop import LoopConfig, ProcessorLoop
 from processor.errors import TransportError
+from processor.transport.clock import Clock, wall_clock_ms
 from processor.transport.deployment import Deployment, ensure_topics
 from processor.worker.pipeline import Application
 from processor.worker.service import Worker

@@ -17,7 +17,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,11 +34,11 @@ from processor.facts.codec import codec, encode
 from processor.facts.models import (
     AvroModel,
     CancelRun,
-    Rejected,
     ResolveAttempt,
     SegmentResult,
     SubmitRun,
 )
+from processor.facts.rejection import rejected
 from processor.facts.topics import RUN_ADDRESSED_INPUTS, TopicName
 from processor.model.decide import (
     Context,
@@ -65,18 +65,13 @@ from processor.transport.base import (
     TopicPartition,
     Transport,
 )
+from processor.transport.clock import Clock, wall_clock_ms
 from processor.transport.partitioner import partition_for
 from processor.transport.topology import Topology
 
-__all__ = ["Clock", "LoopConfig", "ProcessorLoop", "wall_clock_ms"]
+__all__ = ["LoopConfig", "ProcessorLoop"]
 
 logger = logging.getLogger(__name__)
-
-Clock = Callable[[], int]
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,8 +290,7 @@ class ProcessorLoop:
         try:
             decided = self._decide(self._inputs[record.topic], record, staging, now)
         except FactDecodeError as exc:
-            reason, _, detail = exc.reason.partition(": ")
-            self._reject(record, reason, detail, run_id=None, now=now)
+            self._reject(record, exc.reason, exc.detail, run_id=None, now=now)
             return
         if decided is not None:
             self._apply(staging, record, *decided, now)
@@ -401,19 +395,9 @@ class ProcessorLoop:
             reason,
             detail,
         )
-        rejected = Rejected(
-            reason=reason,
-            detail=detail,
-            source_topic=record.topic,
-            source_partition=record.partition,
-            source_offset=record.offset,
-            original_key=record.key,
-            original_value=record.value,
-            run_id=run_id,
-            rejected_ms=now,
-        )
+        refusal = rejected(record, reason, detail, now, run_id=run_id)
         key = run_id or (record.key or b"").decode(errors="replace")
-        self._batch.outbound.append(self._outbound(TopicName.REJECTED, key, rejected))
+        self._batch.outbound.append(self._outbound(TopicName.REJECTED, key, refusal))
 
     def _outbound(self, topic: TopicName, key: str, value: AvroModel) -> Outbound:
         return Outbound(self._topology.name(topic), key.encode(), encode(value))
@@ -500,7 +484,7 @@ def _decode_command(value: bytes | None) -> SubmitRun | CancelRun | ResolveAttem
     command = codec().decode(value)
     if not isinstance(command, SubmitRun | CancelRun | ResolveAttempt):
         detail = f"expected a command on runs.commands, got {type(command).__name__}"
-        raise FactDecodeError(f"wrong_schema: {detail}", value)
+        raise FactDecodeError("wrong_schema", detail, value)
     return command
 
 
