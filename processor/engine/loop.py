@@ -23,6 +23,7 @@ from pathlib import Path
 
 from processor.admission.admit import admit
 from processor.admission.arrivals import Refusal, completion_arrival, handoff_arrival
+from processor.config.settings import Settings
 from processor.errors import (
     AppendConflictError,
     FactDecodeError,
@@ -54,7 +55,7 @@ from processor.model.decide import (
 )
 from processor.model.state import RunState
 from processor.restore.catch_up import catch_up
-from processor.restore.parallel import PARALLEL_MIN_FACTS, catch_up_partitions, worker_count
+from processor.restore.parallel import catch_up_partitions, worker_count
 from processor.store.rocks import open_store, store_path, stored_facts_offset
 from processor.store.staging import Staging
 from processor.transport.base import (
@@ -76,19 +77,38 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class LoopConfig:
+    """What the loop needs of the settings; no defaults: ``from_settings`` builds it."""
+
     state_dir: Path
-    group: str = "processor"
-    instance_id: str = "processor-1"
-    max_batch: int = 500
-    poll_timeout_s: float = 0.05
-    timer_interval_ms: int = 100
-    timer_batch: int = 1000
-    resume_secret: bytes = b""
-    stable_wait_s: float = 120.0  # at least the transaction timeout plus the abort sweep
+    group: str
+    instance_id: str
+    max_batch: int
+    poll_timeout_s: float
+    timer_interval_ms: int
+    timer_batch: int
+    resume_secret: bytes
+    stable_wait_s: float
     # A restore of this many facts or more, of several partitions, runs in processes.
-    parallel_restore_min_facts: int = PARALLEL_MIN_FACTS
+    parallel_restore_min_facts: int
     # Restore folds with the compiled fold when it is installed (store/native_fold.py).
-    native_fold: bool = True
+    native_fold: bool
+
+    @staticmethod
+    def from_settings(settings: Settings, *, instance_id: str, resume_secret: bytes) -> LoopConfig:
+        """The loop's configuration: ``settings`` plus the claimed id and the secret."""
+        return LoopConfig(
+            state_dir=settings.state_dir,
+            group=settings.group,
+            instance_id=instance_id,
+            max_batch=settings.max_batch,
+            poll_timeout_s=settings.poll_timeout_ms / 1000,
+            timer_interval_ms=settings.timer_interval_ms,
+            timer_batch=settings.timer_batch,
+            resume_secret=resume_secret,
+            stable_wait_s=settings.stable_wait_ms / 1000,
+            parallel_restore_min_facts=settings.parallel_restore_min_facts,
+            native_fold=settings.native_fold,
+        )
 
 
 @dataclass

@@ -10,6 +10,7 @@ import logging
 import threading
 import uuid
 
+from processor.config.settings import default_of
 from processor.errors import FactDecodeError, TransportError
 from processor.facts.codec import codec, encode
 from processor.facts.models import WorkItem
@@ -35,7 +36,7 @@ class Worker:
         app: Application,
         topology: Topology,
         *,
-        group: str = "processor-workers",
+        group: str = default_of("worker_group"),
         worker_id: str | None = None,
         max_batch: int = 10,
         clock: Clock = wall_clock_ms,
