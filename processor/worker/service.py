@@ -48,7 +48,6 @@ class Worker:
         self.worker_id = worker_id or f"worker-{uuid.uuid4().hex[:8]}"
         self._max_batch = max_batch
         self._clock = clock
-        self.executed = 0
 
     def run(self, stop: threading.Event) -> None:
         work_topic = self._topology.name(TopicName.WORK)
@@ -89,7 +88,6 @@ class Worker:
             )
             return None
         result = execute(item, self._app, self.worker_id)
-        self.executed += 1
         return Outbound(
             self._topology.name(TopicName.RESULTS), item.run_id.encode(), encode(result)
         )
