@@ -26,11 +26,16 @@ class ConfigurationError(ProcessorError):
 
 
 class FactDecodeError(ProcessorError):
-    """Bytes that are not a value this processor can decode; keeps the raw bytes."""
+    """Bytes that are not a value this processor can decode; keeps the raw bytes.
 
-    def __init__(self, reason: str, raw: bytes | None) -> None:
-        super().__init__(reason)
+    ``reason`` is the refusal reason users grep for (``malformed``,
+    ``unknown_schema``, ``wrong_schema``); ``detail`` says what was wrong.
+    """
+
+    def __init__(self, reason: str, detail: str, raw: bytes | None) -> None:
+        super().__init__(f"{reason}: {detail}")
         self.reason = reason
+        self.detail = detail
         self.raw = raw
 
 

@@ -48,6 +48,7 @@ from processor.transport.base import (
     TopicPartition,
     Transport,
 )
+from processor.transport.clock import wall_clock_ms
 from processor.transport.deployment import Deployment, ensure_topics
 from processor.transport.partitioner import partition_for
 from processor.transport.topology import Topology
@@ -105,10 +106,6 @@ class SubmitReceipt:
         return out
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def new_submit(
     pipeline: str,
     input_value: Any,
@@ -125,7 +122,7 @@ def new_submit(
         pipeline=pipeline,
         input=payload.dumps(input_value),
         idempotency_key=idempotency_key,
-        submitted_ms=now_ms if now_ms is not None else _now_ms(),
+        submitted_ms=now_ms if now_ms is not None else wall_clock_ms(),
         deadline_ms=deadline_ms,
     )
 
@@ -215,7 +212,7 @@ class Client(Closeable):
         if deadline_s is not None:
             if deadline_ms is not None:
                 raise ValueError("give deadline_s or deadline_ms, not both")
-            deadline_ms = _now_ms() + round(deadline_s * 1000)
+            deadline_ms = wall_clock_ms() + round(deadline_s * 1000)
         command = new_submit(pipeline, input_value, idempotency_key, deadline_ms=deadline_ms)
         reply = self.request(command, wait_s)
         if reply is None:
@@ -255,7 +252,7 @@ class Client(Closeable):
     def cancel(self, run_id: str, reason: str = "", *, wait_s: float = 30.0) -> CommandReply | None:
         """Request cancellation: stop intent commits once; the first stop reason wins."""
         command = CancelRun(
-            command_id=str(uuid.uuid4()), run_id=run_id, reason=reason, requested_ms=_now_ms()
+            command_id=str(uuid.uuid4()), run_id=run_id, reason=reason, requested_ms=wall_clock_ms()
         )
         return self.request(command, wait_s)
 

@@ -35,7 +35,7 @@ def _row(value: bytes | None) -> dict[str, Any]:
     except FactDecodeError as exc:
         return {
             "reason": "undecodable",
-            "detail": exc.reason,
+            "detail": f"{exc.reason}: {exc.detail}",
             "source": "?",
             "rejected_ms": 0,
             "time": "-",

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from processor.errors import ConfigurationError
 
-__all__ = ["Settings", "kafka_bootstrap", "librdkafka_security"]
+__all__ = ["Settings", "default_of", "kafka_bootstrap", "librdkafka_security"]
 
 
 class Settings(BaseSettings):
@@ -35,6 +36,14 @@ class Settings(BaseSettings):
     max_batch: int = Field(default=500, ge=1, description="Input records per transaction")
     poll_timeout_ms: int = Field(default=50, ge=1)
     timer_interval_ms: int = Field(default=100, ge=1, description="Due-work scan period")
+    timer_batch: int = Field(default=1000, ge=1, description="Due timers fired per scan")
+    stable_wait_ms: int = Field(
+        default=120_000,
+        ge=0,
+        description="On assignment, how long to wait for a crashed writer's open transaction "
+        "on runs.facts to be aborted before catching up (at least the transaction timeout "
+        "plus the broker's abort sweep)",
+    )
     parallel_restore_min_facts: int = Field(
         default=200_000,
         ge=1,
@@ -55,7 +64,8 @@ class Settings(BaseSettings):
         default=10_000,
         ge=1,
         description="A processor or worker that stops heartbeating (crash, kill -9, SIGSTOP) "
-        "loses its partitions after this",
+        "loses its partitions after this (librdkafka heartbeats from a background thread, "
+        "so a slow batch does not count)",
     )
     kafka_max_poll_interval_ms: int = Field(
         default=300_000,
@@ -67,8 +77,9 @@ class Settings(BaseSettings):
         default=10_000,
         ge=1,
         description="A transaction left open by a crashed processor is aborted by the broker "
-        "after this; until then read_committed readers cannot read past it. A transactional "
-        "call that hangs for this plus 15 s is abandoned and the session replaced",
+        "after this (as Kafka Streams under exactly-once); until then read_committed "
+        "readers cannot read past it. A transactional call that hangs for this plus 15 s "
+        "is abandoned and the session replaced",
     )
     kafka_security_protocol: str | None = None
     kafka_sasl_mechanism: str | None = None
@@ -95,6 +106,15 @@ class Settings(BaseSettings):
     @property
     def state_dir(self) -> Path:
         return self.data_dir / "state" / self.group
+
+
+def default_of(name: str) -> Any:
+    """The declared default of one Settings field (ignoring the environment).
+
+    For the few APIs below the settings (a transport, a topology, replay) that keep
+    a default of their own: they take it from here, so each default exists once.
+    """
+    return Settings.model_fields[name].default
 
 
 def kafka_bootstrap(settings: Settings) -> str:

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 
 from processor.config.resume_secret import resume_secret
 from processor.engine.instance import InstanceClaim, claim_instance
-from processor.engine.loop import Clock, LoopConfig, ProcessorLoop, wall_clock_ms
+from processor.engine.loop import LoopConfig, ProcessorLoop
 from processor.errors import TransportError
+from processor.transport.clock import Clock, wall_clock_ms
 from processor.transport.deployment import Deployment, ensure_topics
 from processor.worker.pipeline import Application
 from processor.worker.service import Worker
@@ -42,16 +43,8 @@ class Host:
         self.instance_id = self._claim.instance_id
         try:
             ensure_topics(self.deployment, self.app.output_topics)
-            config = LoopConfig(
-                state_dir=settings.state_dir,
-                group=settings.group,
-                instance_id=self.instance_id,
-                max_batch=settings.max_batch,
-                poll_timeout_s=settings.poll_timeout_ms / 1000,
-                timer_interval_ms=settings.timer_interval_ms,
-                resume_secret=secret,
-                parallel_restore_min_facts=settings.parallel_restore_min_facts,
-                native_fold=settings.native_fold,
+            config = LoopConfig.from_settings(
+                settings, instance_id=self.instance_id, resume_secret=secret
             )
             self.loop = ProcessorLoop(
                 self.deployment.transport, self.app, self.deployment.topology, config, self.clock

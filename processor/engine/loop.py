@@ -17,12 +17,13 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from processor.admission.admit import admit
 from processor.admission.arrivals import Refusal, completion_arrival, handoff_arrival
+from processor.config.settings import Settings
 from processor.errors import (
     AppendConflictError,
     FactDecodeError,
@@ -34,11 +35,11 @@ from processor.facts.codec import codec, encode
 from processor.facts.models import (
     AvroModel,
     CancelRun,
-    Rejected,
     ResolveAttempt,
     SegmentResult,
     SubmitRun,
 )
+from processor.facts.rejection import rejected
 from processor.facts.topics import RUN_ADDRESSED_INPUTS, TopicName
 from processor.model.decide import (
     Context,
@@ -54,7 +55,7 @@ from processor.model.decide import (
 )
 from processor.model.state import RunState
 from processor.restore.catch_up import catch_up
-from processor.restore.parallel import PARALLEL_MIN_FACTS, catch_up_partitions, worker_count
+from processor.restore.parallel import catch_up_partitions, worker_count
 from processor.store.rocks import open_store, store_path, stored_facts_offset
 from processor.store.staging import Staging
 from processor.transport.base import (
@@ -65,35 +66,49 @@ from processor.transport.base import (
     TopicPartition,
     Transport,
 )
+from processor.transport.clock import Clock, wall_clock_ms
 from processor.transport.partitioner import partition_for
 from processor.transport.topology import Topology
 
-__all__ = ["Clock", "LoopConfig", "ProcessorLoop", "wall_clock_ms"]
+__all__ = ["LoopConfig", "ProcessorLoop"]
 
 logger = logging.getLogger(__name__)
-
-Clock = Callable[[], int]
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
 class LoopConfig:
+    """What the loop needs of the settings; no defaults: ``from_settings`` builds it."""
+
     state_dir: Path
-    group: str = "processor"
-    instance_id: str = "processor-1"
-    max_batch: int = 500
-    poll_timeout_s: float = 0.05
-    timer_interval_ms: int = 100
-    timer_batch: int = 1000
-    resume_secret: bytes = b""
-    stable_wait_s: float = 120.0  # at least the transaction timeout plus the abort sweep
+    group: str
+    instance_id: str
+    max_batch: int
+    poll_timeout_s: float
+    timer_interval_ms: int
+    timer_batch: int
+    resume_secret: bytes
+    stable_wait_s: float
     # A restore of this many facts or more, of several partitions, runs in processes.
-    parallel_restore_min_facts: int = PARALLEL_MIN_FACTS
+    parallel_restore_min_facts: int
     # Restore folds with the compiled fold when it is installed (store/native_fold.py).
-    native_fold: bool = True
+    native_fold: bool
+
+    @staticmethod
+    def from_settings(settings: Settings, *, instance_id: str, resume_secret: bytes) -> LoopConfig:
+        """The loop's configuration: ``settings`` plus the claimed id and the secret."""
+        return LoopConfig(
+            state_dir=settings.state_dir,
+            group=settings.group,
+            instance_id=instance_id,
+            max_batch=settings.max_batch,
+            poll_timeout_s=settings.poll_timeout_ms / 1000,
+            timer_interval_ms=settings.timer_interval_ms,
+            timer_batch=settings.timer_batch,
+            resume_secret=resume_secret,
+            stable_wait_s=settings.stable_wait_ms / 1000,
+            parallel_restore_min_facts=settings.parallel_restore_min_facts,
+            native_fold=settings.native_fold,
+        )
 
 
 @dataclass
@@ -295,8 +310,7 @@ class ProcessorLoop:
         try:
             decided = self._decide(self._inputs[record.topic], record, staging, now)
         except FactDecodeError as exc:
-            reason, _, detail = exc.reason.partition(": ")
-            self._reject(record, reason, detail, run_id=None, now=now)
+            self._reject(record, exc.reason, exc.detail, run_id=None, now=now)
             return
         if decided is not None:
             self._apply(staging, record, *decided, now)
@@ -401,19 +415,9 @@ class ProcessorLoop:
             reason,
             detail,
         )
-        rejected = Rejected(
-            reason=reason,
-            detail=detail,
-            source_topic=record.topic,
-            source_partition=record.partition,
-            source_offset=record.offset,
-            original_key=record.key,
-            original_value=record.value,
-            run_id=run_id,
-            rejected_ms=now,
-        )
+        refusal = rejected(record, reason, detail, now, run_id=run_id)
         key = run_id or (record.key or b"").decode(errors="replace")
-        self._batch.outbound.append(self._outbound(TopicName.REJECTED, key, rejected))
+        self._batch.outbound.append(self._outbound(TopicName.REJECTED, key, refusal))
 
     def _outbound(self, topic: TopicName, key: str, value: AvroModel) -> Outbound:
         return Outbound(self._topology.name(topic), key.encode(), encode(value))
@@ -500,7 +504,7 @@ def _decode_command(value: bytes | None) -> SubmitRun | CancelRun | ResolveAttem
     command = codec().decode(value)
     if not isinstance(command, SubmitRun | CancelRun | ResolveAttempt):
         detail = f"expected a command on runs.commands, got {type(command).__name__}"
-        raise FactDecodeError(f"wrong_schema: {detail}", value)
+        raise FactDecodeError("wrong_schema", detail, value)
     return command
 
 

@@ -164,10 +164,10 @@ class Codec:
     def decode(self, raw: bytes | None) -> AvroModel:
         """Decode any known value; raise FactDecodeError (keeping ``raw``) otherwise."""
         if raw is None or len(raw) < _HEADER_LEN or raw[:2] != _MAGIC:
-            raise FactDecodeError("malformed: not an Avro single-object value", raw)
+            raise FactDecodeError("malformed", "not an Avro single-object value", raw)
         entry = self._by_fingerprint.get(raw[2:_HEADER_LEN])
         if entry is None:
-            raise FactDecodeError("unknown_schema: fingerprint not known to this processor", raw)
+            raise FactDecodeError("unknown_schema", "fingerprint not known to this processor", raw)
         if entry.fast is not None:
             try:
                 return entry.fast(raw)
@@ -182,9 +182,9 @@ class Codec:
             body.seek(_HEADER_LEN)
             record = fastavro.schemaless_reader(body, entry.writer, entry.reader)
         except Exception as exc:  # fastavro raises many types on corrupt input
-            raise FactDecodeError(f"malformed: {exc.__class__.__name__}: {exc}", raw) from exc
+            raise FactDecodeError("malformed", f"{exc.__class__.__name__}: {exc}", raw) from exc
         if body.tell() != len(raw):
-            raise FactDecodeError("malformed: trailing bytes after the Avro body", raw)
+            raise FactDecodeError("malformed", "trailing bytes after the Avro body", raw)
         return _to_model(entry, record, raw)
 
     def decode_facts(self, values: Sequence[bytes | None]) -> list[FactHeader]:
@@ -222,7 +222,7 @@ class Codec:
         value = self.decode(raw)
         if not isinstance(value, model):
             raise FactDecodeError(
-                f"wrong_schema: expected {model.__name__}, got {type(value).__name__}", raw
+                "wrong_schema", f"expected {model.__name__}, got {type(value).__name__}", raw
             )
         return value
 
@@ -232,7 +232,7 @@ def _to_model(entry: _Entry, record: Any, raw: bytes) -> AvroModel:
     try:
         return entry.validate(record)
     except ValueError as exc:
-        raise FactDecodeError(f"malformed: {exc}", raw) from exc
+        raise FactDecodeError("malformed", str(exc), raw) from exc
 
 
 class _NotFastError(Exception):

@@ -30,21 +30,18 @@ from multiprocessing.synchronize import Event as ProcessEvent
 from pathlib import Path
 from typing import NamedTuple
 
+from processor.config.settings import default_of
 from processor.restore.catch_up import CaughtUp, PartitionCatchUp
 from processor.restore.malloc_tuning import keep_freed_memory
 from processor.store.rocks import open_store, store_path
 from processor.transport.base import Reader, TopicPartition, Transport
 
-__all__ = ["PARALLEL_MIN_FACTS", "catch_up_partitions", "worker_count"]
+__all__ = ["catch_up_partitions", "worker_count"]
 
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[int], None]
 
-#: Below this many facts to fold, partitions are caught up in the calling process:
-#: starting a pool (a fresh interpreter importing the package) costs about half a
-#: second.
-PARALLEL_MIN_FACTS = 200_000
 #: Facts per batch here: bigger than a live restore's, since these catch-ups run in a
 #: replay or in pool processes whose memory is returned when they end. A run touched
 #: by fewer batches is written fewer times (about 10 % faster than 10,000).
@@ -57,10 +54,19 @@ _POOL_START_S = 0.25
 
 
 def worker_count(
-    processes: int | None, facts: int, partitions: int, *, min_facts: int = PARALLEL_MIN_FACTS
+    processes: int | None,
+    facts: int,
+    partitions: int,
+    *,
+    min_facts: int = default_of("parallel_restore_min_facts"),
 ) -> int:
     """How many processes to use: ``processes`` if given, else one per CPU (at most one
-    per partition) for ``min_facts`` facts or more, else 1."""
+    per partition) for ``min_facts`` facts or more, else 1.
+
+    Below ``min_facts`` (``Settings.parallel_restore_min_facts``) partitions are caught
+    up in the calling process: starting a pool (a fresh interpreter importing the
+    package) costs about half a second.
+    """
     if processes is not None:
         if processes < 1:
             raise ValueError(f"catching up needs at least one process, got {processes}")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
 
+from processor.config.settings import default_of
 from processor.facts.topics import TopicName
 from processor.restore.malloc_tuning import keep_freed_memory
 from processor.restore.parallel import catch_up_partitions, worker_count
@@ -73,7 +74,7 @@ def replay(
     target_dir: Path | None = None,
     progress_total: Callable[[int], Progress] | None = None,
     processes: int | None = None,
-    native_fold: bool = True,
+    native_fold: bool = default_of("native_fold"),
 ) -> ReplayReport:
     """Fold runs.facts of every partition into fresh stores under ``target_dir``.
 
@@ -82,7 +83,7 @@ def replay(
     With ``processes > 1``, up to that many partitions are rebuilt at once, each
     in a process of its own (the pool's progress is passed on every half second);
     a transport that cannot be sent to another process is rebuilt here, in turn.
-    ``None`` picks: one per CPU for ``PARALLEL_MIN_FACTS`` facts or more, else 1
+    ``None`` picks: one per CPU for ``Settings.parallel_restore_min_facts`` facts or more, else 1
     (``restore_parallel.worker_count``). ``native_fold``: fold with the compiled
     fold when it is installed (``store/native_fold.py``).
 

@@ -3,9 +3,9 @@
 Catch-up folds every fact of a partition; in Python, decoding and folding a fact
 costs several times reading it. The extension decodes a batch of encoded facts,
 folds them and puts into the WriteBatch the rows that ``Staging.fold_read`` and
-``flush`` would write (history chunks, runs, due-work changes, claims), in one
-call. It handles the current fact schemas exactly and refuses (ValueError, before
-putting anything) whatever else: a value in an older schema, a malformed one, a
+``flush`` would write (history chunks, runs, due-work changes), in one call. It
+handles the current fact schemas exactly and refuses (ValueError, before putting
+anything) whatever else: a value in an older schema, a malformed one, a
 stored run it cannot read. That batch is then folded by the Python reducers, which
 stay the reference; tests/unit/test_native_fold.py folds the same facts both ways
 and compares every row.
@@ -28,8 +28,11 @@ from processor.store.rocks import PartitionStore
 
 __all__ = ["NativeFold", "native_fold_available", "parse_fact_schemas"]
 
-#: The column families the compiled fold writes, in the order it takes them.
-_FAMILIES = ("history", "runs", "due", "claims")
+#: The column families the compiled fold writes, in the order it takes them. It takes
+#: a fourth, for the idempotency-claim rows that stores before format 4 kept: those rows
+#: are put with ``_NO_FAMILY`` as their family, and dropped (``_without_claims``).
+_FAMILIES = ("history", "runs", "due")
+_NO_FAMILY = None
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +104,8 @@ class NativeFold:
         Python."""
         batch = self._store.batch()
         put, delete, families = batch.writer(_FAMILIES)
+        put = _without_claims(put)
+        families = (*families, _NO_FAMILY)
         try:
             started = self._kernel.fold_into(values, self._store.raw_runs_at, put, delete, families)
         except ValueError as exc:  # raised before it put anything
@@ -114,3 +119,16 @@ class NativeFold:
     def reset(self) -> None:
         """Forget the carried runs: the store was written by someone else meanwhile."""
         self._kernel.reset()
+
+
+_Put = Callable[[bytes, bytes, Any], None]
+
+
+def _without_claims(put: _Put) -> _Put:
+    """``put``, except for the claims rows the compiled fold still writes (no family)."""
+
+    def put_row(key: bytes, value: bytes, family: Any) -> None:
+        if family is not _NO_FAMILY:
+            put(key, value, family)
+
+    return put_row

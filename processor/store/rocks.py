@@ -5,7 +5,6 @@ Column families:
   history    (run id, first seq) -> a chunk of the run's facts, one per write
              (``store/history.py``): for ``history`` and conditional append
   due        (due ms, run id, kind, segment, generation) -> b"" : timers by due time
-  claims     idempotency key -> {run_id, fingerprint}
   meta       b"facts_offset" -> next runs.facts offset reflected here
 
 The live loop writes with RocksDB's write-ahead log. Catch-up writes without it
@@ -16,7 +15,6 @@ killed mid catch-up reopens at a consistent earlier batch and catches up from th
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from collections.abc import Iterable, Iterator, Sequence
@@ -53,13 +51,15 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-COLUMN_FAMILIES = ("runs", "history", "due", "claims", "meta")
+COLUMN_FAMILIES = ("runs", "history", "due", "meta")
 _RdictKey = str | int | float | bytes | bool
 _FACTS_OFFSET = b"facts_offset"
 _FORMAT_VERSION = b"format_version"
-#: 3: runs without their default fields, history facts without their run id; 2: history
-#: in chunks of facts with their keys (1: a row per fact, a fact_keys family).
-FORMAT_VERSION = 3
+#: 4: no claims family (idempotency is the run id derived from the key, and the run's
+#: fingerprint); 3: runs without their default fields, history facts without their run
+#: id; 2: history in chunks of facts with their keys (1: a row per fact, a fact_keys
+#: family).
+FORMAT_VERSION = 4
 
 
 # Memory bounds of one store (one partition). The column families share one block
@@ -197,10 +197,6 @@ class PartitionStore:
         if facts:
             yield run_id, facts
 
-    def claim(self, idempotency_key: str) -> dict[str, Any] | None:
-        raw = self._cf["claims"].get(keys.string_key(idempotency_key))
-        return None if raw is None else dict(json.loads(raw))
-
     def items(self, family: str) -> Iterator[tuple[bytes, bytes]]:
         """Every row of one column family in key order (for verify)."""
         it = self._cf[family].iter()
@@ -267,7 +263,8 @@ def _checkpoint_path(path: Path) -> Path:
 
 def _check_families(path: Path) -> None:
     """Refuse a store with other column families than this format's (format 1 had a
-    ``fact_keys`` family; RocksDB will not open a store without all of its families)."""
+    ``fact_keys`` family, formats 1 to 3 a ``claims`` family; RocksDB will not open a
+    store without all of its families)."""
     if not (path / "CURRENT").exists():
         return
     found = set(Rdict.list_cf(str(path))) - {"default"}
@@ -339,10 +336,6 @@ class StoreBatch:
 
     def delete_due(self, entry: DueEntry) -> None:
         self.raw.delete(keys.due_key(entry), self._h["due"])
-
-    def put_claim(self, idempotency_key: str, run_id: str, fingerprint: str | None) -> None:
-        value = json.dumps({"run_id": run_id, "fingerprint": fingerprint}).encode()
-        self.raw.put(keys.string_key(idempotency_key), value, self._h["claims"])
 
     def set_facts_offset(self, offset: int) -> None:
         self.raw.put(_FACTS_OFFSET, keys.u64(offset), self._h["meta"])

@@ -149,7 +149,7 @@ class Staging:
             before = self._before.get(run_id)
             if after is not None and after is not before:
                 batch.put_run(after)
-                _write_index_changes(batch, before, after)
+                _write_due_changes(batch, before, after)
                 started += before is None
         if facts_offset is not None:
             batch.set_facts_offset(facts_offset)
@@ -189,11 +189,9 @@ def _write_history(batch: StoreBatch, staged: Sequence[tuple[FactHeader, bytes]]
         batch.put_history(run_id, run_facts[0][0].seq, [encoded for _, encoded in run_facts])
 
 
-def _write_index_changes(batch: StoreBatch, before: RunState | None, after: RunState) -> None:
+def _write_due_changes(batch: StoreBatch, before: RunState | None, after: RunState) -> None:
     old, new = due_entries(before), due_entries(after)
     for entry in old - new:
         batch.delete_due(entry)
     for entry in new - old:
         batch.put_due(entry)
-    if after.idempotency_key is not None and before is None:
-        batch.put_claim(after.idempotency_key, after.run_id, after.fingerprint)

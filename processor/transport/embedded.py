@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from processor.config.settings import default_of
 from processor.transport.base import (
     Closeable,
     Outbound,
@@ -238,7 +239,11 @@ class EmbeddedTransport:
     name = "embedded"
 
     def __init__(
-        self, path: str | Path, *, durable: bool = False, default_partitions: int = 4
+        self,
+        path: str | Path,
+        *,
+        durable: bool = False,
+        default_partitions: int = default_of("partitions"),
     ) -> None:
         if default_partitions < 1:
             raise ValueError(f"default_partitions must be >= 1, got {default_partitions}")

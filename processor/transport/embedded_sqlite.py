@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 from processor.errors import TransportError
 from processor.transport.base import Headers, Outbound, Record, TopicPartition, ValueBatch
+from processor.transport.clock import wall_clock_ms
 from processor.transport.partitioner import partition_for
 
 __all__ = [
@@ -424,7 +425,7 @@ class LogConnection:
     def append(self, batch: Sequence[PendingRecord]) -> list[tuple[TopicPartition, int]]:
         """Insert ``batch`` with dense offsets; call inside ``write``. Returns positions."""
         conn = self.conn
-        timestamp_ms = time.time_ns() // 1_000_000
+        timestamp_ms = wall_clock_ms()
         ends: dict[tuple[int, int], int] = {}
         tps: dict[tuple[int, int], TopicPartition] = {}
         rows, positions = [], []

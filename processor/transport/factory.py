@@ -17,9 +17,4 @@ def open_transport(settings: Settings) -> Transport:
         )
     from processor.transport.kafka import KafkaTransport
 
-    return KafkaTransport(
-        settings,
-        session_timeout_ms=settings.kafka_session_timeout_ms,
-        max_poll_interval_ms=settings.kafka_max_poll_interval_ms,
-        transaction_timeout_ms=settings.kafka_transaction_timeout_ms,
-    )
+    return KafkaTransport(settings)

@@ -52,21 +52,14 @@ PRODUCER_CONFIG: dict[str, Any] = {
     "linger.ms": 5,
     "compression.type": "lz4",
 }
-#: A transaction left open by a crashed instance is aborted by the broker after this.
-TRANSACTION_TIMEOUT_MS = 10_000  # as Kafka Streams under exactly-once
-#: A member that stops heartbeating (crash, kill -9) loses its partitions after this;
-#: librdkafka heartbeats from a background thread, so a slow batch does not count.
-SESSION_TIMEOUT_MS = 10_000
-#: A member that is alive but stops polling (a hung loop: a zombie) is evicted from
-#: the group after this, and its partitions move on (librdkafka's default).
-MAX_POLL_INTERVAL_MS = 300_000
 
 
 class KafkaTransport:
     """Factory for the clients of one Kafka cluster (``PROCESSOR_BROKER=kafka://...``).
 
     Args:
-        settings: broker URL and security settings.
+        settings: broker URL, security settings and the three timeouts below
+            (``kafka_*_ms``), which the keyword arguments override.
         session_timeout_ms: how soon a crashed group member loses its partitions.
         max_poll_interval_ms: how soon a member that stopped polling (a zombie) is
             evicted; at least ``session_timeout_ms`` (librdkafka requires it).
@@ -81,12 +74,20 @@ class KafkaTransport:
         self,
         settings: Settings,
         *,
-        session_timeout_ms: int = SESSION_TIMEOUT_MS,
-        max_poll_interval_ms: int = MAX_POLL_INTERVAL_MS,
-        transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS,
+        session_timeout_ms: int | None = None,
+        max_poll_interval_ms: int | None = None,
+        transaction_timeout_ms: int | None = None,
     ) -> None:
         self.settings = settings
-        self._transaction_timeout_ms = transaction_timeout_ms
+        if session_timeout_ms is None:
+            session_timeout_ms = settings.kafka_session_timeout_ms
+        if max_poll_interval_ms is None:
+            max_poll_interval_ms = settings.kafka_max_poll_interval_ms
+        self._transaction_timeout_ms = (
+            settings.kafka_transaction_timeout_ms
+            if transaction_timeout_ms is None
+            else transaction_timeout_ms
+        )
         self._membership: dict[str, Any] = {
             "session.timeout.ms": session_timeout_ms,
             "max.poll.interval.ms": max(max_poll_interval_ms, session_timeout_ms),

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from processor.config.settings import default_of
 from processor.errors import ConfigurationError
 from processor.facts.topics import TopicName
 from processor.transport.base import TopicSpec
@@ -50,7 +51,7 @@ class Topology:
     """Physical topic names (an optional prefix) and the partition count of a deployment."""
 
     prefix: str = ""
-    partitions: int = 4
+    partitions: int = default_of("partitions")
     declarations: tuple[TopicDeclaration, ...] = field(default_factory=load_declarations)
 
     def name(self, topic: TopicName) -> str:

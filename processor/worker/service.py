@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
-from collections.abc import Callable
 
+from processor.config.settings import default_of
 from processor.errors import FactDecodeError, TransportError
 from processor.facts.codec import codec, encode
-from processor.facts.models import Rejected, WorkItem
+from processor.facts.models import WorkItem
+from processor.facts.rejection import rejected
 from processor.facts.topics import TopicName
 from processor.transport.base import GroupConsumer, Outbound, Producer, Record, Transport
+from processor.transport.clock import Clock, wall_clock_ms
 from processor.transport.topology import Topology
 from processor.worker.executor import execute
 from processor.worker.pipeline import Application
@@ -35,10 +36,10 @@ class Worker:
         app: Application,
         topology: Topology,
         *,
-        group: str = "processor-workers",
+        group: str = default_of("worker_group"),
         worker_id: str | None = None,
         max_batch: int = 10,
-        clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        clock: Clock = wall_clock_ms,
     ) -> None:
         self._transport = transport
         self._app = app
@@ -47,7 +48,6 @@ class Worker:
         self.worker_id = worker_id or f"worker-{uuid.uuid4().hex[:8]}"
         self._max_batch = max_batch
         self._clock = clock
-        self.executed = 0
 
     def run(self, stop: threading.Event) -> None:
         work_topic = self._topology.name(TopicName.WORK)
@@ -88,23 +88,10 @@ class Worker:
             )
             return None
         result = execute(item, self._app, self.worker_id)
-        self.executed += 1
         return Outbound(
             self._topology.name(TopicName.RESULTS), item.run_id.encode(), encode(result)
         )
 
     def _rejected(self, record: Record, exc: FactDecodeError) -> Outbound:
-        reason, _, detail = exc.reason.partition(": ")
-        rejected = Rejected(
-            reason=reason,
-            detail=detail,
-            source_topic=record.topic,
-            source_partition=record.partition,
-            source_offset=record.offset,
-            original_key=record.key,
-            original_value=record.value,
-            rejected_ms=self._clock(),
-        )
-        return Outbound(
-            self._topology.name(TopicName.REJECTED), record.key or b"", encode(rejected)
-        )
+        refusal = rejected(record, exc.reason, exc.detail, self._clock())
+        return Outbound(self._topology.name(TopicName.REJECTED), record.key or b"", encode(refusal))

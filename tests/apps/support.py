@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -308,12 +309,10 @@ class LoopHarness:
         self.clock = clock or FakeClock()
         transport, topology = self.deployment.transport, self.deployment.topology
         # Scan timers whenever the fake clock moved, so due times are exact to the millisecond.
-        config = LoopConfig(
-            state_dir=settings.state_dir,
-            group=settings.group,
+        config = dataclasses.replace(
+            LoopConfig.from_settings(settings, instance_id="processor-1", resume_secret=secret),
             poll_timeout_s=0.005,
             timer_interval_ms=1,
-            resume_secret=secret,
         )
         self.loop = ProcessorLoop(transport, app, topology, config, clock=self.clock)
         self.loop.start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -11,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from processor.config.settings import default_of
 from processor.engine.loop import LoopConfig, ProcessorLoop
 from processor.facts.models import RunSucceeded
 from processor.facts.topics import TopicName
-from processor.restore.parallel import PARALLEL_MIN_FACTS, catch_up_partitions, worker_count
+from processor.restore.parallel import catch_up_partitions, worker_count
 from processor.restore.replay import replay
 from processor.store.rocks import COLUMN_FAMILIES, PartitionStore
 from processor.transport.base import Reader, TopicPartition, ValueBatch
@@ -154,6 +156,8 @@ class _RecordingReader:
 
 def test_by_default_only_big_catch_ups_start_processes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    PARALLEL_MIN_FACTS = default_of("parallel_restore_min_facts")  # noqa: N806
+    assert PARALLEL_MIN_FACTS == 200_000
     assert worker_count(None, PARALLEL_MIN_FACTS - 1, 4) == 1
     assert worker_count(None, PARALLEL_MIN_FACTS, 4) == 2
     assert worker_count(None, PARALLEL_MIN_FACTS, 1) == 1  # one partition: one process
@@ -172,8 +176,9 @@ def test_a_lost_store_of_several_partitions_is_restored_in_processes(
     harness.loop.close()
     shutil.rmtree(settings.state_dir)  # every partition's store is lost
 
-    config = LoopConfig(
-        state_dir=settings.state_dir, group=settings.group, parallel_restore_min_facts=1
+    config = dataclasses.replace(
+        LoopConfig.from_settings(settings, instance_id="processor-1", resume_secret=b""),
+        parallel_restore_min_facts=1,
     )
     loop = ProcessorLoop(
         deployment.transport, harness.app, deployment.topology, config, clock=harness.clock

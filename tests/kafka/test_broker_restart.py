@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from processor.clients.client import Client
+from processor.config.settings import default_of
 from processor.errors import TransportError
-from processor.transport.kafka import TRANSACTION_TIMEOUT_MS
 from tests.apps.support import wait_until
 from tests.kafka.support import (
     FactsWatch,
@@ -79,7 +79,9 @@ def test_processor_survives_a_broker_restart(
     # The production transaction timeout: a restart takes the broker away for longer
     # than the short one the other tests use, and the transaction open at that moment
     # should be able to commit when the broker is back.
-    space = dataclasses.replace(space, transaction_timeout_ms=TRANSACTION_TIMEOUT_MS)
+    space = dataclasses.replace(
+        space, transaction_timeout_ms=default_of("kafka_transaction_timeout_ms")
+    )
     processor = space.process(tmp_path / "processor", tmp_path / "processor.log")
     deployment = space.deployment(tmp_path / "client")
     topology = deployment.topology

@@ -10,7 +10,16 @@ from hypothesis import strategies as st
 
 from processor.errors import FactDecodeError
 from processor.facts.codec import BODY_START, codec, crc64_avro, fact_key_span, string_span
-from processor.facts.models import FACT_TYPES, MESSAGE_TYPES, AvroModel, FactHeader, RunSucceeded
+from processor.facts.models import (
+    FACT_TYPES,
+    MESSAGE_TYPES,
+    AvroModel,
+    FactHeader,
+    Rejected,
+    RunSucceeded,
+)
+from processor.facts.rejection import rejected
+from processor.transport.base import Record
 
 ALL_MODELS = (*FACT_TYPES, *MESSAGE_TYPES)
 
@@ -124,6 +133,10 @@ def test_undecodable_values_are_refused_with_a_reason(raw: bytes | None, reason:
         codec().decode(raw)
     assert caught.value.reason.startswith(reason)
     assert caught.value.raw == raw
+    # The reason and the detail are separate fields; the message joins them.
+    assert caught.value.reason == reason
+    assert caught.value.detail and not caught.value.detail.startswith(reason)
+    assert str(caught.value) == f"{reason}: {caught.value.detail}"
 
 
 def test_truncated_and_padded_bodies_are_malformed() -> None:
@@ -142,3 +155,21 @@ def test_decode_as_refuses_the_wrong_schema() -> None:
     with pytest.raises(FactDecodeError) as caught:
         codec().decode_as(codec().encode(fact), SubmitRun)
     assert caught.value.reason.startswith("wrong_schema")
+    assert caught.value.detail == "expected SubmitRun, got RunSucceeded"
+
+
+def test_a_rejection_keeps_the_refused_record_and_its_reason() -> None:
+    record = Record("runs.commands", 2, 17, b"run-1", b"\x00garbage")
+    refusal = rejected(record, "malformed", "not an Avro single-object value", 1234, run_id="r")
+    assert refusal == Rejected(
+        reason="malformed",
+        detail="not an Avro single-object value",
+        source_topic="runs.commands",
+        source_partition=2,
+        source_offset=17,
+        original_key=b"run-1",
+        original_value=b"\x00garbage",
+        run_id="r",
+        rejected_ms=1234,
+    )
+    assert codec().decode_as(codec().encode(refusal), Rejected) == refusal

@@ -65,15 +65,23 @@ def test_a_truncated_history_chunk_is_an_error() -> None:
 
 def _format_1_store(path: Path) -> None:
     """A store as format 1 wrote it: a fact_keys family next to the others."""
+    _old_store(path, ["runs", "history", "fact_keys", "due", "claims", "meta"], 1)
+
+
+def _format_3_store(path: Path) -> None:
+    """A store as format 3 wrote it: a claims family (written, never read)."""
+    _old_store(path, ["runs", "history", "due", "claims", "meta"], 3)
+
+
+def _old_store(path: Path, names: list[str], version: int) -> None:
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)
-    names = ["runs", "history", "fact_keys", "due", "claims", "meta"]
     db = Rdict(
         str(path), options=opts, column_families={name: Options(raw_mode=True) for name in names}
     )
     meta = db.get_column_family("meta")
-    meta[b"format_version"] = (1).to_bytes(8, "big")
+    meta[b"format_version"] = version.to_bytes(8, "big")
     meta[b"facts_offset"] = (42).to_bytes(8, "big")
     del meta
     db.close()
@@ -93,6 +101,20 @@ def test_a_store_of_another_format_is_rebuilt_for_writing(tmp_path: Path) -> Non
     finally:
         store.close()
     assert set(Rdict.list_cf(str(tmp_path / "p0000"))) == {"default", *COLUMN_FAMILIES}
+
+
+def test_a_format_3_store_with_its_claims_family_is_rebuilt(tmp_path: Path) -> None:
+    _format_3_store(tmp_path / "p0000")
+    with pytest.raises(StoreFormatError, match=r"another format.*claims.*rebuilds it"):
+        PartitionStore(tmp_path / "p0000", read_only=True)
+    store = open_store(tmp_path / "p0000")
+    try:
+        assert store.facts_offset() == 0  # emptied: catch-up rebuilds it from offset 0
+        assert store._cf["meta"].get(b"format_version") == (4).to_bytes(8, "big")
+    finally:
+        store.close()
+    assert set(Rdict.list_cf(str(tmp_path / "p0000"))) == {"default", *COLUMN_FAMILIES}
+    assert "claims" not in COLUMN_FAMILIES
 
 
 def test_a_later_format_version_is_refused(tmp_path: Path) -> None:

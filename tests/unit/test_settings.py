@@ -1,0 +1,57 @@
+"""Settings are the one source of every default; the layers below take theirs from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from processor.config.settings import Settings, default_of
+from processor.engine.loop import LoopConfig
+from processor.transport.kafka import KafkaTransport
+from processor.transport.topology import Topology
+
+
+def test_the_loop_configuration_comes_from_the_settings(tmp_path: Path) -> None:
+    settings = Settings(
+        data_dir=tmp_path,
+        group="g",
+        max_batch=7,
+        poll_timeout_ms=20,
+        timer_interval_ms=3,
+        timer_batch=11,
+        stable_wait_ms=1500,
+        parallel_restore_min_facts=13,
+        native_fold=False,
+    )
+    config = LoopConfig.from_settings(settings, instance_id="i-1", resume_secret=b"s")
+    assert config == LoopConfig(
+        state_dir=tmp_path / "state" / "g",
+        group="g",
+        instance_id="i-1",
+        max_batch=7,
+        poll_timeout_s=0.02,
+        timer_interval_ms=3,
+        timer_batch=11,
+        resume_secret=b"s",
+        stable_wait_s=1.5,
+        parallel_restore_min_facts=13,
+        native_fold=False,
+    )
+
+
+def test_defaults_below_the_settings_are_the_settings_defaults() -> None:
+    assert default_of("partitions") == Settings.model_fields["partitions"].default == 4
+    assert Topology().partitions == default_of("partitions")
+
+
+def test_the_kafka_transport_takes_its_timeouts_from_the_settings() -> None:
+    settings = Settings(
+        broker="kafka://127.0.0.1:1",
+        kafka_session_timeout_ms=7_000,
+        kafka_max_poll_interval_ms=8_000,
+        kafka_transaction_timeout_ms=9_000,
+    )
+    transport = KafkaTransport(settings)
+    assert transport._membership == {"session.timeout.ms": 7_000, "max.poll.interval.ms": 8_000}
+    assert transport._transaction_timeout_ms == 9_000
+    overridden = KafkaTransport(settings, transaction_timeout_ms=2_000)
+    assert overridden._transaction_timeout_ms == 2_000
