@@ -278,6 +278,12 @@ def _result_problem(result: SegmentResult, state: RunState, spec: PipelineSpec) 
             canonical_json(step.output)
         except InvalidPayloadError as exc:
             return f"step {step.step} output: {exc}"
+    for index, request in enumerate(result.requests):
+        try:
+            if request:
+                canonical_json(request)
+        except InvalidPayloadError as exc:
+            return f"request {index}: {exc}"
     reached = state.next_step + len(result.steps)
     end = spec.segment_end(state.next_step)
     if result.outcome == "completed" and (reached != spec.last_step + 1 or end != spec.last_step):
