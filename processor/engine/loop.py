@@ -210,15 +210,21 @@ class ProcessorLoop:
                     self._config.stable_wait_s,
                 )
         self._restore_in_processes(partitions)
-        for partition in partitions:
-            store = open_store(store_path(self._config.state_dir, partition))
-            if store.facts_offset() == 0:
-                logger.info(
-                    "partition %d: no store, rebuilding from runs.facts offset 0", partition
-                )
-            facts = TopicPartition(self._facts_topic, partition)
-            catch_up(store, self._reader, facts, native=self._config.native_fold)
-            self._stagings[partition] = Staging(store)
+        opened: dict[int, Staging] = {}
+        try:
+            for partition in partitions:
+                store = open_store(store_path(self._config.state_dir, partition))
+                if store.facts_offset() == 0:
+                    logger.info(
+                        "partition %d: no store, rebuilding from runs.facts offset 0", partition
+                    )
+                facts = TopicPartition(self._facts_topic, partition)
+                catch_up(store, self._reader, facts, native=self._config.native_fold)
+                opened[partition] = Staging(store)
+        finally:
+            # All at once, so that ``owned_partitions`` (read by other threads) shows the
+            # whole assignment; on a failure, the caught-up ones are closed with the rest.
+            self._stagings.update(opened)
 
     def _restore_in_processes(self, partitions: Sequence[int]) -> None:
         """Catch up a big restore of several partitions in a pool of processes first.
