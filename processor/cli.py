@@ -6,12 +6,16 @@ Exit codes: 0 success, 1 error, 2 usage, 3 not found or no answer in time,
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
+import inspect
 import json
 import logging
 import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -19,12 +23,14 @@ from typing import Annotated, Any, NoReturn
 import typer
 from pydantic import ValidationError
 
-from processor.clients.client import Client, fact_dict, status_dict
+from processor.clients.client import Client, SubmitReceipt, fact_dict, new_submit, status_dict
 from processor.config.settings import Settings
 from processor.engine.host import Host
 from processor.errors import ProcessorError
 from processor.facts.codec import decode_fact
+from processor.facts.models import CommandReply
 from processor.facts.payload import InvalidPayloadError, dumps, loads
+from processor.facts.topics import TopicName
 from processor.transport.deployment import Deployment, ensure_topics
 
 __all__ = ["main"]
@@ -41,89 +47,201 @@ cli = typer.Typer(
 topics_cli = typer.Typer(help="Topics as code: create what is missing, report drift.")
 cli.add_typer(topics_cli, name="topics")
 
-EXIT_ERROR, EXIT_NOT_FOUND, EXIT_DIFFERENT = 1, 3, 4
+EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_DIFFERENT = 1, 2, 3, 4
+READY_WAIT_S = 60.0  # how long ``run`` waits for its first partitions before saying ready
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+# The options every command shares, declared once: each is accepted before the
+# command (``processor --data-dir D status X``) and after it (``status X --data-dir D``).
 BrokerOption = Annotated[
-    str | None, typer.Option("--broker", help="kafka://host:port[,...]; default: embedded log")
+    str | None,
+    typer.Option("--broker", help="kafka://host:port[,host:port]; default: embedded log"),
 ]
 DataDirOption = Annotated[
     Path | None, typer.Option("--data-dir", help="Embedded log and state directory [.processor]")
 ]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (errors too, on stderr).")]
 AppOption = Annotated[str, typer.Option("--app", help="Pipelines to load, as module:attribute.")]
+WorkersOption = Annotated[int, typer.Option("--workers", min=0, help="Worker threads")]
+_COMMON = (
+    inspect.Parameter(
+        "broker", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=BrokerOption
+    ),
+    inspect.Parameter(
+        "data_dir", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=DataDirOption
+    ),
+    inspect.Parameter(
+        "json_output", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=JsonFlag
+    ),
+)
 
 
 @dataclass
-class _Options:
-    broker: str | None
-    data_dir: Path | None
-    topic_prefix: str | None
+class Invocation:
+    """One command's options, and the settings, deployment and client built from them once."""
+
+    broker: str | None = None
+    data_dir: Path | None = None
+    topic_prefix: str | None = None
+    json_output: bool = False
+    _settings: Settings | None = None
+    _deployment: Deployment | None = None
+    _client: Client | None = None
 
     def settings(self) -> Settings:
-        overrides: dict[str, Any] = {}
-        if self.broker is not None:
-            overrides["broker"] = self.broker
-        if self.data_dir is not None:
-            overrides["data_dir"] = self.data_dir
-        if self.topic_prefix is not None:
-            overrides["topic_prefix"] = self.topic_prefix
-        try:
-            return Settings(**overrides)
-        except ValidationError as exc:
-            _fail(f"invalid settings: {exc.errors()[0]['msg']}", json_output=False)
+        if self._settings is None:
+            overrides: dict[str, Any] = {
+                name: value
+                for name, value in (
+                    ("broker", self.broker),
+                    ("data_dir", self.data_dir),
+                    ("topic_prefix", self.topic_prefix),
+                )
+                if value is not None
+            }
+            try:
+                self._settings = Settings(**overrides)
+            except ValidationError as exc:
+                self.fail(f"invalid settings: {exc.errors()[0]['msg']}")
+        return self._settings
 
     def deployment(self) -> Deployment:
-        return Deployment.from_settings(self.settings())
+        """The deployment (opening the embedded log creates it)."""
+        if self._deployment is None:
+            self._deployment = Deployment.from_settings(self.settings())
+        return self._deployment
+
+    def existing(self) -> Deployment | None:
+        """The deployment if anything ever ran there (its journal exists); creates nothing."""
+        settings = self.settings()
+        if settings.broker is None and not settings.log_dir.exists():
+            return None
+        deployment = self.deployment()
+        admin = deployment.transport.admin()
+        try:
+            topics = admin.describe_topics()
+        finally:
+            admin.close()
+        return deployment if deployment.topology.name(TopicName.FACTS) in topics else None
+
+    def client(self) -> Client:
+        if self._client is None:
+            deployment = self.deployment()
+            self._client = Client(
+                deployment.transport, deployment.topology, deployment.settings.state_dir
+            )
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def emit(self, value: dict[str, Any] | list[Any], text: str) -> None:
+        """Print a command's answer on stdout: JSON with ``--json``, else ``text``."""
+        typer.echo(json.dumps(value, default=str) if self.json_output else text)
+
+    def fail(self, message: str, code: int = EXIT_ERROR) -> NoReturn:
+        """Print an error on stderr (JSON with ``--json``) and exit with ``code``."""
+        if self.json_output:
+            typer.echo(json.dumps({"error": message}), err=True)
+        else:
+            typer.echo(f"error: {message}", err=True)
+        raise typer.Exit(code)
 
 
-def _options(ctx: typer.Context, broker: str | None, data_dir: Path | None) -> _Options:
-    """The root options, overridden by the same options given after the command."""
-    root: _Options = ctx.obj
-    return _Options(
-        broker if broker is not None else root.broker,
-        data_dir if data_dir is not None else root.data_dir,
-        root.topic_prefix,
-    )
+def _with_common_options(fn: Callable[..., None]) -> Callable[..., None]:
+    """Add the shared options to ``fn``'s signature (as typer reads it); pass them on
+    merged into the invocation in ``ctx.obj`` (given after the command, they win)."""
+    signature = inspect.signature(fn, eval_str=True)
+    parameters = [*signature.parameters.values(), *_COMMON]
+
+    @functools.wraps(fn)
+    def command(ctx: typer.Context, **kwargs: Any) -> None:
+        root: Invocation = ctx.obj if isinstance(ctx.obj, Invocation) else Invocation()
+        broker, data_dir = kwargs.pop("broker"), kwargs.pop("data_dir")
+        json_output = kwargs.pop("json_output")
+        inv = Invocation(
+            broker if broker is not None else root.broker,
+            data_dir if data_dir is not None else root.data_dir,
+            root.topic_prefix,
+            json_output or root.json_output,
+        )
+        ctx.obj = inv
+        try:
+            fn(ctx, **kwargs)
+        except ProcessorError as exc:
+            inv.fail(str(exc))
+        finally:
+            inv.close()
+
+    command.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in parameters}
+    return command
+
+
+def _command(
+    group: typer.Typer = cli, name: str | None = None
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Register a command that takes the shared options."""
+
+    def register(fn: Callable[..., None]) -> Callable[..., None]:
+        return group.command(name)(_with_common_options(fn))
+
+    return register
+
+
+def _version() -> str:
+    import processor
+
+    declared = getattr(processor, "__version__", None)
+    if isinstance(declared, str):
+        return declared
+    try:
+        return importlib.metadata.version("processor")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"processor {_version()}")
+        raise typer.Exit()
 
 
 @cli.callback()
 def _root(
     ctx: typer.Context,
-    broker: Annotated[
-        str | None, typer.Option(help="kafka://host:port[,host:port]; default: embedded log")
-    ] = None,
-    data_dir: Annotated[
-        Path | None, typer.Option(help="Embedded log and state directory [.processor]")
-    ] = None,
+    broker: BrokerOption = None,
+    data_dir: DataDirOption = None,
+    json_output: JsonFlag = False,
     topic_prefix: Annotated[str | None, typer.Option(help="Prefix of every topic name")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version, exit."
+        ),
+    ] = False,
 ) -> None:
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    ctx.obj = _Options(broker, data_dir, topic_prefix)
+    ctx.obj = Invocation(broker, data_dir, topic_prefix, json_output)
 
 
-def _emit(value: dict[str, Any] | list[Any], json_output: bool, text: str) -> None:
-    typer.echo(json.dumps(value, default=str) if json_output else text)
+def _inv(ctx: typer.Context) -> Invocation:
+    invocation: Invocation = ctx.obj
+    return invocation
 
 
-def _fail(message: str, json_output: bool, code: int = EXIT_ERROR) -> NoReturn:
-    if json_output:
-        typer.echo(json.dumps({"error": message}))
-    else:
-        typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
-
-
-def _load_app(target: str, json_output: bool = False) -> Any:
+def _load_app(inv: Invocation, target: str) -> Any:
     from processor.worker.pipeline import load_application
 
     try:
         return load_application(target)
     except ProcessorError as exc:
-        _fail(str(exc), json_output)
+        inv.fail(str(exc))
 
 
 def _stop_on_signals(stop: threading.Event) -> None:
@@ -131,44 +249,65 @@ def _stop_on_signals(stop: threading.Event) -> None:
         signal.signal(sig, lambda *_: stop.set())
 
 
-@cli.command()
+def _wait_assigned(host: Host, timeout_s: float) -> list[int]:
+    """The partitions the processor owns once it has been assigned some (or at the timeout)."""
+    deadline = time.monotonic() + timeout_s
+    while not host.stop_event.wait(0.05):
+        owned = host.loop.owned_partitions if host.loop is not None else []
+        if owned or time.monotonic() >= deadline:
+            return owned
+    return []
+
+
+@_command()
 def run(
     ctx: typer.Context,
     app: AppOption,
-    workers: Annotated[int, typer.Option(help="In-process worker threads")] = 2,
-    broker: BrokerOption = None,
-    data_dir: DataDirOption = None,
+    workers: WorkersOption = 2,
 ) -> None:
     """Run the processor (and in-process workers) until interrupted."""
-    options = _options(ctx, broker, data_dir)
-    pipelines = _load_app(app)
-    host = Host(options.deployment(), pipelines, workers=workers)
+    inv = _inv(ctx)
+    pipelines = _load_app(inv, app)
+    deployment = inv.deployment()
+    host = Host(deployment, pipelines, workers=workers)
     _stop_on_signals(host.stop_event)
-    try:
-        host.start()
-    except ProcessorError as exc:
-        _fail(str(exc), json_output=False)
+    host.start()
     typer.echo(f"processor {host.instance_id} running ({workers} workers); Ctrl-C stops", err=True)
+    partitions = _wait_assigned(host, READY_WAIT_S)
+    if not host.stop_event.is_set():
+        broker = deployment.settings.broker or f"embedded:{deployment.settings.log_dir}"
+        ready = {
+            "ready": True,
+            "instance_id": host.instance_id,
+            "broker": broker,
+            "partitions": partitions,
+            "workers": workers,
+        }
+        inv.emit(ready, f"ready: {host.instance_id} on {broker}, partitions {partitions}")
     host.wait()
     host.stop()
     if host.errors:
-        _fail(f"stopped after an error: {host.errors[0]!r}", json_output=False)
+        inv.fail(f"stopped after an error: {host.errors[0]!r}")
 
 
-@cli.command()
+@_command()
 def worker(
     ctx: typer.Context,
     app: AppOption,
-    threads: Annotated[int, typer.Option(help="Worker threads in this process")] = 1,
-    broker: BrokerOption = None,
-    data_dir: DataDirOption = None,
+    workers: WorkersOption = 1,
+    threads: Annotated[
+        int | None, typer.Option("--threads", hidden=True, help="Deprecated: --workers")
+    ] = None,
 ) -> None:
     """Run workers only: consume segments.work, run steps, produce results."""
     from processor.worker.service import Worker
 
-    options = _options(ctx, broker, data_dir)
-    pipelines = _load_app(app)
-    deployment = options.deployment()
+    inv = _inv(ctx)
+    if threads is not None:
+        typer.echo("warning: --threads is deprecated; use --workers", err=True)
+        workers = threads
+    pipelines = _load_app(inv, app)
+    deployment = inv.deployment()
     stop = threading.Event()
     _stop_on_signals(stop)
     runners = [
@@ -178,11 +317,12 @@ def worker(
             deployment.topology,
             group=deployment.settings.worker_group,
         )
-        for _ in range(threads)
+        for _ in range(workers)
     ]
     pool = [threading.Thread(target=w.run, args=(stop,), daemon=True) for w in runners]
     for thread in pool:
         thread.start()
+    inv.emit({"ready": True, "workers": workers}, f"ready: {workers} workers")
     while any(t.is_alive() for t in pool) and not stop.wait(0.5):
         pass
     stop.set()
@@ -190,7 +330,7 @@ def worker(
         thread.join(30)
 
 
-@cli.command()
+@_command()
 def submit(
     ctx: typer.Context,
     pipeline: Annotated[str, typer.Argument(help="Pipeline name")],
@@ -200,91 +340,69 @@ def submit(
         float | None, typer.Option(help="Run deadline, seconds from now (overrides the pipeline's)")
     ] = None,
     wait: Annotated[float, typer.Option(help="Seconds to wait for the processor")] = 30.0,
-    json_output: JsonFlag = False,
-    broker: BrokerOption = None,
-    data_dir: DataDirOption = None,
 ) -> None:
     """Submit a run; print its id and whether this call created it."""
-    options = _options(ctx, broker, data_dir)
+    inv = _inv(ctx)
     try:
         value = loads(input_json.encode())
     except InvalidPayloadError as exc:
-        _fail(f"--input: {exc}", json_output, code=2)
-    deployment = options.deployment()
-    ensure_topics(deployment)
-    client = Client(deployment.transport, deployment.topology, deployment.settings.state_dir)
-    try:
-        deadline_ms = None if deadline_s is None else int(time.time() * 1000 + deadline_s * 1000)
-        receipt = client.submit(
-            pipeline, value, idempotency_key, wait_s=wait, deadline_ms=deadline_ms
-        )
-    finally:
-        client.close()
+        inv.fail(f"--input: {exc}", code=EXIT_USAGE)
+    ensure_topics(inv.deployment())
+    # Relative, as given: a retry with the same --deadline-s is the same submit.
+    after_ms = None if deadline_s is None else round(deadline_s * 1000)
+    command = new_submit(pipeline, value, idempotency_key, deadline_after_ms=after_ms)
+    reply = inv.client().request(command, wait)
+    receipt = (
+        SubmitReceipt(command.run_id, None)
+        if reply is None
+        else SubmitReceipt(reply.run_id, reply.created, reply.refusal, reply.detail)
+    )
     if receipt.refusal:
-        _emit(receipt.as_dict(), json_output, f"refused: {receipt.refusal}: {receipt.detail}")
+        inv.emit(receipt.as_dict(), f"refused: {receipt.refusal}: {receipt.detail}")
         raise typer.Exit(EXIT_ERROR)
     if receipt.created is None:
-        _emit(
-            receipt.as_dict(),
-            json_output,
-            f"{receipt.run_id} queued; no processor answered in {wait}s",
-        )
+        inv.emit(receipt.as_dict(), f"{receipt.run_id} queued; no processor answered in {wait}s")
         raise typer.Exit(EXIT_NOT_FOUND)
-    _emit(
-        receipt.as_dict(),
-        json_output,
-        f"{receipt.run_id} {'created' if receipt.created else 'existing'}",
-    )
+    inv.emit(receipt.as_dict(), f"{receipt.run_id} {'created' if receipt.created else 'existing'}")
 
 
-@cli.command()
-def status(
-    ctx: typer.Context,
-    run_id: Annotated[str, typer.Argument(help="Run id")],
-    json_output: JsonFlag = False,
-    broker: BrokerOption = None,
-    data_dir: DataDirOption = None,
-) -> None:
+def _existing_or_no_run(inv: Invocation, run_id: str) -> Deployment:
+    """The deployment, or 'no run X' (exit 3) where nothing has run: nothing is created."""
+    deployment = inv.existing()
+    if deployment is None:
+        inv.fail(f"no run {run_id}", code=EXIT_NOT_FOUND)
+    return deployment
+
+
+@_command()
+def status(ctx: typer.Context, run_id: Annotated[str, typer.Argument(help="Run id")]) -> None:
     """Show a run's status, result and error (as of the end of runs.facts)."""
-    options = _options(ctx, broker, data_dir)
-    deployment = options.deployment()
-    state = (
-        Client(deployment.transport, deployment.topology, deployment.settings.state_dir)
-        .current(run_id)
-        .state
-    )
+    inv = _inv(ctx)
+    _existing_or_no_run(inv, run_id)
+    state = inv.client().current(run_id).state
     if state is None:
-        _fail(f"no run {run_id}", json_output, code=EXIT_NOT_FOUND)
+        inv.fail(f"no run {run_id}", code=EXIT_NOT_FOUND)
     shown = status_dict(state)
     lines = "\n".join(
         f"{k}: {json.dumps(v) if isinstance(v, dict | list) else v}" for k, v in shown.items()
     )
-    _emit(shown, json_output, lines)
+    inv.emit(shown, lines)
 
 
-@cli.command()
-def history(
-    ctx: typer.Context,
-    run_id: Annotated[str, typer.Argument(help="Run id")],
-    json_output: JsonFlag = False,
-    broker: BrokerOption = None,
-    data_dir: DataDirOption = None,
-) -> None:
+@_command()
+def history(ctx: typer.Context, run_id: Annotated[str, typer.Argument(help="Run id")]) -> None:
     """Show a run's facts in order (up to the end of runs.facts)."""
-    options = _options(ctx, broker, data_dir)
-    deployment = options.deployment()
-    view = Client(deployment.transport, deployment.topology, deployment.settings.state_dir).current(
-        run_id
-    )
-    facts = [decode_fact(raw) for raw in view.history]
+    inv = _inv(ctx)
+    _existing_or_no_run(inv, run_id)
+    facts = [decode_fact(raw) for raw in inv.client().current(run_id).history]
     if not facts:
-        _fail(f"no run {run_id}", json_output, code=EXIT_NOT_FOUND)
+        inv.fail(f"no run {run_id}", code=EXIT_NOT_FOUND)
     rows = [fact_dict(f) for f in facts]
     text = "\n".join(f"{r['seq']:>4} {r['type']:<24} {r['fact_key']}" for r in rows)
-    _emit(rows, json_output, text)
+    inv.emit(rows, text)
 
 
-@cli.command()
+@_command()
 def replay(
     ctx: typer.Context,
     verify: Annotated[bool, typer.Option(help="Compare with the live projections")] = False,
@@ -295,21 +413,21 @@ def replay(
             min=1, help="Processes rebuilding partitions [default: one per CPU for big replays]"
         ),
     ] = None,
-    json_output: JsonFlag = False,
-    broker: BrokerOption = None,
-    data_dir: DataDirOption = None,
 ) -> None:
     """Rebuild projections from runs.facts into a fresh store (with --verify: compare)."""
     from tqdm import tqdm
 
     from processor.restore.replay import replay as run_replay
 
-    options = _options(ctx, broker, data_dir)
-    deployment = options.deployment()
+    inv = _inv(ctx)
+    deployment = inv.existing()
+    if deployment is None:
+        where = inv.settings().broker or inv.settings().data_dir
+        inv.fail(f"no runs.facts at {where}: nothing to replay", code=EXIT_NOT_FOUND)
     bars: list[tqdm[Any]] = []
 
     def progress(total: int) -> Any:
-        bar = tqdm(total=total, unit="fact", disable=json_output, file=sys.stderr)
+        bar = tqdm(total=total, unit="fact", disable=inv.json_output, file=sys.stderr)
         bars.append(bar)
         return bar.update
 
@@ -325,83 +443,68 @@ def replay(
     )
     for bar in bars:
         bar.close()
+    if verify and report.facts == 0:
+        inv.fail("runs.facts holds no facts: nothing to verify", code=EXIT_NOT_FOUND)
     text = f"replayed {report.facts} facts of {report.runs} runs in {report.seconds:.2f}s"
     if verify:
         text += (
             "; verified" if report.verified else "; DIFFERENCES:\n" + "\n".join(report.differences)
         )
-    _emit(report.as_dict(), json_output, text)
+    inv.emit(report.as_dict(), text)
     if verify and not report.verified:
         raise typer.Exit(EXIT_DIFFERENT)
 
 
-@cli.command()
+@_command()
 def demo(
     ctx: typer.Context,
     runs: Annotated[int, typer.Option(help="Runs to submit")] = 1000,
-    workers: Annotated[int, typer.Option(help="In-process workers")] = 2,
-    json_output: JsonFlag = False,
-    broker: BrokerOption = None,
-    data_dir: DataDirOption = None,
+    workers: WorkersOption = 2,
 ) -> None:
     """Run the bundled order pipeline end to end, then replay and verify."""
     from processor.examples.demo import app as demo_app
     from processor.examples.demo import payments_simulator
     from processor.examples.demo_runner import run_demo
 
-    options = _options(ctx, broker, data_dir)
+    inv = _inv(ctx)
     try:
         report = run_demo(
-            options.settings(), demo_app, runs, workers, handlers={"payments": payments_simulator}
+            inv.settings(), demo_app, runs, workers, handlers={"payments": payments_simulator}
         )
-    except (ProcessorError, TimeoutError) as exc:
-        _fail(str(exc), json_output)
+    except TimeoutError as exc:
+        inv.fail(str(exc))
     shown = report.as_dict()
-    text = "\n".join(f"{k:>16}: {v}" for k, v in shown.items())
-    _emit(shown, json_output, text)
+    inv.emit(shown, "\n".join(f"{k:>16}: {v}" for k, v in shown.items()))
     if not report.replay_verified or report.succeeded + report.failed != report.submitted:
         raise typer.Exit(EXIT_DIFFERENT)
 
 
-def _reply_or_exit(reply: Any, json_output: bool, wait: float) -> dict[str, Any]:
+def _reply_or_exit(inv: Invocation, reply: CommandReply | None, wait: float) -> dict[str, Any]:
     if reply is None:
-        _fail(
-            f"no processor answered in {wait}s (the command is queued)", json_output, EXIT_NOT_FOUND
-        )
+        inv.fail(f"no processor answered in {wait}s (the command is queued)", EXIT_NOT_FOUND)
     if reply.refusal:
         shown = {"run_id": reply.run_id, "refusal": reply.refusal, "detail": reply.detail}
-        _emit(shown, json_output, f"refused: {reply.refusal}: {reply.detail}")
+        inv.emit(shown, f"refused: {reply.refusal}: {reply.detail}")
         raise typer.Exit(EXIT_ERROR)
     response = json.loads(reply.response) if reply.response else {}
     return {"run_id": reply.run_id, "accepted": reply.created, "detail": reply.detail, **response}
 
 
-@cli.command()
+@_command()
 def cancel(
     ctx: typer.Context,
     run_id: Annotated[str, typer.Argument(help="Run id")],
     reason: Annotated[str, typer.Option(help="Why, kept in the stop intent")] = "",
     wait: Annotated[float, typer.Option(help="Seconds to wait for the processor")] = 30.0,
-    json_output: JsonFlag = False,
-    broker: BrokerOption = None,
-    data_dir: DataDirOption = None,
 ) -> None:
     """Cancel a run: stop intent, then the running attempt settles and steps are compensated."""
-    options = _options(ctx, broker, data_dir)
-    deployment = options.deployment()
-    client = Client(deployment.transport, deployment.topology, deployment.settings.state_dir)
-    try:
-        shown = _reply_or_exit(client.cancel(run_id, reason, wait_s=wait), json_output, wait)
-    finally:
-        client.close()
-    _emit(
-        shown,
-        json_output,
-        f"{run_id}: " + ("cancelling" if shown["accepted"] else str(shown["detail"])),
-    )
+    inv = _inv(ctx)
+    _existing_or_no_run(inv, run_id)
+    shown = _reply_or_exit(inv, inv.client().cancel(run_id, reason, wait_s=wait), wait)
+    inv.emit(shown, f"{run_id}: " + ("cancelling" if shown["accepted"] else str(shown["detail"])))
 
 
-@cli.command()
+@_command()
 def resolve(
     ctx: typer.Context,
     run_id: Annotated[str, typer.Argument(help="Run id")],
@@ -420,47 +523,45 @@ def resolve(
         bool, typer.Option("--compensation", help="The attempt is a compensator's")
     ] = False,
     wait: Annotated[float, typer.Option(help="Seconds to wait for the processor")] = 30.0,
-    json_output: JsonFlag = False,
-    broker: BrokerOption = None,
-    data_dir: DataDirOption = None,
 ) -> None:
-    """Resolve an Unknown attempt with exactly one of --succeed, --fail, --retry."""
+    """Resolve an Unknown attempt with exactly one of --succeed, --fail, --retry.
+
+    A repeat with the same key prints the recorded response again, with
+    ``"replayed": true`` (and ``accepted: false``: this call changed nothing)."""
+    inv = _inv(ctx)
     if sum(x is not None and x is not False for x in (succeed, fail, retry)) != 1:
-        _fail("give exactly one of --succeed, --fail and --retry", json_output, code=2)
+        inv.fail("give exactly one of --succeed, --fail and --retry", code=EXIT_USAGE)
     output = None
     if succeed is not None:
         try:
             output = loads(succeed.encode())
         except InvalidPayloadError as exc:
-            _fail(f"--succeed: {exc}", json_output, code=2)
+            inv.fail(f"--succeed: {exc}", code=EXIT_USAGE)
     action = "succeed" if succeed is not None else "fail" if fail is not None else "retry"
-    options = _options(ctx, broker, data_dir)
-    deployment = options.deployment()
-    client = Client(deployment.transport, deployment.topology, deployment.settings.state_dir)
-    try:
-        reply = client.resolve(
-            run_id,
-            segment=segment,
-            attempt=attempt,
-            generation=generation,
-            idempotency_key=idempotency_key,
-            action=action,
-            output=output,
-            error=fail,
-            kind="compensate" if compensation else "forward",
-            wait_s=wait,
-        )
-    finally:
-        client.close()
-    shown = _reply_or_exit(reply, json_output, wait)
-    _emit(
-        shown,
-        json_output,
-        f"{run_id}: {action} accepted" if shown["accepted"] else f"{run_id}: {shown['detail']}",
+    reply = inv.client().resolve(
+        run_id,
+        segment=segment,
+        attempt=attempt,
+        generation=generation,
+        idempotency_key=idempotency_key,
+        action=action,
+        output=output,
+        error=fail,
+        kind="compensate" if compensation else "forward",
+        wait_s=wait,
     )
+    shown = _reply_or_exit(inv, reply, wait)
+    # Not created and not refused: the key's recorded response, replayed.
+    shown["replayed"] = not shown["accepted"]
+    text = (
+        f"{run_id}: {action} accepted"
+        if shown["accepted"]
+        else f"{run_id}: replayed the recorded response ({shown['detail']}); nothing changed"
+    )
+    inv.emit(shown, text)
 
 
-@cli.command()
+@_command()
 def complete(
     ctx: typer.Context,
     token: Annotated[str, typer.Argument(help="Resume token from the boundary request")],
@@ -469,31 +570,30 @@ def complete(
     ] = None,
     fail: Annotated[str | None, typer.Option(help="Report a failure with this error")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Sender's key")] = None,
-    json_output: JsonFlag = False,
-    broker: BrokerOption = None,
-    data_dir: DataDirOption = None,
 ) -> None:
     """Complete (or --fail) an await interaction, as an external system does."""
     from processor.clients.external import CompletionClient
     from processor.facts import tokens
 
+    inv = _inv(ctx)
     if (payload_json is None) == (fail is None):
-        _fail("give exactly one of --payload and --fail", json_output, code=2)
+        inv.fail("give exactly one of --payload and --fail", code=EXIT_USAGE)
     claims = tokens.parse(token)
     if claims is None:
-        _fail("not a resume token", json_output, code=2)
-    options = _options(ctx, broker, data_dir)
-    deployment = options.deployment()
+        inv.fail("not a resume token", code=EXIT_USAGE)
+    body = b""
+    if payload_json is not None:
+        try:
+            body = dumps(loads(payload_json.encode()))
+        except InvalidPayloadError as exc:
+            inv.fail(f"--payload: {exc}", code=EXIT_USAGE)
+    deployment = inv.deployment()
     client = CompletionClient(deployment.transport, deployment.topology)
     try:
         if fail is not None:
             sent = client.send(token, "failure", b"", fail, idempotency_key)
         else:
-            try:
-                value = loads((payload_json or "").encode())
-            except InvalidPayloadError as exc:
-                _fail(f"--payload: {exc}", json_output, code=2)
-            sent = client.send(token, "success", dumps(value), None, idempotency_key)
+            sent = client.send(token, "success", body, None, idempotency_key)
     finally:
         client.close()
     shown = {
@@ -502,41 +602,35 @@ def complete(
         "outcome": sent.outcome,
         "idempotency_key": sent.idempotency_key,
     }
-    _emit(shown, json_output, f"sent {sent.outcome} for {claims.interaction} of {claims.run_id}")
+    inv.emit(shown, f"sent {sent.outcome} for {claims.interaction} of {claims.run_id}")
 
 
-@cli.command()
+@_command()
 def rejected(
     ctx: typer.Context,
     limit: Annotated[int, typer.Option(help="Show at most this many, newest last")] = 100,
     reason: Annotated[str | None, typer.Option(help="Only this reason")] = None,
-    json_output: JsonFlag = False,
-    broker: BrokerOption = None,
-    data_dir: DataDirOption = None,
 ) -> None:
     """List refused input kept in admission.rejected: reason, source, time, run id."""
     from processor.clients.rejected import rejected_records
 
-    options = _options(ctx, broker, data_dir)
-    rows = [r for r in rejected_records(options.deployment()) if reason in (None, r["reason"])]
+    inv = _inv(ctx)
+    deployment = inv.existing()  # where nothing has run, nothing was rejected
+    found = rejected_records(deployment) if deployment is not None else []
+    rows = [r for r in found if reason in (None, r["reason"])]
     rows = rows[-limit:] if limit > 0 else rows
     text = "\n".join(
         f"{r['time']}  {r['reason']:<22} {r['source']:<40} run={r['run_id'] or '-'}  {r['detail']}"
         for r in rows
     )
-    _emit(rows, json_output, text or "no rejected input")
+    inv.emit(rows, text or "no rejected input")
 
 
-@topics_cli.command("apply")
-def topics_apply(
-    ctx: typer.Context,
-    json_output: JsonFlag = False,
-    broker: BrokerOption = None,
-    data_dir: DataDirOption = None,
-) -> None:
+@_command(topics_cli, "apply")
+def topics_apply(ctx: typer.Context) -> None:
     """Create missing topics and report drift from topics/topics.toml."""
-    options = _options(ctx, broker, data_dir)
-    deployment = options.deployment()
+    inv = _inv(ctx)
+    deployment = inv.deployment()
     created = ensure_topics(deployment)
     admin = deployment.transport.admin()
     try:
@@ -547,14 +641,15 @@ def topics_apply(
     text = "\n".join(
         [*(f"created {n}" for n in created), *(f"drift {d.topic}: {d.problem}" for d in drift)]
     )
-    _emit(shown, json_output, text or "topics up to date")
+    inv.emit(shown, text or "topics up to date")
     if drift:
         raise typer.Exit(EXIT_DIFFERENT)
 
 
 def main() -> None:
+    """The ``processor`` entry point."""
     try:
         cli()
-    except ProcessorError as exc:
+    except ProcessorError as exc:  # raised outside a command (its own are caught there)
         typer.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_ERROR)

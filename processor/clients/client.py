@@ -113,8 +113,14 @@ def new_submit(
     now_ms: int | None = None,
     *,
     deadline_ms: int | None = None,
+    deadline_after_ms: int | None = None,
 ) -> SubmitRun:
-    """Build a SubmitRun; the run id derives from the idempotency key when there is one."""
+    """Build a SubmitRun; the run id derives from the idempotency key when there is one.
+
+    ``deadline_after_ms`` is a deadline relative to the submit that creates the run, so
+    a retry of the same submit is the same submit (its fingerprint covers the relative
+    value); ``deadline_ms`` is an absolute one.
+    """
     run_id = payload.derive_run_id(idempotency_key) if idempotency_key else str(uuid.uuid4())
     return SubmitRun(
         command_id=str(uuid.uuid4()),
@@ -124,6 +130,7 @@ def new_submit(
         idempotency_key=idempotency_key,
         submitted_ms=now_ms if now_ms is not None else wall_clock_ms(),
         deadline_ms=deadline_ms,
+        deadline_after_ms=deadline_after_ms,
     )
 
 
@@ -204,16 +211,23 @@ class Client(Closeable):
             input_value: the run input, any JSON value.
             idempotency_key: the run id derives from it; a retry with the same
                 fields returns the original run (``created`` False).
-            deadline_s: a run deadline this many seconds from now (overrides the
-                pipeline's); ``deadline_ms`` gives it as epoch milliseconds.
+            deadline_s: a run deadline this many seconds after the submit that
+                creates the run (overrides the pipeline's; a retry with the same
+                value is the same submit); ``deadline_ms`` gives it as epoch
+                milliseconds.
             wait_s: how long to wait for the processor's answer; without one in
                 time the receipt says ``created=None`` (queued).
         """
-        if deadline_s is not None:
-            if deadline_ms is not None:
-                raise ValueError("give deadline_s or deadline_ms, not both")
-            deadline_ms = wall_clock_ms() + round(deadline_s * 1000)
-        command = new_submit(pipeline, input_value, idempotency_key, deadline_ms=deadline_ms)
+        if deadline_s is not None and deadline_ms is not None:
+            raise ValueError("give deadline_s or deadline_ms, not both")
+        after_ms = None if deadline_s is None else round(deadline_s * 1000)
+        command = new_submit(
+            pipeline,
+            input_value,
+            idempotency_key,
+            deadline_ms=deadline_ms,
+            deadline_after_ms=after_ms,
+        )
         reply = self.request(command, wait_s)
         if reply is None:
             return SubmitReceipt(command.run_id, None)

@@ -74,6 +74,9 @@ __all__ = ["LoopConfig", "ProcessorLoop"]
 
 logger = logging.getLogger(__name__)
 
+INTERNAL_ERROR = "internal_error"
+_MAX_DETAIL = 2000  # characters of an exception's text kept in a rejection
+
 
 @dataclass(frozen=True, slots=True)
 class LoopConfig:
@@ -222,15 +225,21 @@ class ProcessorLoop:
                     self._config.stable_wait_s,
                 )
         self._restore_in_processes(partitions)
-        for partition in partitions:
-            store = open_store(store_path(self._config.state_dir, partition))
-            if store.facts_offset() == 0:
-                logger.info(
-                    "partition %d: no store, rebuilding from runs.facts offset 0", partition
-                )
-            facts = TopicPartition(self._facts_topic, partition)
-            catch_up(store, self._reader, facts, native=self._config.native_fold)
-            self._stagings[partition] = Staging(store)
+        opened: dict[int, Staging] = {}
+        try:
+            for partition in partitions:
+                store = open_store(store_path(self._config.state_dir, partition))
+                if store.facts_offset() == 0:
+                    logger.info(
+                        "partition %d: no store, rebuilding from runs.facts offset 0", partition
+                    )
+                facts = TopicPartition(self._facts_topic, partition)
+                catch_up(store, self._reader, facts, native=self._config.native_fold)
+                opened[partition] = Staging(store)
+        finally:
+            # All at once, so that ``owned_partitions`` (read by other threads) shows the
+            # whole assignment; on a failure, the caught-up ones are closed with the rest.
+            self._stagings.update(opened)
 
     def _restore_in_processes(self, partitions: Sequence[int]) -> None:
         """Catch up a big restore of several partitions in a pool of processes first.
@@ -309,11 +318,15 @@ class ProcessorLoop:
         self._batch.consumed[record.position] = record.offset + 1
         try:
             decided = self._decide(self._inputs[record.topic], record, staging, now)
+            if decided is not None:
+                self._apply(staging, record, *decided, now)
         except FactDecodeError as exc:
             self._reject(record, exc.reason, exc.detail, run_id=None, now=now)
-            return
-        if decided is not None:
-            self._apply(staging, record, *decided, now)
+        except TransportError:
+            raise  # the outside world failed, not this input: the host retries the round
+        except Exception as exc:  # a bug met by this input; it must not stop the partition
+            logger.exception("input %s@%d/%d raised", record.topic, record.partition, record.offset)
+            self._reject(record, INTERNAL_ERROR, _exception_text(exc), run_id=None, now=now)
 
     def _decide(
         self, topic: TopicName, record: Record, staging: Staging, now: int
@@ -385,16 +398,17 @@ class ProcessorLoop:
             self._reject(record, decision.refusal, decision.detail, run_id=run_id, now=now)
 
     def _append(self, staging: Staging, partition: int, run_id: str, decision: Decision) -> None:
+        # Everything that may raise comes before the batch changes: a decision is staged
+        # whole or not at all (Staging.append is atomic too).
+        emits = [self._outbound(emit.topic, emit.key, emit.value) for emit in decision.emits]
+        effects = [self._effect(effect) for effect in decision.effects]
         appended = staging.append(run_id, decision.expected_version, decision.facts)
         key = run_id.encode()
-        for staged in appended:
-            self._batch.outbound.append(
-                Outbound(self._facts_topic, key, staged.encoded, (), partition)
-            )
-        for emit in decision.emits:
-            self._batch.outbound.append(self._outbound(emit.topic, emit.key, emit.value))
-        for effect in decision.effects:
-            self._batch.effects.append(self._effect(effect))
+        self._batch.outbound.extend(
+            Outbound(self._facts_topic, key, staged.encoded, (), partition) for staged in appended
+        )
+        self._batch.outbound.extend(emits)
+        self._batch.effects.extend(effects)
 
     def _effect(self, effect: Publish) -> Outbound:
         topic = (
@@ -497,6 +511,11 @@ def _close_quietly(session: ProcessorSession) -> None:
         session.close()
     except TransportError as exc:  # closing a broken session cannot make it worse
         logger.warning("closing the old session failed: %s", exc)
+
+
+def _exception_text(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 3] + "..."
 
 
 def _decode_command(value: bytes | None) -> SubmitRun | CancelRun | ResolveAttempt:

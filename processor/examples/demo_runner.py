@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import tempfile
 import threading
@@ -11,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pydantic import SecretStr
 
 from processor.clients.client import Client, new_submit
 from processor.clients.external import CompletionClient, Handler, Responder
@@ -93,6 +96,8 @@ def run_demo(
             "data_dir": scratch,
             "group": f"demo-{suffix}",
             "topic_prefix": f"{settings.topic_prefix}demo-{suffix}." if settings.broker else "",
+            # Self-contained: its tokens are signed and verified by this process only.
+            "resume_secret": settings.resume_secret or SecretStr(secrets.token_hex(32)),
         }
     )
     deployment = Deployment.from_settings(settings)

@@ -301,6 +301,7 @@ class SubmitRun(AvroModel):
     idempotency_key: str | None = None
     submitted_ms: int
     deadline_ms: int | None = None
+    deadline_after_ms: int | None = None
 
 
 class CancelRun(AvroModel):

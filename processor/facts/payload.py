@@ -1,4 +1,16 @@
-"""User payloads (run input, step output) are JSON carried as canonical bytes."""
+"""User payloads (run input, step output) are JSON carried as canonical bytes.
+
+``loads`` accepts only documents within two bounds, so that every process (and
+every replay) decides the same way on the same bytes, whatever its interpreter's
+limits, and no payload can exhaust the stack of the processor or a worker:
+
+- ``MAX_INT_DIGITS``: an integer literal has at most 1,000 digits (Python
+  refuses more than 4,300 by default, configurably; floats are unaffected);
+- ``MAX_DEPTH``: arrays and objects nest at most 128 levels deep.
+
+A document beyond either is refused with ``InvalidPayloadError``, like any
+other invalid JSON: the processor answers ``invalid_input`` / ``malformed``.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +21,8 @@ from typing import Any
 
 __all__ = [
     "FINGERPRINT_VERSION",
+    "MAX_DEPTH",
+    "MAX_INT_DIGITS",
     "InvalidPayloadError",
     "canonical_json",
     "derive_run_id",
@@ -18,6 +32,8 @@ __all__ = [
 ]
 
 FINGERPRINT_VERSION = "v1"
+MAX_INT_DIGITS = 1000
+MAX_DEPTH = 128
 _RUN_NAMESPACE = uuid.UUID("6f1c2d0e-8a6b-4b55-9a53-3c1f4f0e2a10")
 
 
@@ -31,15 +47,42 @@ def dumps(value: Any) -> bytes:
         return json.dumps(
             value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
         ).encode()
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidPayloadError(f"not JSON-serializable: {exc}") from exc
 
 
 def loads(raw: bytes) -> Any:
+    """Parse a JSON document within the bounds above, or raise ``InvalidPayloadError``."""
     try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        value = json.loads(raw, parse_int=_bounded_int)
+    except RecursionError as exc:
+        raise InvalidPayloadError(f"JSON nested deeper than {MAX_DEPTH} levels") from exc
+    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
         raise InvalidPayloadError(f"not a JSON document: {exc}") from exc
+    if _depth_exceeds(value, MAX_DEPTH):
+        raise InvalidPayloadError(f"JSON nested deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def _bounded_int(literal: str) -> int:
+    digits = len(literal) - literal.startswith("-")
+    if digits > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {digits} digits (at most {MAX_INT_DIGITS})")
+    return int(literal)
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest deeper than ``limit`` (iterative: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, dict | list):
+            continue
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def canonical_json(raw: bytes) -> bytes:

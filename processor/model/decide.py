@@ -99,7 +99,7 @@ def decide_submit(command: SubmitRun, existing: RunState | None, ctx: Context) -
         idempotency_key=command.idempotency_key,
         fingerprint=fingerprint,
         submitted_ms=command.submitted_ms,
-        deadline_ms=command.deadline_ms,
+        deadline_ms=_run_deadline(command),
     )
     start_attempt(
         maker, spec, segment=1, attempt=1, generation=1, first_step=0, input=canonical_input
@@ -108,10 +108,21 @@ def decide_submit(command: SubmitRun, existing: RunState | None, ctx: Context) -
     return maker.decision()
 
 
+def _run_deadline(command: SubmitRun) -> int | None:
+    """The absolute deadline: as given, or relative to the submit that created the run."""
+    if command.deadline_ms is not None or command.deadline_after_ms is None:
+        return command.deadline_ms
+    return command.submitted_ms + command.deadline_after_ms
+
+
 def _submit_fingerprint(command: SubmitRun, canonical_input: bytes) -> str:
-    if command.deadline_ms is None:
-        return payload.submit_fingerprint(command.pipeline, canonical_input)
-    fields = canonical_input + b"\x00deadline_ms=" + str(command.deadline_ms).encode()
+    """The caller's fields: a relative deadline as given, so that a retry made later
+    with the same ``deadline_after_ms`` is the same submit (the first one fixed the time)."""
+    fields = canonical_input
+    if command.deadline_ms is not None:
+        fields += b"\x00deadline_ms=" + str(command.deadline_ms).encode()
+    if command.deadline_after_ms is not None:
+        fields += b"\x00deadline_after_ms=" + str(command.deadline_after_ms).encode()
     return payload.submit_fingerprint(command.pipeline, fields)
 
 
@@ -278,6 +289,12 @@ def _result_problem(result: SegmentResult, state: RunState, spec: PipelineSpec) 
             canonical_json(step.output)
         except InvalidPayloadError as exc:
             return f"step {step.step} output: {exc}"
+    for index, request in enumerate(result.requests):
+        try:
+            if request:
+                canonical_json(request)
+        except InvalidPayloadError as exc:
+            return f"request {index}: {exc}"
     reached = state.next_step + len(result.steps)
     end = spec.segment_end(state.next_step)
     if result.outcome == "completed" and (reached != spec.last_step + 1 or end != spec.last_step):

@@ -95,7 +95,16 @@ class Staging:
         fresh = plan_append(
             facts, expected_version, current, lambda key: self._key_exists(run_id, key)
         )
-        return [self.fold(fact, encode(fact)) for fact in fresh]
+        # Encode and fold everything before changing anything, so that a fact that
+        # raises (a bug) leaves the staging as it was: the input is refused whole.
+        staged = [StagedFact(fact, encode(fact)) for fact in fresh]
+        after = {fact.run_id: self.run(fact.run_id) for fact in fresh}
+        for fact in fresh:
+            after[fact.run_id] = reduce(after[fact.run_id], fact)
+        self._after.update(after)
+        self._keys.update((fact.run_id, fact.fact_key) for fact in fresh)
+        self._staged.extend((s.fact, s.encoded) for s in staged)
+        return staged
 
     def fold(self, fact: FactHeader, encoded: bytes) -> StagedFact:
         """Fold one fact (decided now, or read back from the log) into the staged run."""

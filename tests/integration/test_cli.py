@@ -44,6 +44,12 @@ def _json(result: Any) -> Any:
     return json.loads(result.stdout)
 
 
+def _json_error(result: Any) -> Any:
+    """An error with ``--json``: JSON on stderr, nothing on stdout."""
+    assert result.stdout == "", result.stdout
+    return json.loads(result.stderr)
+
+
 def _submit(data_dir: Path, *args: str) -> tuple[int, dict[str, Any]]:
     result = cli(data_dir, "submit", *args, "--json")
     return result.returncode, _json(result)
@@ -124,7 +130,7 @@ def test_unknown_run_exits_3(data_dir: Path) -> None:
     unknown = str(uuid.uuid4())
     status = cli(data_dir, "status", unknown, "--json")
     assert status.returncode == 3
-    assert unknown in _json(status)["error"]
+    assert unknown in _json_error(status)["error"]
     history = cli(data_dir, "history", unknown)
     assert history.returncode == 3
     assert unknown in history.stderr
@@ -165,7 +171,7 @@ def test_replay_verify_agrees_with_the_live_projections(data_dir: Path) -> None:
 def test_invalid_input_exits_2(data_dir: Path) -> None:
     result = cli(data_dir, "submit", "steps3", "--input", "{not json", "--json")
     assert result.returncode == 2
-    assert "--input" in _json(result)["error"]
+    assert "--input" in _json_error(result)["error"]
     plain = cli(data_dir, "submit", "steps3", "--input", "[1,")
     assert plain.returncode == 2
     assert "--input" in plain.stderr

@@ -143,6 +143,16 @@ def test_an_idempotent_resubmit_returns_the_same_run(client: Client) -> None:
     assert client.wait(first.run_id, timeout_s=60).output == {"n": 2}
 
 
+def test_a_resubmit_with_a_relative_deadline_is_the_same_submit(client: Client) -> None:
+    first = client.submit("doubler", {"n": 3}, idempotency_key="k-deadline", deadline_s=600)
+    # The second call is made later, so an absolute deadline would differ from the first.
+    again = client.submit("doubler", {"n": 3}, idempotency_key="k-deadline", deadline_s=600)
+    assert (first.created, again.created, again.refusal) == (True, False, None)
+    status = client.status(first.run_id)
+    assert status is not None
+    assert status.deadline_ms is not None
+
+
 def test_a_failed_run_waits_to_its_error(client: Client) -> None:
     receipt = client.submit("refuser", "x", wait_s=60)
     result = client.wait(receipt.run_id, timeout_s=60)

@@ -19,6 +19,7 @@ from processor.facts.models import (
     SegmentAttemptStarted,
     SegmentFailed,
     StepCompleted,
+    SubmitRun,
     WorkItem,
 )
 from processor.facts.topics import TopicName
@@ -96,7 +97,7 @@ def test_the_same_unkeyed_command_delivered_twice_creates_one_run() -> None:
     ],
 )
 def test_bad_submits_are_refused_without_facts(command: object, reason: str) -> None:
-    decision = decide_submit(command, None, Context(CATALOG, 1))  # type: ignore[arg-type]
+    decision = decide_submit(command, None, Context(CATALOG, 1))
     assert decision.refusal == reason and decision.facts == ()
 
 
@@ -247,3 +248,27 @@ def test_backoff_is_deterministic_capped_and_non_decreasing(
     assert 0 <= policy.backoff_ms(made) <= cap
     assert policy.backoff_ms(made + 1) >= policy.backoff_ms(made)
     assert policy.allows_another(made) == (made < attempts)
+
+
+def test_a_keyed_retry_with_the_same_relative_deadline_returns_the_original_run() -> None:
+    """``submit --deadline-s`` sends the deadline relative to the submit: a retry made
+    later is the same submit, and the first one fixed the run's absolute deadline."""
+    from processor.model.reduce import fold
+
+    def keyed(now_ms: int, after_ms: int) -> SubmitRun:
+        command = new_submit("sim", {"v": 1}, "order-9", now_ms=now_ms)
+        return command.model_copy(update={"deadline_after_ms": after_ms})
+
+    first = keyed(1_000, 600_000)
+    created = decide_submit(first, None, Context(CATALOG, now=1_010))
+    state = fold(list(created.facts), None)
+    assert state is not None and state.deadline_ms == 601_000
+
+    retry = keyed(5_000, 600_000)
+    again = decide_submit(retry, state, Context(CATALOG, now=5_010))
+    assert again.refusal is None and again.facts == ()
+    reply = again.emits[0].value
+    assert isinstance(reply, CommandReply) and reply.created is False
+
+    other = decide_submit(keyed(5_000, 60_000), state, Context(CATALOG, now=5_010))
+    assert other.refusal == "idempotency_conflict"
