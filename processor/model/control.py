@@ -8,13 +8,9 @@ order, and the terminal record keeps two outcomes, execution and recovery.
 
 from __future__ import annotations
 
-import logging
-
 from processor.facts import keys
 from processor.facts.models import (
-    AttemptOutcomeUnknown,
     CompensationAttemptFailed,
-    CompensationAttemptStarted,
     CompensationStarted,
     CompensationStepCompleted,
     CompensationStepSkipped,
@@ -22,12 +18,12 @@ from processor.facts.models import (
     RunFailed,
     RunStopped,
     RunStopRequested,
-    WorkItem,
 )
 from processor.facts.topics import TopicName
+from processor.model import attempts
 from processor.model.decision import FactMaker
 from processor.model.pipeline_spec import PipelineSpec
-from processor.model.state import RunState
+from processor.model.state import COMPENSATE, RunState
 
 __all__ = [
     "EXECUTION_OF_STOP",
@@ -35,13 +31,10 @@ __all__ = [
     "compensation_succeeded",
     "deadline_first",
     "fail_execution",
-    "mark_unknown",
     "request_stop",
     "settle_stop",
     "start_compensation",
 ]
-
-logger = logging.getLogger(__name__)
 
 EXECUTION_OF_STOP = {"cancelled": "Cancelled", "timed_out": "TimedOut", "failed": "Failed"}
 
@@ -90,31 +83,6 @@ def fail_execution(maker: FactMaker, spec: PipelineSpec, *, error: str) -> None:
     _terminate(maker, "NotRequired")
 
 
-def mark_unknown(
-    maker: FactMaker, *, kind: str, segment: int, attempt: int, generation: int, step: int
-) -> None:
-    """An effectful attempt lost contact: its outcome is unknown and it is never retried blindly."""
-    maker.add(
-        AttemptOutcomeUnknown,
-        keys.attempt_unknown(kind, segment, generation),
-        kind=kind,
-        segment=segment,
-        attempt=attempt,
-        generation=generation,
-        step=step,
-    )
-    logger.warning(
-        "remote_outcome_unknown run=%s kind=%s segment=%d attempt=%d generation=%d step=%d "
-        "decision=automatic_retry_suppressed",
-        maker.run_id,
-        kind,
-        segment,
-        attempt,
-        generation,
-        step,
-    )
-
-
 # --- the unwind -----------------------------------------------------------------------------
 
 
@@ -154,32 +122,16 @@ def _advance_unwind(maker: FactMaker, spec: PipelineSpec) -> None:
 def start_compensation(
     maker: FactMaker, spec: PipelineSpec, *, step: int, attempt: int, generation: int
 ) -> None:
-    compensation = spec.steps[step].compensation
-    assert compensation is not None
-    state = maker.current
-    expires_ms = maker.now + compensation.timeout_ms
-    maker.add(
-        CompensationAttemptStarted,
-        keys.compensation_attempt(step, generation),
-        step=step,
-        attempt=attempt,
+    """A compensator attempt for ``step``, on its output (``attempts.start``)."""
+    attempts.start(
+        maker,
+        spec,
+        COMPENSATE,
+        scope=step,
+        number=attempt,
         generation=generation,
-        expires_ms=expires_ms,
-    )
-    maker.emit(
-        TopicName.WORK,
-        WorkItem(
-            run_id=state.run_id,
-            pipeline=spec.name,
-            pipeline_version=spec.version,
-            segment=step,
-            attempt=attempt,
-            generation=generation,
-            first_step=step,
-            input=state.step_outputs.get(step, b"null"),
-            expires_ms=expires_ms,
-            kind="compensate",
-        ),
+        first_step=step,
+        input=maker.current.step_outputs.get(step, b"null"),
     )
 
 
@@ -203,9 +155,7 @@ def compensation_failed(
     compensation = spec.steps[step].compensation
     assert compensation is not None
     attempt = state.compensation_attempt
-    due = None
-    if retryable and compensation.retry.allows_another(attempt):
-        due = maker.now + compensation.retry.backoff_ms(attempt)
+    due = attempts.retry_due_ms(compensation.retry, attempt, retryable, maker.now)
     maker.add(
         CompensationAttemptFailed,
         keys.compensation_failed(step, state.compensation_generation),

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
+    "COMPENSATE",
     "FAILED",
+    "FORWARD",
     "RUNNING",
     "SUCCEEDED",
     "TERMINAL",
+    "Attempt",
+    "AttemptKind",
     "Interaction",
     "Phase",
     "RecordedResolution",
@@ -39,6 +44,30 @@ Phase = Literal[
     "idle",
 ]
 InteractionStatus = Literal["open", "admitted", "timed_out"]
+
+#: The two kinds of attempt a run makes: forward segments, and compensators of the unwind.
+AttemptKind = Literal["forward", "compensate"]
+FORWARD: AttemptKind = "forward"
+COMPENSATE: AttemptKind = "compensate"
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """The current attempt of one kind, whatever its kind: ``RunState.attempt_of``.
+
+    ``scope`` is what the attempt runs: the segment of a forward attempt, the
+    compensated step of a compensator.
+    """
+
+    kind: AttemptKind
+    scope: int
+    number: int
+    generation: int
+    expires_ms: int | None  # while it runs
+    retry_due_ms: int | None  # while it waits to be tried again
+    running: bool  # dispatched to a worker, its result awaited
+    waiting: bool  # failed, its next try after backoff
+
 
 _CONFIG = ConfigDict(frozen=True, extra="forbid", ser_json_bytes="base64", val_json_bytes="base64")
 
@@ -152,6 +181,30 @@ class RunState(BaseModel):
     def stopping(self) -> bool:
         """Stop intent committed (cancel, deadline or failure) and not yet terminal."""
         return self.stop_reason is not None and not self.terminal
+
+    def attempt_of(self, kind: AttemptKind) -> Attempt:
+        """The run's current attempt of ``kind`` (its fields kept flat for the store's row)."""
+        if kind == FORWARD:
+            return Attempt(
+                kind,
+                self.segment,
+                self.attempt,
+                self.generation,
+                self.attempt_expires_ms,
+                self.retry_due_ms,
+                running=self.phase == "dispatched",
+                waiting=self.phase == "retry_wait",
+            )
+        return Attempt(
+            kind,
+            self.compensating_step or 0,
+            self.compensation_attempt,
+            self.compensation_generation,
+            self.compensation_expires_ms,
+            self.compensation_retry_due_ms,
+            running=self.phase == "compensating" and self.compensating_step is not None,
+            waiting=self.phase == "compensation_retry_wait",
+        )
 
     def boundary_interactions(self) -> list[Interaction]:
         """The current boundary's interactions in item-index order."""

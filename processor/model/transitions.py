@@ -13,19 +13,17 @@ from processor.facts.models import (
     RetryScheduled,
     RunSubmitted,
     RunSucceeded,
-    SegmentAttemptStarted,
     SegmentFailed,
     StepCompleted,
     TerminalPublicationCompleted,
     TerminalPublicationPrepared,
-    WorkItem,
 )
 from processor.facts.payload import derive_run_id
 from processor.facts.topics import TopicName
-from processor.model import control
+from processor.model import attempts, control
 from processor.model.decision import FactMaker, Publish
 from processor.model.pipeline_spec import PipelineSpec
-from processor.model.state import RunState
+from processor.model.state import FORWARD, RunState
 
 __all__ = [
     "finish_success",
@@ -73,30 +71,16 @@ def start_attempt(
     first_step: int,
     input: bytes,
 ) -> None:
-    """SegmentAttemptStarted and the work item that carries it to a worker."""
-    expires_ms = maker.now + spec.segment_timeout_ms(first_step)
-    maker.add(
-        SegmentAttemptStarted,
-        keys.attempt_started(segment, generation),
-        segment=segment,
-        attempt=attempt,
+    """A forward attempt of ``segment`` from ``first_step`` (``attempts.start``)."""
+    attempts.start(
+        maker,
+        spec,
+        FORWARD,
+        scope=segment,
+        number=attempt,
         generation=generation,
         first_step=first_step,
-        expires_ms=expires_ms,
-    )
-    maker.emit(
-        TopicName.WORK,
-        WorkItem(
-            run_id=maker.run_id,
-            pipeline=spec.name,
-            pipeline_version=spec.version,
-            segment=segment,
-            attempt=attempt,
-            generation=generation,
-            first_step=first_step,
-            input=input,
-            expires_ms=expires_ms,
-        ),
+        input=input,
     )
 
 
@@ -137,15 +121,14 @@ def segment_failed(
     if maker.current.stopping:
         control.settle_stop(maker, spec)  # stop intent forbids retries
         return
-    attempts_made = state.step_attempts
-    policy = spec.steps[step].retry
-    if retryable and policy.allows_another(attempts_made):
+    due = attempts.retry_due_ms(spec.steps[step].retry, state.step_attempts, retryable, maker.now)
+    if due is not None:
         maker.add(
             RetryScheduled,
             keys.retry_scheduled(state.segment, state.generation),
             segment=state.segment,
             attempt=state.attempt + 1,
-            due_ms=maker.now + policy.backoff_ms(attempts_made),
+            due_ms=due,
         )
         return
     control.fail_execution(maker, spec, error=error)
