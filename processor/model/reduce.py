@@ -7,8 +7,9 @@ Unknown fact types only advance the version: an old reader survives a newer writ
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar, cast, get_type_hints
+import functools
+from collections.abc import Iterable
+from typing import Any, TypeVar, cast
 
 from processor.facts.models import (
     AttemptOutcomeUnknown,
@@ -71,7 +72,7 @@ def fold(facts: Iterable[FactHeader], state: RunState | None = None) -> RunState
             draft = _Draft(state)
         if fact.seq <= draft.version:
             continue  # already folded: duplicates change nothing
-        changes = _CHANGES.get(type(fact), _unchanged)(fact, cast(RunState, draft))
+        changes = _changes(fact, cast(RunState, draft))
         changes["version"] = fact.seq
         changes["updated_ms"] = fact.time_ms
         draft.apply(changes)
@@ -143,25 +144,20 @@ def _start(fact: FactHeader) -> RunState | None:
     )
 
 
-_Changes = Callable[[Any, RunState], dict[str, object]]
-#: Fact type -> its changes to the run; a type without one only advances the version.
-_CHANGES: dict[type[FactHeader], _Changes] = {}
-
 F = TypeVar("F", bound=FactHeader)
 
 
-def _unchanged(fact: FactHeader, state: RunState) -> dict[str, object]:
+@functools.singledispatch
+def _changes(fact: FactHeader, state: RunState) -> dict[str, object]:
+    """The fact's changes to the run, by fact type (each type registers its own).
+
+    A type without a reducer only advances the version: an old reader survives a
+    newer writer.
+    """
     return {}
 
 
-def _changes(reducer: Callable[[F, RunState], dict[str, object]]) -> _Changes:
-    """Register ``reducer`` for the fact type its first parameter is annotated with."""
-    fact_type = get_type_hints(reducer)["fact"]
-    _CHANGES[fact_type] = reducer
-    return reducer
-
-
-@_changes
+@_changes.register
 def _(fact: SegmentAttemptStarted, state: RunState) -> dict[str, object]:
     return {
         "segment": fact.segment,
@@ -175,7 +171,7 @@ def _(fact: SegmentAttemptStarted, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes
+@_changes.register
 def _(fact: StepCompleted, state: RunState) -> dict[str, object]:
     return {
         "next_step": fact.step + 1,
@@ -186,12 +182,12 @@ def _(fact: StepCompleted, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes
+@_changes.register
 def _(fact: SegmentCompleted, state: RunState) -> dict[str, object]:
     return {"phase": "idle", "attempt_expires_ms": None, "unknown": None}
 
 
-@_changes
+@_changes.register
 def _(fact: SegmentFailed, state: RunState) -> dict[str, object]:
     return {
         "phase": "idle",
@@ -203,12 +199,12 @@ def _(fact: SegmentFailed, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes
+@_changes.register
 def _(fact: RetryScheduled, state: RunState) -> dict[str, object]:
     return {"phase": "retry_wait", "retry_due_ms": fact.due_ms}
 
 
-@_changes
+@_changes.register
 def _(fact: SegmentSuspended, state: RunState) -> dict[str, object]:
     return {
         "phase": "suspended",
@@ -225,7 +221,7 @@ def _(fact: SegmentSuspended, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes
+@_changes.register
 def _(fact: BoundaryInteractionDispatched, state: RunState) -> dict[str, object]:
     interaction = assemble(
         Interaction,
@@ -241,7 +237,7 @@ def _(fact: BoundaryInteractionDispatched, state: RunState) -> dict[str, object]
     return {"interactions": {**state.interactions, fact.interaction: interaction}}
 
 
-@_changes
+@_changes.register
 def _(fact: BoundaryDispatchCompleted, state: RunState) -> dict[str, object]:
     return {"boundary_dispatched": True}
 
@@ -254,7 +250,7 @@ def _settle(state: RunState, interaction_id: str, **changes: object) -> dict[str
     return {"interactions": {**state.interactions, interaction_id: settled}}
 
 
-@_changes
+@_changes.register
 def _(fact: BoundaryCompletionAdmitted, state: RunState) -> dict[str, object]:
     return _settle(state, fact.interaction, **_admitted(fact))
 
@@ -270,12 +266,12 @@ def _admitted(fact: BoundaryCompletionAdmitted) -> dict[str, object]:
     }
 
 
-@_changes
+@_changes.register
 def _(fact: InteractionTimedOut, state: RunState) -> dict[str, object]:
     return _settle(state, fact.interaction, status="timed_out")
 
 
-@_changes
+@_changes.register
 def _(fact: ContinuationSegmentCreated, state: RunState) -> dict[str, object]:
     released = {
         key: (evolve(i, {"output": None}) if i.boundary == fact.boundary else i)
@@ -292,7 +288,7 @@ def _(fact: ContinuationSegmentCreated, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes
+@_changes.register
 def _(fact: TerminalPublicationPrepared, state: RunState) -> dict[str, object]:
     return {
         "phase": "publishing",
@@ -302,12 +298,12 @@ def _(fact: TerminalPublicationPrepared, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes
+@_changes.register
 def _(fact: TerminalPublicationCompleted, state: RunState) -> dict[str, object]:
     return {"publications": {**state.publications, fact.topic: "completed"}}
 
 
-@_changes
+@_changes.register
 def _(fact: RunSucceeded, state: RunState) -> dict[str, object]:
     return {
         "status": SUCCEEDED,
@@ -321,7 +317,7 @@ def _(fact: RunSucceeded, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes
+@_changes.register
 def _(fact: RunFailed, state: RunState) -> dict[str, object]:
     return {
         "status": FAILED,
@@ -336,7 +332,7 @@ def _(fact: RunFailed, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes
+@_changes.register
 def _(fact: RunStopRequested, state: RunState) -> dict[str, object]:
     # Queued forward work and open interactions are fenced: their timers disappear
     # from the due index (see due.py); a running attempt keeps settling.
@@ -349,7 +345,7 @@ def _(fact: RunStopRequested, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes
+@_changes.register
 def _(fact: AttemptOutcomeUnknown, state: RunState) -> dict[str, object]:
     unknown = UnknownAttempt(
         kind=fact.kind,
@@ -366,7 +362,7 @@ def _(fact: AttemptOutcomeUnknown, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes
+@_changes.register
 def _(fact: AttemptResolved, state: RunState) -> dict[str, object]:
     recorded = RecordedResolution(fingerprint=fact.fingerprint, response=fact.response)
     return {
@@ -376,12 +372,12 @@ def _(fact: AttemptResolved, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes
+@_changes.register
 def _(fact: CompensationStarted, state: RunState) -> dict[str, object]:
     return {"phase": "compensating", "unwind": fact.steps, "compensation_started": True}
 
 
-@_changes
+@_changes.register
 def _(fact: CompensationAttemptStarted, state: RunState) -> dict[str, object]:
     return {
         "phase": "compensating",
@@ -404,17 +400,17 @@ def _unwound(state: RunState) -> dict[str, object]:
     }
 
 
-@_changes
+@_changes.register
 def _(fact: CompensationStepCompleted, state: RunState) -> dict[str, object]:
     return {**_unwound(state), "compensated": state.compensated + 1}
 
 
-@_changes
+@_changes.register
 def _(fact: CompensationStepSkipped, state: RunState) -> dict[str, object]:
     return {**_unwound(state), "skipped": state.skipped + 1}
 
 
-@_changes
+@_changes.register
 def _(fact: CompensationAttemptFailed, state: RunState) -> dict[str, object]:
     if fact.retry_due_ms is not None:
         return {
@@ -430,7 +426,7 @@ def _(fact: CompensationAttemptFailed, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes
+@_changes.register
 def _(fact: RunStopped, state: RunState) -> dict[str, object]:
     return {
         "status": "cancelled" if fact.execution == "Cancelled" else "timed_out",
