@@ -53,22 +53,24 @@ def start(
     expires_ms = maker.now + _timeout_ms(spec, kind, first_step)
     if kind == FORWARD:
         maker.add(
-            SegmentAttemptStarted,
-            keys.attempt_started(scope, generation),
-            segment=scope,
-            attempt=number,
-            generation=generation,
-            first_step=first_step,
-            expires_ms=expires_ms,
+            SegmentAttemptStarted(
+                **maker.header(keys.attempt_started(scope, generation)),
+                segment=scope,
+                attempt=number,
+                generation=generation,
+                first_step=first_step,
+                expires_ms=expires_ms,
+            )
         )
     else:
         maker.add(
-            CompensationAttemptStarted,
-            keys.compensation_attempt(scope, generation),
-            step=scope,
-            attempt=number,
-            generation=generation,
-            expires_ms=expires_ms,
+            CompensationAttemptStarted(
+                **maker.header(keys.compensation_attempt(scope, generation)),
+                step=scope,
+                attempt=number,
+                generation=generation,
+                expires_ms=expires_ms,
+            )
         )
     item = WorkItem(
         run_id=maker.run_id,
@@ -103,7 +105,7 @@ def start_next(maker: FactMaker, spec: PipelineSpec, attempt: Attempt) -> None:
 
 def _next_input(state: RunState, attempt: Attempt) -> tuple[int, bytes]:
     if attempt.kind == FORWARD:
-        return state.next_step, state.last_output
+        return state.attempt.next_step, state.last_output
     return attempt.scope, state.step_outputs.get(attempt.scope, b"null")
 
 
@@ -160,13 +162,14 @@ def is_current(
 def mark_unknown(maker: FactMaker, attempt: Attempt, *, step: int) -> None:
     """An effectful attempt lost contact: its outcome is unknown and it is never retried blindly."""
     maker.add(
-        AttemptOutcomeUnknown,
-        keys.attempt_unknown(attempt.kind, attempt.scope, attempt.generation),
-        kind=attempt.kind,
-        segment=attempt.scope,
-        attempt=attempt.number,
-        generation=attempt.generation,
-        step=step,
+        AttemptOutcomeUnknown(
+            **maker.header(keys.attempt_unknown(attempt.kind, attempt.scope, attempt.generation)),
+            kind=attempt.kind,
+            segment=attempt.scope,
+            attempt=attempt.number,
+            generation=attempt.generation,
+            step=step,
+        )
     )
     logger.warning(
         "remote_outcome_unknown run=%s kind=%s segment=%d attempt=%d generation=%d step=%d "

@@ -158,7 +158,11 @@ def decide_result(result: SegmentResult, state: RunState | None, ctx: Context) -
     elif result.outcome == "suspended":
         suspend(maker, spec, result, ctx)
     else:
-        step = result.failed_step if result.failed_step is not None else maker.current.next_step
+        step = (
+            result.failed_step
+            if result.failed_step is not None
+            else maker.current.attempt.next_step
+        )
         segment_failed(
             maker,
             spec,
@@ -176,22 +180,24 @@ def _is_current(result: SegmentResult, state: RunState) -> bool:
 
 
 def _stale_detail(result: SegmentResult, state: RunState) -> str:
+    attempt = state.attempt
     return (
         f"result for segment {result.segment} attempt {result.attempt} generation "
         f"{result.generation}; run is {state.status}, phase {state.phase}, segment "
-        f"{state.segment} attempt {state.attempt} generation {state.generation}"
+        f"{attempt.segment} attempt {attempt.number} generation {attempt.generation}"
     )
 
 
 def _segment_completed(maker: FactMaker, spec: PipelineSpec, last_step: int | None = None) -> None:
     state = maker.current
     maker.add(
-        SegmentCompleted,
-        keys.segment_completed(state.segment),
-        segment=state.segment,
-        attempt=state.attempt,
-        generation=state.generation,
-        last_step=spec.last_step if last_step is None else last_step,
+        SegmentCompleted(
+            **maker.header(keys.segment_completed(state.attempt.segment)),
+            segment=state.attempt.segment,
+            attempt=state.attempt.number,
+            generation=state.attempt.generation,
+            last_step=spec.last_step if last_step is None else last_step,
+        )
     )
 
 
@@ -199,20 +205,23 @@ def _settle_under_stop(maker: FactMaker, spec: PipelineSpec, result: SegmentResu
     """The running attempt settles: its completed steps count, nothing new starts."""
     state = maker.current
     if result.outcome == "failed":
-        step = result.failed_step if result.failed_step is not None else state.next_step
+        step = result.failed_step if result.failed_step is not None else state.attempt.next_step
         maker.add(
-            SegmentFailed,
-            keys.attempt_failed(state.segment, state.generation),
-            segment=state.segment,
-            attempt=state.attempt,
-            generation=state.generation,
-            step=step,
-            error=result.error or "",
-            error_type=result.error_type or "Error",
-            retryable=False,
+            SegmentFailed(
+                **maker.header(
+                    keys.attempt_failed(state.attempt.segment, state.attempt.generation)
+                ),
+                segment=state.attempt.segment,
+                attempt=state.attempt.number,
+                generation=state.attempt.generation,
+                step=step,
+                error=result.error or "",
+                error_type=result.error_type or "Error",
+                retryable=False,
+            )
         )
     else:  # the attempt settled after its last completed step (-1: none at all)
-        last = result.steps[-1].step if result.steps else state.next_step - 1
+        last = result.steps[-1].step if result.steps else state.attempt.next_step - 1
         _segment_completed(maker, spec, last_step=last)
     control.settle_stop(maker, spec)
 
@@ -224,16 +233,19 @@ def _compensation_result(result: SegmentResult, state: RunState, ctx: Context) -
     maker = FactMaker(state, state.run_id, ctx.now, result.result_id)
     if state.phase == "unknown":  # the compensator's own result settles its Unknown attempt
         maker.add(
-            AttemptResolved,
-            keys.attempt_resolved("compensate", result.segment, result.generation),
-            kind="compensate",
-            segment=result.segment,
-            attempt=result.attempt,
-            generation=result.generation,
-            action="worker_result",
-            idempotency_key=f"worker/{result.result_id}",
-            fingerprint="worker",
-            response=response(state, action="worker_result"),
+            AttemptResolved(
+                **maker.header(
+                    keys.attempt_resolved("compensate", result.segment, result.generation)
+                ),
+                kind="compensate",
+                segment=result.segment,
+                attempt=result.attempt,
+                generation=result.generation,
+                action="worker_result",
+                idempotency_key=f"worker/{result.result_id}",
+                fingerprint="worker",
+                response=response(state, action="worker_result"),
+            )
         )
     if result.outcome == "completed":
         control.compensation_succeeded(maker, spec, result.segment)
@@ -250,16 +262,17 @@ def _compensation_result(result: SegmentResult, state: RunState, ctx: Context) -
 
 
 def _result_problem(result: SegmentResult, state: RunState, spec: PipelineSpec) -> str:
-    expected = list(range(state.next_step, state.next_step + len(result.steps)))
+    next_step = state.attempt.next_step
+    expected = list(range(next_step, next_step + len(result.steps)))
     if [s.step for s in result.steps] != expected:
-        return f"steps {[s.step for s in result.steps]} do not continue from step {state.next_step}"
+        return f"steps {[s.step for s in result.steps]} do not continue from step {next_step}"
     for step in result.steps:
         try:
             canonical_json(step.output)
         except InvalidPayloadError as exc:
             return f"step {step.step} output: {exc}"
-    reached = state.next_step + len(result.steps)
-    end = spec.segment_end(state.next_step)
+    reached = next_step + len(result.steps)
+    end = spec.segment_end(next_step)
     if result.outcome == "completed" and (reached != spec.last_step + 1 or end != spec.last_step):
         return f"completed result stops at step {reached - 1}, its segment ends at {end}"
     if result.outcome == "suspended":
@@ -340,14 +353,14 @@ def _attempt_timed_out(
     if kind == COMPENSATE:
         attempts.mark_unknown(maker, attempt, step=attempt.scope)
         return
-    if spec.segment_effectful(state.next_step):
-        attempts.mark_unknown(maker, attempt, step=state.next_step)
+    if spec.segment_effectful(state.attempt.next_step):
+        attempts.mark_unknown(maker, attempt, step=state.attempt.next_step)
         return
-    error = f"attempt {state.attempt} produced no result before its deadline (worker lost?)"
+    error = f"attempt {state.attempt.number} produced no result before its deadline (worker lost?)"
     segment_failed(
         maker,
         spec,
-        step=state.next_step,
+        step=state.attempt.next_step,
         error=error,
         error_type=ATTEMPT_TIMEOUT,
         retryable=True,

@@ -40,7 +40,7 @@ def due_entries(state: RunState | None) -> frozenset[DueEntry]:
     if state is None or state.terminal:
         return frozenset()
     deadline: frozenset[DueEntry] = frozenset()
-    if state.deadline_ms is not None and state.stop_reason is None:
+    if state.deadline_ms is not None and state.stop.reason is None:
         deadline = frozenset({DueEntry(state.deadline_ms, state.run_id, "run_deadline")})
     return deadline | _phase_entries(state)
 
@@ -78,6 +78,6 @@ def _phase_entries(state: RunState) -> frozenset[DueEntry]:
             for i in state.boundary_interactions()
             if i.status == "open" and i.deadline_ms > 0
         )
-    if state.phase == "publishing" and state.publication_due_ms is not None:
-        return frozenset({DueEntry(state.publication_due_ms, run_id, "publication")})
+    if state.phase == "publishing" and state.publication.due_ms is not None:
+        return frozenset({DueEntry(state.publication.due_ms, run_id, "publication")})
     return frozenset()

@@ -43,9 +43,13 @@ from processor.facts.trusted import assemble, evolve
 from processor.model.state import (
     FAILED,
     SUCCEEDED,
+    Boundary,
+    ForwardAttempt,
     Interaction,
+    Publication,
     RecordedResolution,
     RunState,
+    Stop,
     UnknownAttempt,
 )
 
@@ -159,23 +163,28 @@ def _changes(fact: FactHeader, state: RunState) -> dict[str, object]:
 
 @_changes.register
 def _(fact: SegmentAttemptStarted, state: RunState) -> dict[str, object]:
-    return {
-        "segment": fact.segment,
-        "attempt": fact.attempt,
-        "generation": fact.generation,
-        "next_step": fact.first_step,
-        "step_attempts": state.step_attempts + 1,
-        "phase": "dispatched",
-        "attempt_expires_ms": fact.expires_ms,
-        "retry_due_ms": None,
-    }
+    forward = state.attempt
+    attempt = evolve(
+        forward,
+        {
+            "segment": fact.segment,
+            "number": fact.attempt,
+            "generation": fact.generation,
+            "next_step": fact.first_step,
+            "step_attempts": forward.step_attempts + 1,
+            "expires_ms": fact.expires_ms,
+            "retry_due_ms": None,
+        },
+    )
+    return {"phase": "dispatched", "attempt": attempt}
 
 
 @_changes.register
 def _(fact: StepCompleted, state: RunState) -> dict[str, object]:
+    # The attempt that completed this step now tries the next.
+    attempt = evolve(state.attempt, {"next_step": fact.step + 1, "step_attempts": 1})
     return {
-        "next_step": fact.step + 1,
-        "step_attempts": 1,  # the attempt that completed this step now tries the next
+        "attempt": attempt,
         "last_output": fact.output,
         "completed_steps": (*state.completed_steps, fact.step),
         "step_outputs": {**state.step_outputs, fact.step: fact.output},
@@ -184,7 +193,13 @@ def _(fact: StepCompleted, state: RunState) -> dict[str, object]:
 
 @_changes.register
 def _(fact: SegmentCompleted, state: RunState) -> dict[str, object]:
-    return {"phase": "idle", "attempt_expires_ms": None, "unknown": None}
+    return {"phase": "idle", "attempt": _settled(state), "unknown": None}
+
+
+def _settled(state: RunState) -> ForwardAttempt:
+    """The forward attempt once it has settled: no expiry any more."""
+    attempt = state.attempt
+    return attempt if attempt.expires_ms is None else evolve(attempt, {"expires_ms": None})
 
 
 @_changes.register
@@ -192,7 +207,7 @@ def _(fact: SegmentFailed, state: RunState) -> dict[str, object]:
     return {
         "phase": "idle",
         "unknown": None,
-        "attempt_expires_ms": None,
+        "attempt": _settled(state),
         "error": fact.error,
         "error_type": fact.error_type,
         "failed_step": fact.step,
@@ -201,24 +216,25 @@ def _(fact: SegmentFailed, state: RunState) -> dict[str, object]:
 
 @_changes.register
 def _(fact: RetryScheduled, state: RunState) -> dict[str, object]:
-    return {"phase": "retry_wait", "retry_due_ms": fact.due_ms}
+    return {"phase": "retry_wait", "attempt": evolve(state.attempt, {"retry_due_ms": fact.due_ms})}
 
 
 @_changes.register
 def _(fact: SegmentSuspended, state: RunState) -> dict[str, object]:
-    return {
-        "phase": "suspended",
-        "unknown": None,
-        "attempt_expires_ms": None,
-        "next_step": fact.step,
-        "boundary": fact.boundary,
-        "boundary_step": fact.step,
-        "boundary_kind": fact.kind,
-        "boundary_itemized": fact.itemized,
-        "boundary_items": fact.items,
-        "boundary_on_timeout": fact.on_timeout,
-        "boundary_dispatched": False,
-    }
+    attempt = evolve(state.attempt, {"expires_ms": None, "next_step": fact.step})
+    boundary = assemble(
+        Boundary,
+        {
+            "number": fact.boundary,
+            "step": fact.step,
+            "kind": fact.kind,
+            "itemized": fact.itemized,
+            "items": fact.items,
+            "on_timeout": fact.on_timeout,
+            "dispatched": False,
+        },
+    )
+    return {"phase": "suspended", "unknown": None, "attempt": attempt, "boundary": boundary}
 
 
 @_changes.register
@@ -228,7 +244,7 @@ def _(fact: BoundaryInteractionDispatched, state: RunState) -> dict[str, object]
         {
             "boundary": fact.boundary,
             "item_index": fact.item_index,
-            "kind": state.boundary_kind,
+            "kind": state.boundary.kind,
             "target": fact.target,
             "deadline_ms": fact.deadline_ms,
             "token_digest": fact.token_digest,
@@ -239,10 +255,10 @@ def _(fact: BoundaryInteractionDispatched, state: RunState) -> dict[str, object]
 
 @_changes.register
 def _(fact: BoundaryDispatchCompleted, state: RunState) -> dict[str, object]:
-    return {"boundary_dispatched": True}
+    return {"boundary": evolve(state.boundary, {"dispatched": True})}
 
 
-def _settle(state: RunState, interaction_id: str, **changes: object) -> dict[str, object]:
+def _settle(state: RunState, interaction_id: str, changes: dict[str, object]) -> dict[str, object]:
     current = state.interactions.get(interaction_id)
     if current is None:
         return {}
@@ -252,7 +268,7 @@ def _settle(state: RunState, interaction_id: str, **changes: object) -> dict[str
 
 @_changes.register
 def _(fact: BoundaryCompletionAdmitted, state: RunState) -> dict[str, object]:
-    return _settle(state, fact.interaction, **_admitted(fact))
+    return _settle(state, fact.interaction, _admitted(fact))
 
 
 def _admitted(fact: BoundaryCompletionAdmitted) -> dict[str, object]:
@@ -268,7 +284,7 @@ def _admitted(fact: BoundaryCompletionAdmitted) -> dict[str, object]:
 
 @_changes.register
 def _(fact: InteractionTimedOut, state: RunState) -> dict[str, object]:
-    return _settle(state, fact.interaction, status="timed_out")
+    return _settle(state, fact.interaction, {"status": "timed_out"})
 
 
 @_changes.register
@@ -277,12 +293,13 @@ def _(fact: ContinuationSegmentCreated, state: RunState) -> dict[str, object]:
         key: (evolve(i, {"output": None}) if i.boundary == fact.boundary else i)
         for key, i in state.interactions.items()
     }
+    attempt = evolve(
+        state.attempt,
+        {"segment": fact.segment, "number": 0, "next_step": fact.first_step, "step_attempts": 0},
+    )
     return {
         "phase": "idle",
-        "segment": fact.segment,
-        "attempt": 0,
-        "next_step": fact.first_step,
-        "step_attempts": 0,
+        "attempt": attempt,
         "last_output": fact.input,
         "interactions": released,
     }
@@ -290,17 +307,18 @@ def _(fact: ContinuationSegmentCreated, state: RunState) -> dict[str, object]:
 
 @_changes.register
 def _(fact: TerminalPublicationPrepared, state: RunState) -> dict[str, object]:
-    return {
-        "phase": "publishing",
-        "publications": {**state.publications, fact.topic: "prepared"},
-        "publication_key": fact.idempotency_key,
-        "publication_due_ms": fact.time_ms,
-    }
+    targets = {**state.publication.targets, fact.topic: "prepared"}
+    publication = assemble(
+        Publication, {"targets": targets, "key": fact.idempotency_key, "due_ms": fact.time_ms}
+    )
+    return {"phase": "publishing", "publication": publication}
 
 
 @_changes.register
 def _(fact: TerminalPublicationCompleted, state: RunState) -> dict[str, object]:
-    return {"publications": {**state.publications, fact.topic: "completed"}}
+    publication = state.publication
+    targets = {**publication.targets, fact.topic: "completed"}
+    return {"publication": evolve(publication, {"targets": targets})}
 
 
 @_changes.register
@@ -325,11 +343,16 @@ def _(fact: RunFailed, state: RunState) -> dict[str, object]:
         "recovery": fact.recovery,
         "failed_attempts": fact.attempts,
         "phase": "idle",
-        "retry_due_ms": None,
+        "attempt": _no_retry(state),
         "error": fact.error,
         "error_type": fact.error_type,
         "failed_step": fact.step,
     }
+
+
+def _no_retry(state: RunState) -> ForwardAttempt:
+    attempt = state.attempt
+    return attempt if attempt.retry_due_ms is None else evolve(attempt, {"retry_due_ms": None})
 
 
 @_changes.register
@@ -338,10 +361,9 @@ def _(fact: RunStopRequested, state: RunState) -> dict[str, object]:
     # from the due index (see due.py); a running attempt keeps settling.
     fenced = state.phase in ("retry_wait", "suspended")
     return {
-        "stop_reason": fact.reason,
-        "stop_detail": fact.detail,
+        "stop": assemble(Stop, {"reason": fact.reason, "detail": fact.detail}),
         "phase": "idle" if fenced else state.phase,
-        "retry_due_ms": None,
+        "attempt": _no_retry(state),
     }
 
 
@@ -354,11 +376,14 @@ def _(fact: AttemptOutcomeUnknown, state: RunState) -> dict[str, object]:
         generation=fact.generation,
         step=fact.step,
     )
+    compensation = state.compensation
+    if compensation.expires_ms is not None:
+        compensation = evolve(compensation, {"expires_ms": None})
     return {
         "phase": "unknown",
         "unknown": unknown,
-        "attempt_expires_ms": None,
-        "compensation_expires_ms": None,
+        "attempt": _settled(state),
+        "compensation": compensation,
     }
 
 
@@ -374,65 +399,70 @@ def _(fact: AttemptResolved, state: RunState) -> dict[str, object]:
 
 @_changes.register
 def _(fact: CompensationStarted, state: RunState) -> dict[str, object]:
-    return {"phase": "compensating", "unwind": fact.steps, "compensation_started": True}
+    compensation = evolve(state.compensation, {"unwind": fact.steps, "started": True})
+    return {"phase": "compensating", "compensation": compensation}
 
 
 @_changes.register
 def _(fact: CompensationAttemptStarted, state: RunState) -> dict[str, object]:
-    return {
-        "phase": "compensating",
-        "compensating_step": fact.step,
-        "compensation_attempt": fact.attempt,
-        "compensation_generation": fact.generation,
-        "compensation_expires_ms": fact.expires_ms,
-        "compensation_retry_due_ms": None,
-    }
+    compensation = evolve(
+        state.compensation,
+        {
+            "step": fact.step,
+            "attempt": fact.attempt,
+            "generation": fact.generation,
+            "expires_ms": fact.expires_ms,
+            "retry_due_ms": None,
+        },
+    )
+    return {"phase": "compensating", "compensation": compensation}
 
 
-def _unwound(state: RunState) -> dict[str, object]:
-    return {
-        "unwind": state.unwind[1:],
-        "compensating_step": None,
-        "compensation_attempt": 0,
-        "compensation_generation": 0,
-        "compensation_expires_ms": None,
-        "phase": "compensating",
+def _unwound(state: RunState, tally: str) -> dict[str, object]:
+    """The step at the head of the unwind is done (``tally``: compensated or skipped)."""
+    compensation = state.compensation
+    changes = {
+        "unwind": compensation.unwind[1:],
+        "step": None,
+        "attempt": 0,
+        "generation": 0,
+        "expires_ms": None,
+        tally: getattr(compensation, tally) + 1,
     }
+    return {"phase": "compensating", "compensation": evolve(compensation, changes)}
 
 
 @_changes.register
 def _(fact: CompensationStepCompleted, state: RunState) -> dict[str, object]:
-    return {**_unwound(state), "compensated": state.compensated + 1}
+    return _unwound(state, "compensated")
 
 
 @_changes.register
 def _(fact: CompensationStepSkipped, state: RunState) -> dict[str, object]:
-    return {**_unwound(state), "skipped": state.skipped + 1}
+    return _unwound(state, "skipped")
 
 
 @_changes.register
 def _(fact: CompensationAttemptFailed, state: RunState) -> dict[str, object]:
+    compensation = state.compensation
     if fact.retry_due_ms is not None:
-        return {
-            "phase": "compensation_retry_wait",
-            "compensation_retry_due_ms": fact.retry_due_ms,
-            "compensation_expires_ms": None,
-        }
-    return {
-        "compensation_failed": True,
-        "unwind": (),
-        "compensation_expires_ms": None,
-        "phase": "idle",
-    }
+        changes: dict[str, object] = {"retry_due_ms": fact.retry_due_ms, "expires_ms": None}
+        phase = "compensation_retry_wait"
+    else:
+        changes = {"failed": True, "unwind": (), "expires_ms": None}
+        phase = "idle"
+    return {"phase": phase, "compensation": evolve(compensation, changes)}
 
 
 @_changes.register
 def _(fact: RunStopped, state: RunState) -> dict[str, object]:
+    attempt = state.attempt
+    if attempt.expires_ms is not None or attempt.retry_due_ms is not None:
+        attempt = evolve(attempt, {"expires_ms": None, "retry_due_ms": None})
     return {
         "status": "cancelled" if fact.execution == "Cancelled" else "timed_out",
         "execution": fact.execution,
         "recovery": fact.recovery,
         "phase": "idle",
-        "attempt_expires_ms": None,
-        "retry_due_ms": None,
+        "attempt": attempt,
     }

@@ -588,7 +588,7 @@ class RunAnnotated(FactHeader):
 
 
 def _annotated(fact: RunAnnotated, state: Any) -> dict[str, object]:
-    return {"stop_detail": fact.note}  # any change the rows show
+    return {"error": fact.note}  # any change the rows show
 
 
 @pytest.fixture
@@ -637,7 +637,7 @@ def test_a_fact_type_it_does_not_know_is_folded_in_python(
     transport = _log(tmp_path, values)
     expected = _reference(transport, tmp_path / "python", batch_size=4)
     stored = json.loads(dict(expected["runs"])[keys.run_key(first.run_id)])
-    assert stored["stop_detail"] == "n" and stored["version"] >= 1_000  # the reducer ran
+    assert stored["error"] == "n" and stored["version"] >= 1_000  # the reducer ran
     counting = _Counting(monkeypatch)
     assert _catch_up(transport, tmp_path / "native", [(10**9, True)], batch_size=4) == expected
     assert counting.declined == 1 and counting.folded == -(-len(values) // 4) - 1
