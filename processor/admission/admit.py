@@ -102,18 +102,19 @@ def _admitted(
     maker: FactMaker, arrival: Arrival, interaction_id: str, interaction: Interaction
 ) -> None:
     maker.add(
-        BoundaryCompletionAdmitted,
-        keys.interaction_admitted(interaction_id),
-        boundary=interaction.boundary,
-        interaction=interaction_id,
-        item_index=interaction.item_index,
-        source=arrival.source,
-        outcome=arrival.outcome,
-        payload=arrival.payload,
-        content_type=arrival.content_type,
-        error=arrival.error,
-        idempotency_key=arrival.idempotency_key,
-        payload_digest=arrival.digest,
+        BoundaryCompletionAdmitted(
+            **maker.header(keys.interaction_admitted(interaction_id)),
+            boundary=interaction.boundary,
+            interaction=interaction_id,
+            item_index=interaction.item_index,
+            source=arrival.source,
+            outcome=arrival.outcome,
+            payload=arrival.payload,
+            content_type=arrival.content_type,
+            error=arrival.error,
+            idempotency_key=arrival.idempotency_key,
+            payload_digest=arrival.digest,
+        )
     )
 
 
@@ -148,41 +149,48 @@ def _admit_start(arrival: Arrival, state: RunState | None, ctx: Context) -> Deci
 def _start_boundary(maker: FactMaker, arrival: Arrival) -> None:
     checkpoint = arrival.checkpoint or ""
     maker.add(
-        SegmentSuspended,
-        keys.boundary_suspended(0),
-        segment=0,
-        attempt=0,
-        generation=0,
-        step=0,
-        boundary=0,
-        kind="checkpoint",
-        target=checkpoint,
-        itemized=False,
-        items=1,
-        on_timeout="fail",
+        SegmentSuspended(
+            **maker.header(keys.boundary_suspended(0)),
+            segment=0,
+            attempt=0,
+            generation=0,
+            step=0,
+            boundary=0,
+            kind="checkpoint",
+            target=checkpoint,
+            itemized=False,
+            items=1,
+            on_timeout="fail",
+        )
     )
     maker.add(
-        BoundaryInteractionDispatched,
-        keys.interaction_dispatched(START_INTERACTION),
-        boundary=0,
-        interaction=START_INTERACTION,
-        item_index=0,
-        target=checkpoint,
-        request=b"",
-        deadline_ms=0,
-        token_digest=b"",
-        epoch=0,
+        BoundaryInteractionDispatched(
+            **maker.header(keys.interaction_dispatched(START_INTERACTION)),
+            boundary=0,
+            interaction=START_INTERACTION,
+            item_index=0,
+            target=checkpoint,
+            request=b"",
+            deadline_ms=0,
+            token_digest=b"",
+            epoch=0,
+        )
     )
-    maker.add(BoundaryDispatchCompleted, keys.boundary_dispatched(0), boundary=0, interactions=1)
+    maker.add(
+        BoundaryDispatchCompleted(
+            **maker.header(keys.boundary_dispatched(0)), boundary=0, interactions=1
+        )
+    )
 
 
 def _continue_from_start(maker: FactMaker, spec: PipelineSpec, first_input: bytes) -> None:
     maker.add(
-        ContinuationSegmentCreated,
-        keys.boundary_continued(0),
-        boundary=0,
-        segment=1,
-        first_step=0,
-        input=first_input,
+        ContinuationSegmentCreated(
+            **maker.header(keys.boundary_continued(0)),
+            boundary=0,
+            segment=1,
+            first_step=0,
+            input=first_input,
+        )
     )
     start_attempt(maker, spec, segment=1, attempt=1, generation=1, first_step=0, input=first_input)

@@ -461,15 +461,15 @@ def status_dict(state: RunState) -> dict[str, Any]:
         "error_type": state.error_type,
         "failed_step": state.failed_step,
         "phase": state.phase,
-        "segment": state.segment,
-        "attempt": state.attempt,
-        "generation": state.generation,
-        "next_step": state.next_step,
+        "segment": state.attempt.segment,
+        "attempt": state.attempt.number,
+        "generation": state.attempt.generation,
+        "next_step": state.attempt.next_step,
         "waiting": _waiting(state),
-        "publications": dict(state.publications),
+        "publications": dict(state.publication.targets),
         "deadline_ms": state.deadline_ms,
-        "stop_reason": state.stop_reason,
-        "stop_detail": state.stop_detail,
+        "stop_reason": state.stop.reason,
+        "stop_detail": state.stop.detail,
         "execution": state.execution,
         "recovery": state.recovery,
         "unknown_attempt": state.unknown.model_dump() if state.unknown else None,
@@ -481,14 +481,14 @@ def status_dict(state: RunState) -> dict[str, Any]:
 
 
 def _compensation(state: RunState) -> dict[str, Any] | None:
-    if not state.compensation_started:
+    if not state.compensation.started:
         return None
     return {
-        "remaining": list(state.unwind),
-        "compensating_step": state.compensating_step,
-        "compensated": state.compensated,
-        "skipped": state.skipped,
-        "failed": state.compensation_failed,
+        "remaining": list(state.compensation.unwind),
+        "compensating_step": state.compensation.step,
+        "compensated": state.compensation.compensated,
+        "skipped": state.compensation.skipped,
+        "failed": state.compensation.failed,
     }
 
 
@@ -498,10 +498,10 @@ def _waiting(state: RunState) -> dict[str, Any] | None:
         return None
     interactions = state.boundary_interactions()
     return {
-        "boundary": state.boundary,
-        "kind": state.boundary_kind,
-        "itemized": state.boundary_itemized,
-        "items": state.boundary_items,
+        "boundary": state.boundary.number,
+        "kind": state.boundary.kind,
+        "itemized": state.boundary.itemized,
+        "items": state.boundary.items,
         "open": sum(i.status == "open" for i in interactions),
         "admitted": sum(i.status == "admitted" for i in interactions),
         "timed_out": sum(i.status == "timed_out" for i in interactions),

@@ -12,13 +12,13 @@ every helper then falls back to the public API.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-__all__ = ["SLOT_SETTERS", "assemble", "evolve"]
+__all__ = ["SLOT_SETTERS", "assemble", "builder", "evolve"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -61,6 +61,22 @@ def assemble(model: type[M], values: dict[str, Any]) -> M:
     instance = _new(model)
     _fill(instance, fields, set(values))
     return instance
+
+
+def builder(model: type[M]) -> Callable[[dict[str, Any]], M]:
+    """A function making ``model(**fields)`` of ``fields`` that hold a value of the right
+    type for *every* field of ``model`` (the stored row of a run, say): no defaults to
+    fill in, nothing checked; ``fields`` becomes the instance's own dictionary."""
+    if _template(model) is None:
+        return model.model_validate
+    new, fill = _new, _fill
+
+    def build(fields: dict[str, Any]) -> M:
+        instance = new(model)
+        fill(instance, fields, set())
+        return instance
+
+    return build
 
 
 def evolve(instance: M, changes: Mapping[str, Any]) -> M:

@@ -37,33 +37,35 @@ __all__ = ["apply_plan", "suspend", "timeout_interaction"]
 
 def suspend(maker: FactMaker, spec: PipelineSpec, result: SegmentResult, ctx: Context) -> None:
     state = maker.current
-    step = state.next_step
+    step = state.attempt.next_step
     awaits = spec.steps[step].awaits
     assert awaits is not None
-    boundary = state.segment
+    boundary = state.attempt.segment
     items = 1 if awaits.kind == "checkpoint" else len(result.requests)
     maker.add(
-        SegmentSuspended,
-        keys.boundary_suspended(boundary),
-        segment=state.segment,
-        attempt=state.attempt,
-        generation=state.generation,
-        step=step,
-        boundary=boundary,
-        kind=awaits.kind,
-        target=awaits.target,
-        itemized=awaits.itemized,
-        items=items,
-        on_timeout=awaits.on_timeout,
+        SegmentSuspended(
+            **maker.header(keys.boundary_suspended(boundary)),
+            segment=state.attempt.segment,
+            attempt=state.attempt.number,
+            generation=state.attempt.generation,
+            step=step,
+            boundary=boundary,
+            kind=awaits.kind,
+            target=awaits.target,
+            itemized=awaits.itemized,
+            items=items,
+            on_timeout=awaits.on_timeout,
+        )
     )
     requests = result.requests if awaits.kind == "await" else (b"",)
     for index, request in enumerate(requests):
         _dispatch_interaction(maker, awaits, ctx, boundary=boundary, index=index, request=request)
     maker.add(
-        BoundaryDispatchCompleted,
-        keys.boundary_dispatched(boundary),
-        boundary=boundary,
-        interactions=items,
+        BoundaryDispatchCompleted(
+            **maker.header(keys.boundary_dispatched(boundary)),
+            boundary=boundary,
+            interactions=items,
+        )
     )
     apply_plan(maker, spec, plan_continuation(maker.current))
 
@@ -74,21 +76,23 @@ def _dispatch_interaction(
     state = maker.current
     interaction = keys.interaction_id(boundary, index)
     token = tokens.sign(
-        ctx.secret, tokens.TokenClaims(state.run_id, boundary, interaction, state.generation)
+        ctx.secret,
+        tokens.TokenClaims(state.run_id, boundary, interaction, state.attempt.generation),
     )
     deadline = maker.now + awaits.timeout_ms
     canonical = canonical_json(request) if request else b""
     maker.add(
-        BoundaryInteractionDispatched,
-        keys.interaction_dispatched(interaction),
-        boundary=boundary,
-        interaction=interaction,
-        item_index=index,
-        target=awaits.target,
-        request=canonical,
-        deadline_ms=deadline,
-        token_digest=tokens.digest(token),
-        epoch=state.generation,
+        BoundaryInteractionDispatched(
+            **maker.header(keys.interaction_dispatched(interaction)),
+            boundary=boundary,
+            interaction=interaction,
+            item_index=index,
+            target=awaits.target,
+            request=canonical,
+            deadline_ms=deadline,
+            token_digest=tokens.digest(token),
+            epoch=state.attempt.generation,
+        )
     )
     if awaits.kind == "await":
         maker.emit(
@@ -112,17 +116,20 @@ def apply_plan(maker: FactMaker, spec: PipelineSpec, plan: Plan) -> None:
         _release(maker, spec, plan.input)
     elif isinstance(plan, FailParent):
         state = maker.current
-        step = state.boundary_step if state.boundary_step is not None else state.next_step
+        step = state.boundary.step if state.boundary.step is not None else state.attempt.next_step
         maker.add(
-            SegmentFailed,
-            keys.attempt_failed(state.segment, state.generation),
-            segment=state.segment,
-            attempt=state.attempt,
-            generation=state.generation,
-            step=step,
-            error=plan.error,
-            error_type=plan.error_type,
-            retryable=False,
+            SegmentFailed(
+                **maker.header(
+                    keys.attempt_failed(state.attempt.segment, state.attempt.generation)
+                ),
+                segment=state.attempt.segment,
+                attempt=state.attempt.number,
+                generation=state.attempt.generation,
+                step=step,
+                error=plan.error,
+                error_type=plan.error_type,
+                retryable=False,
+            )
         )
         control.fail_execution(maker, spec, error=plan.error)
 
@@ -130,21 +137,22 @@ def apply_plan(maker: FactMaker, spec: PipelineSpec, plan: Plan) -> None:
 def _release(maker: FactMaker, spec: PipelineSpec, released: bytes) -> None:
     """The await step completes with the boundary's output; the next segment begins."""
     state = maker.current
-    await_step = state.boundary_step
+    await_step = state.boundary.step
     assert await_step is not None
     step_completed(maker, state, await_step, released)
     next_step = await_step + 1
     if next_step > spec.last_step:
         finish_success(maker, spec)
         return
-    segment = state.segment + 1
+    segment = state.attempt.segment + 1
     maker.add(
-        ContinuationSegmentCreated,
-        keys.boundary_continued(state.boundary),
-        boundary=state.boundary,
-        segment=segment,
-        first_step=next_step,
-        input=released,
+        ContinuationSegmentCreated(
+            **maker.header(keys.boundary_continued(state.boundary.number)),
+            boundary=state.boundary.number,
+            segment=segment,
+            first_step=next_step,
+            input=released,
+        )
     )
     start_attempt(
         maker, spec, segment=segment, attempt=1, generation=1, first_step=next_step, input=released
@@ -155,11 +163,12 @@ def timeout_interaction(maker: FactMaker, spec: PipelineSpec, interaction_id: st
     """InteractionTimedOut for an open interaction, then whatever the boundary does next."""
     interaction = maker.current.interactions[interaction_id]
     maker.add(
-        InteractionTimedOut,
-        keys.interaction_timed_out(interaction_id),
-        boundary=interaction.boundary,
-        interaction=interaction_id,
-        item_index=interaction.item_index,
-        deadline_ms=interaction.deadline_ms,
+        InteractionTimedOut(
+            **maker.header(keys.interaction_timed_out(interaction_id)),
+            boundary=interaction.boundary,
+            interaction=interaction_id,
+            item_index=interaction.item_index,
+            deadline_ms=interaction.deadline_ms,
+        )
     )
     apply_plan(maker, spec, plan_continuation(maker.current))

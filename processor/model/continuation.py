@@ -67,17 +67,17 @@ def plan_continuation(state: RunState) -> Plan:
     """Decide the boundary's next move from the run's current interactions."""
     if state.terminal or state.phase != "suspended":
         return NoOp()
-    if not state.boundary_dispatched:
+    if not state.boundary.dispatched:
         return Hold()
     interactions = state.boundary_interactions()
-    failure = _failure(interactions, state.boundary_on_timeout)
+    failure = _failure(interactions, state.boundary.on_timeout)
     if failure is not None:
         return failure
     settled = [i for i in interactions if i.status != "open"]
     if len(settled) < len(interactions):
         return RecordItem(len(settled), len(interactions))
     outputs = [_output(i) for i in interactions]
-    if state.boundary_itemized:
+    if state.boundary.itemized:
         joined = b"[" + b",".join(outputs) + b"]"
         return ReleaseItemized(joined)
     return ReleaseScalar(outputs[0])

@@ -8,13 +8,9 @@ order, and the terminal record keeps two outcomes, execution and recovery.
 
 from __future__ import annotations
 
-import logging
-
 from processor.facts import keys
 from processor.facts.models import (
-    AttemptOutcomeUnknown,
     CompensationAttemptFailed,
-    CompensationAttemptStarted,
     CompensationStarted,
     CompensationStepCompleted,
     CompensationStepSkipped,
@@ -22,12 +18,12 @@ from processor.facts.models import (
     RunFailed,
     RunStopped,
     RunStopRequested,
-    WorkItem,
 )
 from processor.facts.topics import TopicName
+from processor.model import attempts
 from processor.model.decision import FactMaker
 from processor.model.pipeline_spec import PipelineSpec
-from processor.model.state import RunState
+from processor.model.state import COMPENSATE, RunState
 
 __all__ = [
     "EXECUTION_OF_STOP",
@@ -35,13 +31,10 @@ __all__ = [
     "compensation_succeeded",
     "deadline_first",
     "fail_execution",
-    "mark_unknown",
     "request_stop",
     "settle_stop",
     "start_compensation",
 ]
-
-logger = logging.getLogger(__name__)
 
 EXECUTION_OF_STOP = {"cancelled": "Cancelled", "timed_out": "TimedOut", "failed": "Failed"}
 
@@ -54,23 +47,23 @@ def deadline_first(maker: FactMaker) -> None:
     stopping semantics in the same commit.
     """
     state = maker.current
-    if state.deadline_ms is None or state.stop_reason is not None or state.terminal:
+    if state.deadline_ms is None or state.stop.reason is not None or state.terminal:
         return
     if state.phase == "publishing" or maker.now < state.deadline_ms:
         return  # a publishing run already completed its execution
     detail = f"run deadline {state.deadline_ms} passed (now {maker.now})"
-    maker.add(RunStopRequested, keys.STOP, reason="timed_out", detail=detail)
+    maker.add(RunStopRequested(**maker.header(keys.STOP), reason="timed_out", detail=detail))
 
 
 def request_stop(maker: FactMaker, spec: PipelineSpec, reason: str, detail: str) -> None:
-    maker.add(RunStopRequested, keys.STOP, reason=reason, detail=detail)
+    maker.add(RunStopRequested(**maker.header(keys.STOP), reason=reason, detail=detail))
     settle_stop(maker, spec)
 
 
 def settle_stop(maker: FactMaker, spec: PipelineSpec) -> None:
     """Once nothing runs any more, snapshot the unwind (or terminalize an empty one)."""
     state = maker.current
-    if not state.stopping or state.compensation_started:
+    if not state.stopping or state.compensation.started:
         return
     if state.phase in ("dispatched", "unknown"):
         return  # the running attempt settles first (or an operator resolves it)
@@ -84,35 +77,10 @@ def fail_execution(maker: FactMaker, spec: PipelineSpec, *, error: str) -> None:
         settle_stop(maker, spec)
         return
     if spec.compensates and state.completed_steps:
-        maker.add(RunStopRequested, keys.STOP, reason="failed", detail=error)
+        maker.add(RunStopRequested(**maker.header(keys.STOP), reason="failed", detail=error))
         _begin_unwind(maker, spec)
         return
     _terminate(maker, "NotRequired")
-
-
-def mark_unknown(
-    maker: FactMaker, *, kind: str, segment: int, attempt: int, generation: int, step: int
-) -> None:
-    """An effectful attempt lost contact: its outcome is unknown and it is never retried blindly."""
-    maker.add(
-        AttemptOutcomeUnknown,
-        keys.attempt_unknown(kind, segment, generation),
-        kind=kind,
-        segment=segment,
-        attempt=attempt,
-        generation=generation,
-        step=step,
-    )
-    logger.warning(
-        "remote_outcome_unknown run=%s kind=%s segment=%d attempt=%d generation=%d step=%d "
-        "decision=automatic_retry_suppressed",
-        maker.run_id,
-        kind,
-        segment,
-        attempt,
-        generation,
-        step,
-    )
 
 
 # --- the unwind -----------------------------------------------------------------------------
@@ -124,7 +92,7 @@ def _begin_unwind(maker: FactMaker, spec: PipelineSpec) -> None:
     if not spec.compensates or not steps:
         _terminate(maker, "NotRequired")  # nothing to undo: an empty unwind
         return
-    maker.add(CompensationStarted, keys.COMPENSATION, steps=steps)
+    maker.add(CompensationStarted(**maker.header(keys.COMPENSATION), steps=steps))
     _advance_unwind(maker, spec)
 
 
@@ -132,19 +100,18 @@ def _advance_unwind(maker: FactMaker, spec: PipelineSpec) -> None:
     """Skip steps without a compensator; dispatch the next one; terminalize at the end."""
     while True:
         state = maker.current
-        if state.compensation_failed:
+        if state.compensation.failed:
             _terminate(maker, "CompensationFailed")
             return
-        if not state.unwind:
+        if not state.compensation.unwind:
             _terminate(maker, _recovery(state))
             return
-        step = state.unwind[0]
+        step = state.compensation.unwind[0]
         if spec.steps[step].compensation is None:
             maker.add(
-                CompensationStepSkipped,
-                keys.compensation_done(step),
-                step=step,
-                reason="no_compensator",
+                CompensationStepSkipped(
+                    **maker.header(keys.compensation_done(step)), step=step, reason="no_compensator"
+                )
             )
             continue
         start_compensation(maker, spec, step=step, attempt=1, generation=1)
@@ -154,43 +121,28 @@ def _advance_unwind(maker: FactMaker, spec: PipelineSpec) -> None:
 def start_compensation(
     maker: FactMaker, spec: PipelineSpec, *, step: int, attempt: int, generation: int
 ) -> None:
-    compensation = spec.steps[step].compensation
-    assert compensation is not None
-    state = maker.current
-    expires_ms = maker.now + compensation.timeout_ms
-    maker.add(
-        CompensationAttemptStarted,
-        keys.compensation_attempt(step, generation),
-        step=step,
-        attempt=attempt,
+    """A compensator attempt for ``step``, on its output (``attempts.start``)."""
+    attempts.start(
+        maker,
+        spec,
+        COMPENSATE,
+        scope=step,
+        number=attempt,
         generation=generation,
-        expires_ms=expires_ms,
-    )
-    maker.emit(
-        TopicName.WORK,
-        WorkItem(
-            run_id=state.run_id,
-            pipeline=spec.name,
-            pipeline_version=spec.version,
-            segment=step,
-            attempt=attempt,
-            generation=generation,
-            first_step=step,
-            input=state.step_outputs.get(step, b"null"),
-            expires_ms=expires_ms,
-            kind="compensate",
-        ),
+        first_step=step,
+        input=maker.current.step_outputs.get(step, b"null"),
     )
 
 
 def compensation_succeeded(maker: FactMaker, spec: PipelineSpec, step: int) -> None:
     state = maker.current
     maker.add(
-        CompensationStepCompleted,
-        keys.compensation_done(step),
-        step=step,
-        attempt=state.compensation_attempt,
-        generation=state.compensation_generation,
+        CompensationStepCompleted(
+            **maker.header(keys.compensation_done(step)),
+            step=step,
+            attempt=state.compensation.attempt,
+            generation=state.compensation.generation,
+        )
     )
     _advance_unwind(maker, spec)
 
@@ -202,30 +154,29 @@ def compensation_failed(
     state = maker.current
     compensation = spec.steps[step].compensation
     assert compensation is not None
-    attempt = state.compensation_attempt
-    due = None
-    if retryable and compensation.retry.allows_another(attempt):
-        due = maker.now + compensation.retry.backoff_ms(attempt)
+    attempt = state.compensation.attempt
+    due = attempts.retry_due_ms(compensation.retry, attempt, retryable, maker.now)
     maker.add(
-        CompensationAttemptFailed,
-        keys.compensation_failed(step, state.compensation_generation),
-        step=step,
-        attempt=attempt,
-        generation=state.compensation_generation,
-        error=error,
-        error_type=error_type,
-        retry_due_ms=due,
+        CompensationAttemptFailed(
+            **maker.header(keys.compensation_failed(step, state.compensation.generation)),
+            step=step,
+            attempt=attempt,
+            generation=state.compensation.generation,
+            error=error,
+            error_type=error_type,
+            retry_due_ms=due,
+        )
     )
     if due is None:
         _advance_unwind(maker, spec)
 
 
 def _recovery(state: RunState) -> str:
-    if state.compensation_failed:
+    if state.compensation.failed:
         return "CompensationFailed"
-    if state.skipped:
+    if state.compensation.skipped:
         return "PartiallyCompensated"
-    if state.compensated:
+    if state.compensation.compensated:
         return "Compensated"
     return "NotRequired"
 
@@ -233,36 +184,38 @@ def _recovery(state: RunState) -> str:
 def _terminate(maker: FactMaker, recovery: str) -> None:
     """The terminal record: RunStopped for a cancel or timeout, RunFailed (and DLQ) otherwise."""
     state = maker.current
-    reason = state.stop_reason or "failed"
+    reason = state.stop.reason or "failed"
     execution = EXECUTION_OF_STOP[reason]
     if reason == "failed":
         _run_failed(maker, state, recovery)
         return
     maker.add(
-        RunStopped,
-        keys.TERMINAL,
-        execution=execution,
-        recovery=recovery,
-        detail=state.stop_detail or "",
+        RunStopped(
+            **maker.header(keys.TERMINAL),
+            execution=execution,
+            recovery=recovery,
+            detail=state.stop.detail or "",
+        )
     )
     maker.emit_outcome(
-        "cancelled" if reason == "cancelled" else "timed_out", error=state.stop_detail
+        "cancelled" if reason == "cancelled" else "timed_out", error=state.stop.detail
     )
 
 
 def _run_failed(maker: FactMaker, state: RunState, recovery: str) -> None:
-    step = state.failed_step if state.failed_step is not None else state.next_step
-    error = state.error or state.stop_detail or "failed"
+    step = state.failed_step if state.failed_step is not None else state.attempt.next_step
+    error = state.error or state.stop.detail or "failed"
     error_type = state.error_type or "Error"
-    attempts = state.step_attempts
+    attempts = state.attempt.step_attempts
     maker.add(
-        RunFailed,
-        keys.TERMINAL,
-        error=error,
-        error_type=error_type,
-        step=step,
-        attempts=attempts,
-        recovery=recovery,
+        RunFailed(
+            **maker.header(keys.TERMINAL),
+            error=error,
+            error_type=error_type,
+            step=step,
+            attempts=attempts,
+            recovery=recovery,
+        )
     )
     maker.emit(
         TopicName.DLQ,

@@ -21,7 +21,7 @@ from processor.facts.models import (
     SubmitRun,
 )
 from processor.facts.payload import InvalidPayloadError, canonical_json, derive_run_id
-from processor.model import control
+from processor.model import attempts, control
 from processor.model.boundaries import apply_plan, suspend, timeout_interaction
 from processor.model.decision import (
     Context,
@@ -35,10 +35,10 @@ from processor.model.decision import (
     refuse,
     replier,
 )
-from processor.model.due import DueEntry
+from processor.model.due import ATTEMPT_TIMERS, DueEntry
 from processor.model.operator import decide_cancel, decide_resolve, response
 from processor.model.pipeline_spec import PipelineSpec
-from processor.model.state import RunState
+from processor.model.state import COMPENSATE, FORWARD, AttemptKind, RunState
 from processor.model.transitions import (
     finish_success,
     publish,
@@ -146,10 +146,10 @@ def decide_result(result: SegmentResult, state: RunState | None, ctx: Context) -
     """Accept the current attempt's result; refuse stale or malformed ones untouched."""
     if state is None:
         return Decision.refuse("unknown_run", f"no run {result.run_id}")
-    if result.kind == "compensate":
-        return _compensation_result(result, state, ctx)
     if state.terminal or not _is_current(result, state):
         return Decision.refuse("stale_attempt", _stale_detail(result, state))
+    if result.kind == "compensate":
+        return _compensation_result(result, state, ctx)
     spec = ctx.catalog.get(state.pipeline, state.pipeline_version)
     if spec is None:
         detail = f"pipeline {state.pipeline!r} version {state.pipeline_version} is not loaded"
@@ -169,7 +169,11 @@ def decide_result(result: SegmentResult, state: RunState | None, ctx: Context) -
     elif result.outcome == "suspended":
         suspend(maker, spec, result, ctx)
     else:
-        step = result.failed_step if result.failed_step is not None else maker.current.next_step
+        step = (
+            result.failed_step
+            if result.failed_step is not None
+            else maker.current.attempt.next_step
+        )
         segment_failed(
             maker,
             spec,
@@ -182,32 +186,29 @@ def decide_result(result: SegmentResult, state: RunState | None, ctx: Context) -
 
 
 def _is_current(result: SegmentResult, state: RunState) -> bool:
-    named = (result.segment, result.attempt, result.generation)
-    if state.phase == "dispatched":
-        return named == (state.segment, state.attempt, state.generation)
-    unknown = state.unknown
-    if state.phase == "unknown" and unknown is not None and unknown.kind == "forward":
-        return named == (unknown.segment, unknown.attempt, unknown.generation)  # a late result
-    return False
+    kind = COMPENSATE if result.kind == "compensate" else FORWARD
+    return attempts.is_current(state, kind, result.segment, result.attempt, result.generation)
 
 
 def _stale_detail(result: SegmentResult, state: RunState) -> str:
+    attempt = state.attempt
     return (
         f"result for segment {result.segment} attempt {result.attempt} generation "
         f"{result.generation}; run is {state.status}, phase {state.phase}, segment "
-        f"{state.segment} attempt {state.attempt} generation {state.generation}"
+        f"{attempt.segment} attempt {attempt.number} generation {attempt.generation}"
     )
 
 
 def _segment_completed(maker: FactMaker, spec: PipelineSpec, last_step: int | None = None) -> None:
     state = maker.current
     maker.add(
-        SegmentCompleted,
-        keys.segment_completed(state.segment),
-        segment=state.segment,
-        attempt=state.attempt,
-        generation=state.generation,
-        last_step=spec.last_step if last_step is None else last_step,
+        SegmentCompleted(
+            **maker.header(keys.segment_completed(state.attempt.segment)),
+            segment=state.attempt.segment,
+            attempt=state.attempt.number,
+            generation=state.attempt.generation,
+            last_step=spec.last_step if last_step is None else last_step,
+        )
     )
 
 
@@ -215,56 +216,47 @@ def _settle_under_stop(maker: FactMaker, spec: PipelineSpec, result: SegmentResu
     """The running attempt settles: its completed steps count, nothing new starts."""
     state = maker.current
     if result.outcome == "failed":
-        step = result.failed_step if result.failed_step is not None else state.next_step
+        step = result.failed_step if result.failed_step is not None else state.attempt.next_step
         maker.add(
-            SegmentFailed,
-            keys.attempt_failed(state.segment, state.generation),
-            segment=state.segment,
-            attempt=state.attempt,
-            generation=state.generation,
-            step=step,
-            error=result.error or "",
-            error_type=result.error_type or "Error",
-            retryable=False,
+            SegmentFailed(
+                **maker.header(
+                    keys.attempt_failed(state.attempt.segment, state.attempt.generation)
+                ),
+                segment=state.attempt.segment,
+                attempt=state.attempt.number,
+                generation=state.attempt.generation,
+                step=step,
+                error=result.error or "",
+                error_type=result.error_type or "Error",
+                retryable=False,
+            )
         )
     else:  # the attempt settled after its last completed step (-1: none at all)
-        last = result.steps[-1].step if result.steps else state.next_step - 1
+        last = result.steps[-1].step if result.steps else state.attempt.next_step - 1
         _segment_completed(maker, spec, last_step=last)
     control.settle_stop(maker, spec)
 
 
 def _compensation_result(result: SegmentResult, state: RunState, ctx: Context) -> Decision:
-    unknown = state.unknown
-    named = (result.segment, result.attempt, result.generation)
-    running = state.phase == "compensating" and named == (
-        state.compensating_step,
-        state.compensation_attempt,
-        state.compensation_generation,
-    )
-    late = (
-        state.phase == "unknown"
-        and unknown is not None
-        and unknown.kind == "compensate"
-        and named == (unknown.segment, unknown.attempt, unknown.generation)
-    )
-    if state.terminal or not (running or late):
-        return Decision.refuse("stale_attempt", _stale_detail(result, state))
     spec = ctx.catalog.get(state.pipeline, state.pipeline_version)
     if spec is None:
         return Decision.refuse("unknown_pipeline", f"pipeline {state.pipeline!r} is not loaded")
     maker = FactMaker(state, state.run_id, ctx.now, result.result_id)
-    if late:  # the compensator's own result settles its Unknown attempt
+    if state.phase == "unknown":  # the compensator's own result settles its Unknown attempt
         maker.add(
-            AttemptResolved,
-            keys.attempt_resolved("compensate", result.segment, result.generation),
-            kind="compensate",
-            segment=result.segment,
-            attempt=result.attempt,
-            generation=result.generation,
-            action="worker_result",
-            idempotency_key=f"worker/{result.result_id}",
-            fingerprint="worker",
-            response=response(state, action="worker_result"),
+            AttemptResolved(
+                **maker.header(
+                    keys.attempt_resolved("compensate", result.segment, result.generation)
+                ),
+                kind="compensate",
+                segment=result.segment,
+                attempt=result.attempt,
+                generation=result.generation,
+                action="worker_result",
+                idempotency_key=f"worker/{result.result_id}",
+                fingerprint="worker",
+                response=response(state, action="worker_result"),
+            )
         )
     if result.outcome == "completed":
         control.compensation_succeeded(maker, spec, result.segment)
@@ -281,9 +273,10 @@ def _compensation_result(result: SegmentResult, state: RunState, ctx: Context) -
 
 
 def _result_problem(result: SegmentResult, state: RunState, spec: PipelineSpec) -> str:
-    expected = list(range(state.next_step, state.next_step + len(result.steps)))
+    next_step = state.attempt.next_step
+    expected = list(range(next_step, next_step + len(result.steps)))
     if [s.step for s in result.steps] != expected:
-        return f"steps {[s.step for s in result.steps]} do not continue from step {state.next_step}"
+        return f"steps {[s.step for s in result.steps]} do not continue from step {next_step}"
     for step in result.steps:
         try:
             canonical_json(step.output)
@@ -295,8 +288,8 @@ def _result_problem(result: SegmentResult, state: RunState, spec: PipelineSpec) 
                 canonical_json(request)
         except InvalidPayloadError as exc:
             return f"request {index}: {exc}"
-    reached = state.next_step + len(result.steps)
-    end = spec.segment_end(state.next_step)
+    reached = next_step + len(result.steps)
+    end = spec.segment_end(next_step)
     if result.outcome == "completed" and (reached != spec.last_step + 1 or end != spec.last_step):
         return f"completed result stops at step {reached - 1}, its segment ends at {end}"
     if result.outcome == "suspended":
@@ -341,17 +334,12 @@ def decide_timer(timer: TimerFired, state: RunState | None, ctx: Context) -> Dec
             publish(maker, spec)
         return maker.decision()
     control.deadline_first(maker)
-    if entry.kind == "attempt_timeout":
-        _attempt_timed_out(maker, spec, entry)
-    elif entry.kind == "compensation_timeout":
-        _compensation_timed_out(maker, entry)
-    elif entry.kind == "compensation_retry":
-        _compensation_retry_due(maker, spec, entry)
-    elif not maker.current.stopping:
-        if entry.kind == "retry":
-            _retry_due(maker, spec, entry)
-        elif entry.kind == "interaction_timeout":
-            _interaction_due(maker, spec, keys.interaction_id(entry.scope, entry.ordinal))
+    if entry.kind in _TIMEOUTS:
+        _attempt_timed_out(maker, spec, _TIMEOUTS[entry.kind], entry)
+    elif entry.kind in _RETRIES:
+        _retry_due(maker, spec, _RETRIES[entry.kind], entry)
+    elif entry.kind == "interaction_timeout" and not maker.current.stopping:
+        _interaction_due(maker, spec, keys.interaction_id(entry.scope, entry.ordinal))
     control.settle_stop(maker, spec)
     return maker.decision()
 
@@ -365,81 +353,42 @@ def _interaction_due(maker: FactMaker, spec: PipelineSpec, interaction_id: str) 
         timeout_interaction(maker, spec, interaction_id)
 
 
-def _attempt_timed_out(maker: FactMaker, spec: PipelineSpec, entry: DueEntry) -> None:
+#: Timer kind -> the kind of attempt it times out, or whose retry it starts.
+_TIMEOUTS = {timeout: kind for kind, (timeout, _) in ATTEMPT_TIMERS.items()}
+_RETRIES = {retry: kind for kind, (_, retry) in ATTEMPT_TIMERS.items()}
+
+
+def _attempt_timed_out(
+    maker: FactMaker, spec: PipelineSpec, kind: AttemptKind, entry: DueEntry
+) -> None:
+    """A lost attempt: Unknown if it may have had effects (a compensator always may,
+    and stops the unwind for an operator), else a retryable failure."""
     state = maker.current
-    if state.phase != "dispatched" or state.generation != entry.ordinal:
+    attempt = attempts.expired(state, kind, entry, maker.now)
+    if attempt is None:
         return
-    if state.attempt_expires_ms is None or maker.now < state.attempt_expires_ms:
+    if kind == COMPENSATE:
+        attempts.mark_unknown(maker, attempt, step=attempt.scope)
         return
-    if spec.segment_effectful(state.next_step):
-        control.mark_unknown(
-            maker,
-            kind="forward",
-            segment=state.segment,
-            attempt=state.attempt,
-            generation=state.generation,
-            step=state.next_step,
-        )
+    if spec.segment_effectful(state.attempt.next_step):
+        attempts.mark_unknown(maker, attempt, step=state.attempt.next_step)
         return
-    error = f"attempt {state.attempt} produced no result before its deadline (worker lost?)"
+    error = f"attempt {state.attempt.number} produced no result before its deadline (worker lost?)"
     segment_failed(
         maker,
         spec,
-        step=state.next_step,
+        step=state.attempt.next_step,
         error=error,
         error_type=ATTEMPT_TIMEOUT,
         retryable=True,
     )
 
 
-def _retry_due(maker: FactMaker, spec: PipelineSpec, entry: DueEntry) -> None:
-    state = maker.current
-    if state.phase != "retry_wait" or state.generation != entry.ordinal:
+def _retry_due(maker: FactMaker, spec: PipelineSpec, kind: AttemptKind, entry: DueEntry) -> None:
+    """The next attempt after a failure's backoff; stop intent fences forward retries
+    (recovery has its own attempts: a compensator is retried while stopping)."""
+    if kind == FORWARD and maker.current.stopping:
         return
-    if state.retry_due_ms is None or maker.now < state.retry_due_ms:
-        return
-    start_attempt(
-        maker,
-        spec,
-        segment=state.segment,
-        attempt=state.attempt + 1,
-        generation=state.generation + 1,
-        first_step=state.next_step,
-        input=state.last_output,
-    )
-
-
-def _compensation_timed_out(maker: FactMaker, entry: DueEntry) -> None:
-    """A lost compensator attempt becomes Unknown and stops the unwind for an operator."""
-    state = maker.current
-    if state.phase != "compensating" or state.compensation_generation != entry.ordinal:
-        return
-    if state.compensation_expires_ms is None or maker.now < state.compensation_expires_ms:
-        return
-    step = state.compensating_step
-    assert step is not None
-    control.mark_unknown(
-        maker,
-        kind="compensate",
-        segment=step,
-        attempt=state.compensation_attempt,
-        generation=state.compensation_generation,
-        step=step,
-    )
-
-
-def _compensation_retry_due(maker: FactMaker, spec: PipelineSpec, entry: DueEntry) -> None:
-    state = maker.current
-    if state.phase != "compensation_retry_wait" or state.compensation_generation != entry.ordinal:
-        return
-    if state.compensation_retry_due_ms is None or maker.now < state.compensation_retry_due_ms:
-        return
-    step = state.compensating_step
-    assert step is not None
-    control.start_compensation(
-        maker,
-        spec,
-        step=step,
-        attempt=state.compensation_attempt + 1,
-        generation=state.compensation_generation + 1,
-    )
+    attempt = attempts.retry_due(maker.current, kind, entry, maker.now)
+    if attempt is not None:
+        attempts.start_next(maker, spec, attempt)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 from processor.facts.models import AvroModel, CommandReply, FactHeader, RunOutcome
 from processor.facts.topics import TopicName
@@ -22,6 +22,7 @@ __all__ = [
     "Decision",
     "Emit",
     "FactMaker",
+    "Header",
     "PipelineCatalog",
     "Publish",
     "Reply",
@@ -99,6 +100,16 @@ class Decision:
         return Decision(refusal=reason, detail=detail, emits=emits)
 
 
+class Header(TypedDict):
+    """The fields every fact begins with (``FactHeader``), as ``FactMaker.header`` gives them."""
+
+    run_id: str
+    seq: int
+    fact_key: str
+    time_ms: int
+    cause_id: str
+
+
 @dataclass
 class FactMaker:
     """Stamps facts with the run id, the next sequence numbers, time and cause.
@@ -128,15 +139,20 @@ class FactMaker:
         assert self._folded is not None, "facts before RunSubmitted"
         return self._folded
 
-    def add(self, fact_type: type[FactHeader], fact_key: str, **body: Any) -> None:
-        fact = fact_type(
-            run_id=self.run_id,
-            seq=self.base_version + len(self.facts) + 1,
-            fact_key=fact_key,
-            time_ms=self.now,
-            cause_id=self.cause_id,
-            **body,
-        )
+    def header(self, fact_key: str) -> Header:
+        """The header of the next fact, named ``fact_key``: build it with typed fields,
+        ``Fact(**maker.header(key), field=...)``, and ``add`` it at once."""
+        return {
+            "run_id": self.run_id,
+            "seq": self.base_version + len(self.facts) + 1,
+            "fact_key": fact_key,
+            "time_ms": self.now,
+            "cause_id": self.cause_id,
+        }
+
+    def add(self, fact: FactHeader) -> None:
+        """Append ``fact`` (its header from ``header``) and fold it into ``current``."""
+        assert fact.seq == self.base_version + len(self.facts) + 1, "a header used twice"
         self.facts.append(fact)
         self._folded = reduce(self._folded, fact)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from processor.model.state import RunState
+from processor.model.state import COMPENSATE, FORWARD, AttemptKind, RunState
 
-__all__ = ["DueEntry", "TimerKind", "due_entries"]
+__all__ = ["ATTEMPT_TIMERS", "DueEntry", "TimerKind", "due_entries"]
 
 TimerKind = Literal[
     "attempt_timeout",
@@ -40,36 +40,44 @@ def due_entries(state: RunState | None) -> frozenset[DueEntry]:
     if state is None or state.terminal:
         return frozenset()
     deadline: frozenset[DueEntry] = frozenset()
-    if state.deadline_ms is not None and state.stop_reason is None:
+    if state.deadline_ms is not None and state.stop.reason is None:
         deadline = frozenset({DueEntry(state.deadline_ms, state.run_id, "run_deadline")})
     return deadline | _phase_entries(state)
 
 
+#: Each kind of attempt's (timeout, retry) timers: one lifecycle, two sets of names.
+ATTEMPT_TIMERS: dict[AttemptKind, tuple[TimerKind, TimerKind]] = {
+    FORWARD: ("attempt_timeout", "retry"),
+    COMPENSATE: ("compensation_timeout", "compensation_retry"),
+}
+#: Phase -> the kind of attempt that runs, or waits to be retried, in it.
+_ATTEMPT_PHASES: dict[str, AttemptKind] = {
+    "dispatched": FORWARD,
+    "retry_wait": FORWARD,
+    "compensating": COMPENSATE,
+    "compensation_retry_wait": COMPENSATE,
+}
+
+
 def _phase_entries(state: RunState) -> frozenset[DueEntry]:
     run_id = state.run_id
-    if state.phase == "compensating" and state.compensation_expires_ms is not None:
-        step, generation = state.compensating_step or 0, state.compensation_generation
-        expiry = state.compensation_expires_ms
-        return frozenset({DueEntry(expiry, run_id, "compensation_timeout", step, generation)})
-    if state.phase == "compensation_retry_wait" and state.compensation_retry_due_ms is not None:
-        step, generation = state.compensating_step or 0, state.compensation_generation
-        due = state.compensation_retry_due_ms
-        return frozenset({DueEntry(due, run_id, "compensation_retry", step, generation)})
-    if state.phase == "dispatched" and state.attempt_expires_ms is not None:
-        expiry = state.attempt_expires_ms
-        return frozenset(
-            {DueEntry(expiry, run_id, "attempt_timeout", state.segment, state.generation)}
-        )
-    if state.phase == "retry_wait" and state.retry_due_ms is not None:
-        return frozenset(
-            {DueEntry(state.retry_due_ms, run_id, "retry", state.segment, state.generation)}
-        )
+    kind = _ATTEMPT_PHASES.get(state.phase)
+    if kind is not None:
+        attempt = state.attempt_of(kind)
+        timeout, retry = ATTEMPT_TIMERS[kind]
+        if attempt.running and attempt.expires_ms is not None:
+            due, timer = attempt.expires_ms, timeout
+        elif attempt.waiting and attempt.retry_due_ms is not None:
+            due, timer = attempt.retry_due_ms, retry
+        else:
+            return frozenset()
+        return frozenset({DueEntry(due, run_id, timer, attempt.scope, attempt.generation)})
     if state.phase == "suspended":
         return frozenset(
             DueEntry(i.deadline_ms, run_id, "interaction_timeout", i.boundary, i.item_index)
             for i in state.boundary_interactions()
             if i.status == "open" and i.deadline_ms > 0
         )
-    if state.phase == "publishing" and state.publication_due_ms is not None:
-        return frozenset({DueEntry(state.publication_due_ms, run_id, "publication")})
+    if state.phase == "publishing" and state.publication.due_ms is not None:
+        return frozenset({DueEntry(state.publication.due_ms, run_id, "publication")})
     return frozenset()

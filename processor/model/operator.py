@@ -38,10 +38,10 @@ def decide_cancel(command: CancelRun, state: RunState | None, ctx: Context) -> D
     maker = FactMaker(state, state.run_id, ctx.now, command.command_id)
     control.deadline_first(maker)
     current = maker.current
-    if current.stop_reason is not None:
+    if current.stop.reason is not None:
         control.settle_stop(maker, spec)
-        detail = f"run is already stopping: {current.stop_reason}"
-        maker.emits.append(reply(False, None, detail, response(state, stop=current.stop_reason)))
+        detail = f"run is already stopping: {current.stop.reason}"
+        maker.emits.append(reply(False, None, detail, response(state, stop=current.stop.reason)))
         return maker.decision()
     control.request_stop(maker, spec, "cancelled", command.reason or "cancelled by operator")
     maker.emits.append(reply(True, None, None, response(state, stop="cancelled")))
@@ -86,13 +86,13 @@ def decide_resolve(command: ResolveAttempt, state: RunState | None, ctx: Context
     if spec is None:
         return refuse(reply, "unknown_pipeline", f"pipeline {state.pipeline!r} is not loaded")
     if command.action == "retry" and command.kind == "forward":
-        if state.stop_reason == "cancelled":
+        if state.stop.reason == "cancelled":
             return refuse(reply, "retry_forbidden", "the run was cancelled")
         deadline_passed = state.deadline_ms is not None and ctx.now >= state.deadline_ms
-        if state.stop_reason == "timed_out" or deadline_passed:
+        if state.stop.reason == "timed_out" or deadline_passed:
             return refuse(reply, "deadline_elapsed", "the run deadline has passed")
-        if state.stop_reason is not None:
-            return refuse(reply, "retry_forbidden", f"the run is stopping: {state.stop_reason}")
+        if state.stop.reason is not None:
+            return refuse(reply, "retry_forbidden", f"the run is stopping: {state.stop.reason}")
     maker = FactMaker(state, state.run_id, ctx.now, command.command_id)
     if command.kind == "forward":
         control.deadline_first(maker)
@@ -104,18 +104,21 @@ def decide_resolve(command: ResolveAttempt, state: RunState | None, ctx: Context
         generation=command.generation,
     )
     maker.add(
-        AttemptResolved,
-        keys.attempt_resolved(command.kind, command.segment, command.generation),
-        kind=command.kind,
-        segment=command.segment,
-        attempt=command.attempt,
-        generation=command.generation,
-        action=command.action,
-        idempotency_key=command.idempotency_key,
-        fingerprint=fingerprint,
-        output=output,
-        error=command.error,
-        response=answer,
+        AttemptResolved(
+            **maker.header(
+                keys.attempt_resolved(command.kind, command.segment, command.generation)
+            ),
+            kind=command.kind,
+            segment=command.segment,
+            attempt=command.attempt,
+            generation=command.generation,
+            action=command.action,
+            idempotency_key=command.idempotency_key,
+            fingerprint=fingerprint,
+            output=output,
+            error=command.error,
+            response=answer,
+        )
     )
     if command.kind == "forward":
         _resolve_forward(maker, spec, command, output)
@@ -166,7 +169,7 @@ def _resolve_forward(
     maker: FactMaker, spec: PipelineSpec, command: ResolveAttempt, output: bytes | None
 ) -> None:
     state = maker.current
-    unknown_step = state.next_step
+    unknown_step = state.attempt.next_step
     if command.action == "succeed":
         assert output is not None
         step_completed(maker, state, unknown_step, output)
@@ -187,9 +190,9 @@ def _resolve_forward(
         start_attempt(
             maker,
             spec,
-            segment=state.segment,
-            attempt=state.attempt,
-            generation=state.generation + 1,
+            segment=state.attempt.segment,
+            attempt=state.attempt.number,
+            generation=state.attempt.generation + 1,
             first_step=unknown_step,
             input=state.last_output,
         )
@@ -199,21 +202,22 @@ def _continue_after(maker: FactMaker, spec: PipelineSpec, step: int, output: byt
     state = maker.current
     if step == spec.last_step:
         maker.add(
-            SegmentCompleted,
-            keys.segment_completed(state.segment),
-            segment=state.segment,
-            attempt=state.attempt,
-            generation=state.generation,
-            last_step=step,
+            SegmentCompleted(
+                **maker.header(keys.segment_completed(state.attempt.segment)),
+                segment=state.attempt.segment,
+                attempt=state.attempt.number,
+                generation=state.attempt.generation,
+                last_step=step,
+            )
         )
         finish_success(maker, spec)
         return
     start_attempt(
         maker,
         spec,
-        segment=state.segment,
-        attempt=state.attempt + 1,
-        generation=state.generation + 1,
+        segment=state.attempt.segment,
+        attempt=state.attempt.number + 1,
+        generation=state.attempt.generation + 1,
         first_step=step + 1,
         input=output,
     )
@@ -234,6 +238,6 @@ def _resolve_compensation(maker: FactMaker, spec: PipelineSpec, command: Resolve
             maker,
             spec,
             step=step,
-            attempt=state.compensation_attempt,
+            attempt=state.compensation.attempt,
             generation=command.generation + 1,
         )

@@ -7,8 +7,9 @@ Unknown fact types only advance the version: an old reader survives a newer writ
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar, cast, get_type_hints
+import functools
+from collections.abc import Iterable
+from typing import Any, TypeVar, cast
 
 from processor.facts.models import (
     AttemptOutcomeUnknown,
@@ -42,9 +43,13 @@ from processor.facts.trusted import assemble, evolve
 from processor.model.state import (
     FAILED,
     SUCCEEDED,
+    Boundary,
+    ForwardAttempt,
     Interaction,
+    Publication,
     RecordedResolution,
     RunState,
+    Stop,
     UnknownAttempt,
 )
 
@@ -71,7 +76,7 @@ def fold(facts: Iterable[FactHeader], state: RunState | None = None) -> RunState
             draft = _Draft(state)
         if fact.seq <= draft.version:
             continue  # already folded: duplicates change nothing
-        changes = _CHANGES.get(type(fact), _unchanged)(fact, cast(RunState, draft))
+        changes = _changes(fact, cast(RunState, draft))
         changes["version"] = fact.seq
         changes["updated_ms"] = fact.time_ms
         draft.apply(changes)
@@ -143,96 +148,103 @@ def _start(fact: FactHeader) -> RunState | None:
     )
 
 
-_Changes = Callable[[Any, RunState], dict[str, object]]
-#: Fact type -> its changes to the run; a type without one only advances the version.
-_CHANGES: dict[type[FactHeader], _Changes] = {}
-
 F = TypeVar("F", bound=FactHeader)
 
 
-def _unchanged(fact: FactHeader, state: RunState) -> dict[str, object]:
+@functools.singledispatch
+def _changes(fact: FactHeader, state: RunState) -> dict[str, object]:
+    """The fact's changes to the run, by fact type (each type registers its own).
+
+    A type without a reducer only advances the version: an old reader survives a
+    newer writer.
+    """
     return {}
 
 
-def _changes(reducer: Callable[[F, RunState], dict[str, object]]) -> _Changes:
-    """Register ``reducer`` for the fact type its first parameter is annotated with."""
-    fact_type = get_type_hints(reducer)["fact"]
-    _CHANGES[fact_type] = reducer
-    return reducer
-
-
-@_changes
+@_changes.register
 def _(fact: SegmentAttemptStarted, state: RunState) -> dict[str, object]:
-    return {
-        "segment": fact.segment,
-        "attempt": fact.attempt,
-        "generation": fact.generation,
-        "next_step": fact.first_step,
-        "step_attempts": state.step_attempts + 1,
-        "phase": "dispatched",
-        "attempt_expires_ms": fact.expires_ms,
-        "retry_due_ms": None,
-    }
+    forward = state.attempt
+    attempt = evolve(
+        forward,
+        {
+            "segment": fact.segment,
+            "number": fact.attempt,
+            "generation": fact.generation,
+            "next_step": fact.first_step,
+            "step_attempts": forward.step_attempts + 1,
+            "expires_ms": fact.expires_ms,
+            "retry_due_ms": None,
+        },
+    )
+    return {"phase": "dispatched", "attempt": attempt}
 
 
-@_changes
+@_changes.register
 def _(fact: StepCompleted, state: RunState) -> dict[str, object]:
+    # The attempt that completed this step now tries the next.
+    attempt = evolve(state.attempt, {"next_step": fact.step + 1, "step_attempts": 1})
     return {
-        "next_step": fact.step + 1,
-        "step_attempts": 1,  # the attempt that completed this step now tries the next
+        "attempt": attempt,
         "last_output": fact.output,
         "completed_steps": (*state.completed_steps, fact.step),
         "step_outputs": {**state.step_outputs, fact.step: fact.output},
     }
 
 
-@_changes
+@_changes.register
 def _(fact: SegmentCompleted, state: RunState) -> dict[str, object]:
-    return {"phase": "idle", "attempt_expires_ms": None, "unknown": None}
+    return {"phase": "idle", "attempt": _settled(state), "unknown": None}
 
 
-@_changes
+def _settled(state: RunState) -> ForwardAttempt:
+    """The forward attempt once it has settled: no expiry any more."""
+    attempt = state.attempt
+    return attempt if attempt.expires_ms is None else evolve(attempt, {"expires_ms": None})
+
+
+@_changes.register
 def _(fact: SegmentFailed, state: RunState) -> dict[str, object]:
     return {
         "phase": "idle",
         "unknown": None,
-        "attempt_expires_ms": None,
+        "attempt": _settled(state),
         "error": fact.error,
         "error_type": fact.error_type,
         "failed_step": fact.step,
     }
 
 
-@_changes
+@_changes.register
 def _(fact: RetryScheduled, state: RunState) -> dict[str, object]:
-    return {"phase": "retry_wait", "retry_due_ms": fact.due_ms}
+    return {"phase": "retry_wait", "attempt": evolve(state.attempt, {"retry_due_ms": fact.due_ms})}
 
 
-@_changes
+@_changes.register
 def _(fact: SegmentSuspended, state: RunState) -> dict[str, object]:
-    return {
-        "phase": "suspended",
-        "unknown": None,
-        "attempt_expires_ms": None,
-        "next_step": fact.step,
-        "boundary": fact.boundary,
-        "boundary_step": fact.step,
-        "boundary_kind": fact.kind,
-        "boundary_itemized": fact.itemized,
-        "boundary_items": fact.items,
-        "boundary_on_timeout": fact.on_timeout,
-        "boundary_dispatched": False,
-    }
+    attempt = evolve(state.attempt, {"expires_ms": None, "next_step": fact.step})
+    boundary = assemble(
+        Boundary,
+        {
+            "number": fact.boundary,
+            "step": fact.step,
+            "kind": fact.kind,
+            "itemized": fact.itemized,
+            "items": fact.items,
+            "on_timeout": fact.on_timeout,
+            "dispatched": False,
+        },
+    )
+    return {"phase": "suspended", "unknown": None, "attempt": attempt, "boundary": boundary}
 
 
-@_changes
+@_changes.register
 def _(fact: BoundaryInteractionDispatched, state: RunState) -> dict[str, object]:
     interaction = assemble(
         Interaction,
         {
             "boundary": fact.boundary,
             "item_index": fact.item_index,
-            "kind": state.boundary_kind,
+            "kind": state.boundary.kind,
             "target": fact.target,
             "deadline_ms": fact.deadline_ms,
             "token_digest": fact.token_digest,
@@ -241,12 +253,12 @@ def _(fact: BoundaryInteractionDispatched, state: RunState) -> dict[str, object]
     return {"interactions": {**state.interactions, fact.interaction: interaction}}
 
 
-@_changes
+@_changes.register
 def _(fact: BoundaryDispatchCompleted, state: RunState) -> dict[str, object]:
-    return {"boundary_dispatched": True}
+    return {"boundary": evolve(state.boundary, {"dispatched": True})}
 
 
-def _settle(state: RunState, interaction_id: str, **changes: object) -> dict[str, object]:
+def _settle(state: RunState, interaction_id: str, changes: dict[str, object]) -> dict[str, object]:
     current = state.interactions.get(interaction_id)
     if current is None:
         return {}
@@ -254,9 +266,9 @@ def _settle(state: RunState, interaction_id: str, **changes: object) -> dict[str
     return {"interactions": {**state.interactions, interaction_id: settled}}
 
 
-@_changes
+@_changes.register
 def _(fact: BoundaryCompletionAdmitted, state: RunState) -> dict[str, object]:
-    return _settle(state, fact.interaction, **_admitted(fact))
+    return _settle(state, fact.interaction, _admitted(fact))
 
 
 def _admitted(fact: BoundaryCompletionAdmitted) -> dict[str, object]:
@@ -270,44 +282,46 @@ def _admitted(fact: BoundaryCompletionAdmitted) -> dict[str, object]:
     }
 
 
-@_changes
+@_changes.register
 def _(fact: InteractionTimedOut, state: RunState) -> dict[str, object]:
-    return _settle(state, fact.interaction, status="timed_out")
+    return _settle(state, fact.interaction, {"status": "timed_out"})
 
 
-@_changes
+@_changes.register
 def _(fact: ContinuationSegmentCreated, state: RunState) -> dict[str, object]:
     released = {
         key: (evolve(i, {"output": None}) if i.boundary == fact.boundary else i)
         for key, i in state.interactions.items()
     }
+    attempt = evolve(
+        state.attempt,
+        {"segment": fact.segment, "number": 0, "next_step": fact.first_step, "step_attempts": 0},
+    )
     return {
         "phase": "idle",
-        "segment": fact.segment,
-        "attempt": 0,
-        "next_step": fact.first_step,
-        "step_attempts": 0,
+        "attempt": attempt,
         "last_output": fact.input,
         "interactions": released,
     }
 
 
-@_changes
+@_changes.register
 def _(fact: TerminalPublicationPrepared, state: RunState) -> dict[str, object]:
-    return {
-        "phase": "publishing",
-        "publications": {**state.publications, fact.topic: "prepared"},
-        "publication_key": fact.idempotency_key,
-        "publication_due_ms": fact.time_ms,
-    }
+    targets = {**state.publication.targets, fact.topic: "prepared"}
+    publication = assemble(
+        Publication, {"targets": targets, "key": fact.idempotency_key, "due_ms": fact.time_ms}
+    )
+    return {"phase": "publishing", "publication": publication}
 
 
-@_changes
+@_changes.register
 def _(fact: TerminalPublicationCompleted, state: RunState) -> dict[str, object]:
-    return {"publications": {**state.publications, fact.topic: "completed"}}
+    publication = state.publication
+    targets = {**publication.targets, fact.topic: "completed"}
+    return {"publication": evolve(publication, {"targets": targets})}
 
 
-@_changes
+@_changes.register
 def _(fact: RunSucceeded, state: RunState) -> dict[str, object]:
     return {
         "status": SUCCEEDED,
@@ -321,7 +335,7 @@ def _(fact: RunSucceeded, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes
+@_changes.register
 def _(fact: RunFailed, state: RunState) -> dict[str, object]:
     return {
         "status": FAILED,
@@ -329,27 +343,31 @@ def _(fact: RunFailed, state: RunState) -> dict[str, object]:
         "recovery": fact.recovery,
         "failed_attempts": fact.attempts,
         "phase": "idle",
-        "retry_due_ms": None,
+        "attempt": _no_retry(state),
         "error": fact.error,
         "error_type": fact.error_type,
         "failed_step": fact.step,
     }
 
 
-@_changes
+def _no_retry(state: RunState) -> ForwardAttempt:
+    attempt = state.attempt
+    return attempt if attempt.retry_due_ms is None else evolve(attempt, {"retry_due_ms": None})
+
+
+@_changes.register
 def _(fact: RunStopRequested, state: RunState) -> dict[str, object]:
     # Queued forward work and open interactions are fenced: their timers disappear
     # from the due index (see due.py); a running attempt keeps settling.
     fenced = state.phase in ("retry_wait", "suspended")
     return {
-        "stop_reason": fact.reason,
-        "stop_detail": fact.detail,
+        "stop": assemble(Stop, {"reason": fact.reason, "detail": fact.detail}),
         "phase": "idle" if fenced else state.phase,
-        "retry_due_ms": None,
+        "attempt": _no_retry(state),
     }
 
 
-@_changes
+@_changes.register
 def _(fact: AttemptOutcomeUnknown, state: RunState) -> dict[str, object]:
     unknown = UnknownAttempt(
         kind=fact.kind,
@@ -358,15 +376,18 @@ def _(fact: AttemptOutcomeUnknown, state: RunState) -> dict[str, object]:
         generation=fact.generation,
         step=fact.step,
     )
+    compensation = state.compensation
+    if compensation.expires_ms is not None:
+        compensation = evolve(compensation, {"expires_ms": None})
     return {
         "phase": "unknown",
         "unknown": unknown,
-        "attempt_expires_ms": None,
-        "compensation_expires_ms": None,
+        "attempt": _settled(state),
+        "compensation": compensation,
     }
 
 
-@_changes
+@_changes.register
 def _(fact: AttemptResolved, state: RunState) -> dict[str, object]:
     recorded = RecordedResolution(fingerprint=fact.fingerprint, response=fact.response)
     return {
@@ -376,67 +397,72 @@ def _(fact: AttemptResolved, state: RunState) -> dict[str, object]:
     }
 
 
-@_changes
+@_changes.register
 def _(fact: CompensationStarted, state: RunState) -> dict[str, object]:
-    return {"phase": "compensating", "unwind": fact.steps, "compensation_started": True}
+    compensation = evolve(state.compensation, {"unwind": fact.steps, "started": True})
+    return {"phase": "compensating", "compensation": compensation}
 
 
-@_changes
+@_changes.register
 def _(fact: CompensationAttemptStarted, state: RunState) -> dict[str, object]:
-    return {
-        "phase": "compensating",
-        "compensating_step": fact.step,
-        "compensation_attempt": fact.attempt,
-        "compensation_generation": fact.generation,
-        "compensation_expires_ms": fact.expires_ms,
-        "compensation_retry_due_ms": None,
+    compensation = evolve(
+        state.compensation,
+        {
+            "step": fact.step,
+            "attempt": fact.attempt,
+            "generation": fact.generation,
+            "expires_ms": fact.expires_ms,
+            "retry_due_ms": None,
+        },
+    )
+    return {"phase": "compensating", "compensation": compensation}
+
+
+def _unwound(state: RunState, tally: str) -> dict[str, object]:
+    """The step at the head of the unwind is done (``tally``: compensated or skipped)."""
+    compensation = state.compensation
+    changes = {
+        "unwind": compensation.unwind[1:],
+        "step": None,
+        "attempt": 0,
+        "generation": 0,
+        "expires_ms": None,
+        tally: getattr(compensation, tally) + 1,
     }
+    return {"phase": "compensating", "compensation": evolve(compensation, changes)}
 
 
-def _unwound(state: RunState) -> dict[str, object]:
-    return {
-        "unwind": state.unwind[1:],
-        "compensating_step": None,
-        "compensation_attempt": 0,
-        "compensation_generation": 0,
-        "compensation_expires_ms": None,
-        "phase": "compensating",
-    }
-
-
-@_changes
+@_changes.register
 def _(fact: CompensationStepCompleted, state: RunState) -> dict[str, object]:
-    return {**_unwound(state), "compensated": state.compensated + 1}
+    return _unwound(state, "compensated")
 
 
-@_changes
+@_changes.register
 def _(fact: CompensationStepSkipped, state: RunState) -> dict[str, object]:
-    return {**_unwound(state), "skipped": state.skipped + 1}
+    return _unwound(state, "skipped")
 
 
-@_changes
+@_changes.register
 def _(fact: CompensationAttemptFailed, state: RunState) -> dict[str, object]:
+    compensation = state.compensation
     if fact.retry_due_ms is not None:
-        return {
-            "phase": "compensation_retry_wait",
-            "compensation_retry_due_ms": fact.retry_due_ms,
-            "compensation_expires_ms": None,
-        }
-    return {
-        "compensation_failed": True,
-        "unwind": (),
-        "compensation_expires_ms": None,
-        "phase": "idle",
-    }
+        changes: dict[str, object] = {"retry_due_ms": fact.retry_due_ms, "expires_ms": None}
+        phase = "compensation_retry_wait"
+    else:
+        changes = {"failed": True, "unwind": (), "expires_ms": None}
+        phase = "idle"
+    return {"phase": phase, "compensation": evolve(compensation, changes)}
 
 
-@_changes
+@_changes.register
 def _(fact: RunStopped, state: RunState) -> dict[str, object]:
+    attempt = state.attempt
+    if attempt.expires_ms is not None or attempt.retry_due_ms is not None:
+        attempt = evolve(attempt, {"expires_ms": None, "retry_due_ms": None})
     return {
         "status": "cancelled" if fact.execution == "Cancelled" else "timed_out",
         "execution": fact.execution,
         "recovery": fact.recovery,
         "phase": "idle",
-        "attempt_expires_ms": None,
-        "retry_due_ms": None,
+        "attempt": attempt,
     }

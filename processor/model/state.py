@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
+    "COMPENSATE",
     "FAILED",
+    "FORWARD",
     "RUNNING",
     "SUCCEEDED",
     "TERMINAL",
+    "Attempt",
+    "AttemptKind",
+    "Boundary",
+    "Compensation",
+    "ForwardAttempt",
     "Interaction",
     "Phase",
+    "Publication",
     "RecordedResolution",
     "RunState",
     "RunStatus",
+    "Stop",
     "UnknownAttempt",
 ]
 
@@ -39,6 +49,30 @@ Phase = Literal[
     "idle",
 ]
 InteractionStatus = Literal["open", "admitted", "timed_out"]
+
+#: The two kinds of attempt a run makes: forward segments, and compensators of the unwind.
+AttemptKind = Literal["forward", "compensate"]
+FORWARD: AttemptKind = "forward"
+COMPENSATE: AttemptKind = "compensate"
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """The current attempt of one kind, whatever its kind: ``RunState.attempt_of``.
+
+    ``scope`` is what the attempt runs: the segment of a forward attempt, the
+    compensated step of a compensator.
+    """
+
+    kind: AttemptKind
+    scope: int
+    number: int
+    generation: int
+    expires_ms: int | None  # while it runs
+    retry_due_ms: int | None  # while it waits to be tried again
+    running: bool  # dispatched to a worker, its result awaited
+    waiting: bool  # failed, its next try after backoff
+
 
 _CONFIG = ConfigDict(frozen=True, extra="forbid", ser_json_bytes="base64", val_json_bytes="base64")
 
@@ -82,8 +116,75 @@ class RecordedResolution(BaseModel):
     response: str
 
 
+class ForwardAttempt(BaseModel):
+    """Where the run's forward execution is: its segment, attempt and next step."""
+
+    model_config = _CONFIG
+
+    segment: int = 0
+    number: int = 0  # the attempt's number within the segment
+    generation: int = 0
+    next_step: int = 0
+    step_attempts: int = 0  # attempts that have tried ``next_step``: the retry budget used
+    expires_ms: int | None = None  # while dispatched
+    retry_due_ms: int | None = None  # while waiting to retry
+
+
+class Boundary(BaseModel):
+    """The boundary the run last suspended at (its interactions are ``RunState.interactions``)."""
+
+    model_config = _CONFIG
+
+    number: int = 0
+    step: int | None = None  # the await step
+    kind: str = "await"
+    itemized: bool = False
+    items: int = 0
+    on_timeout: str = "fail"
+    dispatched: bool = False  # every interaction sent
+
+
+class Publication(BaseModel):
+    """The terminal publication: each target topic's progress, its key and its timer."""
+
+    model_config = _CONFIG
+
+    targets: dict[str, str] = {}  # topic -> "prepared" | "completed"
+    key: str | None = None
+    due_ms: int | None = None
+
+
+class Stop(BaseModel):
+    """Stop intent: the first committed reason decides."""
+
+    model_config = _CONFIG
+
+    reason: str | None = None  # cancelled | timed_out | failed
+    detail: str | None = None
+
+
+class Compensation(BaseModel):
+    """The unwind: the steps still to compensate, the compensator attempt, the tally."""
+
+    model_config = _CONFIG
+
+    started: bool = False
+    unwind: tuple[int, ...] = ()  # steps still to compensate, next first
+    step: int | None = None  # the step being compensated
+    attempt: int = 0
+    generation: int = 0
+    expires_ms: int | None = None
+    retry_due_ms: int | None = None
+    compensated: int = 0
+    skipped: int = 0
+    failed: bool = False
+
+
 class RunState(BaseModel):
-    """Projection of one run, folded from its facts by ``reduce``."""
+    """Projection of one run, folded from its facts by ``reduce``.
+
+    Stored flat (``processor/store/run_row.py``), the row the compiled fold writes too.
+    """
 
     model_config = _CONFIG
 
@@ -99,48 +200,24 @@ class RunState(BaseModel):
     idempotency_key: str | None = None
     fingerprint: str | None = None
     submit_command_id: str
-    segment: int = 0
-    attempt: int = 0
-    generation: int = 0
-    next_step: int = 0
-    step_attempts: int = 0  # attempts that have tried ``next_step``: the retry budget used
     last_output: bytes
     phase: Phase = "idle"
-    attempt_expires_ms: int | None = None
-    retry_due_ms: int | None = None
+    attempt: ForwardAttempt = ForwardAttempt()
     completed_steps: tuple[int, ...] = ()
-    boundary: int = 0
-    boundary_step: int | None = None
-    boundary_kind: str = "await"
-    boundary_itemized: bool = False
-    boundary_items: int = 0
-    boundary_on_timeout: str = "fail"
-    boundary_dispatched: bool = False
+    step_outputs: dict[int, bytes] = {}
+    boundary: Boundary = Boundary()
     interactions: dict[str, Interaction] = {}
-    publications: dict[str, str] = {}  # topic -> "prepared" | "completed"
-    publication_key: str | None = None
-    publication_due_ms: int | None = None
+    publication: Publication = Publication()
     result: bytes | None = None
     error: str | None = None
     error_type: str | None = None
     failed_step: int | None = None
     failed_attempts: int = 0
     deadline_ms: int | None = None
-    stop_reason: str | None = None  # cancelled | timed_out | failed: the first one decides
-    stop_detail: str | None = None
+    stop: Stop = Stop()
     unknown: UnknownAttempt | None = None
-    step_outputs: dict[int, bytes] = {}
     resolutions: dict[str, RecordedResolution] = {}
-    unwind: tuple[int, ...] = ()  # steps still to compensate, next first
-    compensation_started: bool = False
-    compensating_step: int | None = None
-    compensation_attempt: int = 0
-    compensation_generation: int = 0
-    compensation_expires_ms: int | None = None
-    compensation_retry_due_ms: int | None = None
-    compensated: int = 0
-    skipped: int = 0
-    compensation_failed: bool = False
+    compensation: Compensation = Compensation()
     execution: str | None = None  # Completed | Failed | Cancelled | TimedOut, once terminal
     recovery: str | None = None  # NotRequired | Compensated | PartiallyCompensated | ...
 
@@ -151,9 +228,36 @@ class RunState(BaseModel):
     @property
     def stopping(self) -> bool:
         """Stop intent committed (cancel, deadline or failure) and not yet terminal."""
-        return self.stop_reason is not None and not self.terminal
+        return self.stop.reason is not None and not self.terminal
+
+    def attempt_of(self, kind: AttemptKind) -> Attempt:
+        """The run's current attempt of ``kind``, the same shape for both kinds."""
+        if kind == FORWARD:
+            forward = self.attempt
+            return Attempt(
+                kind,
+                forward.segment,
+                forward.number,
+                forward.generation,
+                forward.expires_ms,
+                forward.retry_due_ms,
+                running=self.phase == "dispatched",
+                waiting=self.phase == "retry_wait",
+            )
+        unwind = self.compensation
+        return Attempt(
+            kind,
+            unwind.step or 0,
+            unwind.attempt,
+            unwind.generation,
+            unwind.expires_ms,
+            unwind.retry_due_ms,
+            running=self.phase == "compensating" and unwind.step is not None,
+            waiting=self.phase == "compensation_retry_wait",
+        )
 
     def boundary_interactions(self) -> list[Interaction]:
         """The current boundary's interactions in item-index order."""
-        found = [i for i in self.interactions.values() if i.boundary == self.boundary]
+        number = self.boundary.number
+        found = [i for i in self.interactions.values() if i.boundary == number]
         return sorted(found, key=lambda i: i.item_index)

@@ -13,19 +13,17 @@ from processor.facts.models import (
     RetryScheduled,
     RunSubmitted,
     RunSucceeded,
-    SegmentAttemptStarted,
     SegmentFailed,
     StepCompleted,
     TerminalPublicationCompleted,
     TerminalPublicationPrepared,
-    WorkItem,
 )
 from processor.facts.payload import derive_run_id
 from processor.facts.topics import TopicName
-from processor.model import control
+from processor.model import attempts, control
 from processor.model.decision import FactMaker, Publish
 from processor.model.pipeline_spec import PipelineSpec
-from processor.model.state import RunState
+from processor.model.state import FORWARD, RunState
 
 __all__ = [
     "finish_success",
@@ -51,15 +49,16 @@ def start_run(
     if deadline_ms is None and spec.deadline_ms is not None:
         deadline_ms = maker.now + spec.deadline_ms
     maker.add(
-        RunSubmitted,
-        keys.SUBMITTED,
-        pipeline=spec.name,
-        pipeline_version=spec.version,
-        input=canonical_input,
-        idempotency_key=idempotency_key,
-        fingerprint=fingerprint,
-        submitted_ms=submitted_ms,
-        deadline_ms=deadline_ms,
+        RunSubmitted(
+            **maker.header(keys.SUBMITTED),
+            pipeline=spec.name,
+            pipeline_version=spec.version,
+            input=canonical_input,
+            idempotency_key=idempotency_key,
+            fingerprint=fingerprint,
+            submitted_ms=submitted_ms,
+            deadline_ms=deadline_ms,
+        )
     )
 
 
@@ -73,42 +72,29 @@ def start_attempt(
     first_step: int,
     input: bytes,
 ) -> None:
-    """SegmentAttemptStarted and the work item that carries it to a worker."""
-    expires_ms = maker.now + spec.segment_timeout_ms(first_step)
-    maker.add(
-        SegmentAttemptStarted,
-        keys.attempt_started(segment, generation),
-        segment=segment,
-        attempt=attempt,
+    """A forward attempt of ``segment`` from ``first_step`` (``attempts.start``)."""
+    attempts.start(
+        maker,
+        spec,
+        FORWARD,
+        scope=segment,
+        number=attempt,
         generation=generation,
         first_step=first_step,
-        expires_ms=expires_ms,
-    )
-    maker.emit(
-        TopicName.WORK,
-        WorkItem(
-            run_id=maker.run_id,
-            pipeline=spec.name,
-            pipeline_version=spec.version,
-            segment=segment,
-            attempt=attempt,
-            generation=generation,
-            first_step=first_step,
-            input=input,
-            expires_ms=expires_ms,
-        ),
+        input=input,
     )
 
 
 def step_completed(maker: FactMaker, state: RunState, step: int, output: bytes) -> None:
     maker.add(
-        StepCompleted,
-        keys.step_completed(step),
-        segment=state.segment,
-        attempt=state.attempt,
-        generation=state.generation,
-        step=step,
-        output=output,
+        StepCompleted(
+            **maker.header(keys.step_completed(step)),
+            segment=state.attempt.segment,
+            attempt=state.attempt.number,
+            generation=state.attempt.generation,
+            step=step,
+            output=output,
+        )
     )
 
 
@@ -124,28 +110,33 @@ def segment_failed(
     """SegmentFailed, then a retry after backoff, or the run's failure (and unwind)."""
     state = maker.current
     maker.add(
-        SegmentFailed,
-        keys.attempt_failed(state.segment, state.generation),
-        segment=state.segment,
-        attempt=state.attempt,
-        generation=state.generation,
-        step=step,
-        error=error,
-        error_type=error_type,
-        retryable=retryable,
+        SegmentFailed(
+            **maker.header(keys.attempt_failed(state.attempt.segment, state.attempt.generation)),
+            segment=state.attempt.segment,
+            attempt=state.attempt.number,
+            generation=state.attempt.generation,
+            step=step,
+            error=error,
+            error_type=error_type,
+            retryable=retryable,
+        )
     )
     if maker.current.stopping:
         control.settle_stop(maker, spec)  # stop intent forbids retries
         return
-    attempts_made = state.step_attempts
-    policy = spec.steps[step].retry
-    if retryable and policy.allows_another(attempts_made):
+    due = attempts.retry_due_ms(
+        spec.steps[step].retry, state.attempt.step_attempts, retryable, maker.now
+    )
+    if due is not None:
         maker.add(
-            RetryScheduled,
-            keys.retry_scheduled(state.segment, state.generation),
-            segment=state.segment,
-            attempt=state.attempt + 1,
-            due_ms=maker.now + policy.backoff_ms(attempts_made),
+            RetryScheduled(
+                **maker.header(
+                    keys.retry_scheduled(state.attempt.segment, state.attempt.generation)
+                ),
+                segment=state.attempt.segment,
+                attempt=state.attempt.number + 1,
+                due_ms=due,
+            )
         )
         return
     control.fail_execution(maker, spec, error=error)
@@ -159,10 +150,11 @@ def finish_success(maker: FactMaker, spec: PipelineSpec) -> None:
         key = f"{state.run_id}/terminal"
         for topic in targets:
             maker.add(
-                TerminalPublicationPrepared,
-                keys.publication_prepared(topic),
-                topic=topic,
-                idempotency_key=key,
+                TerminalPublicationPrepared(
+                    **maker.header(keys.publication_prepared(topic)),
+                    topic=topic,
+                    idempotency_key=key,
+                )
             )
         return
     _succeed(maker)
@@ -170,7 +162,7 @@ def finish_success(maker: FactMaker, spec: PipelineSpec) -> None:
 
 def _succeed(maker: FactMaker) -> None:
     state = maker.current
-    maker.add(RunSucceeded, keys.TERMINAL, result=state.last_output)
+    maker.add(RunSucceeded(**maker.header(keys.TERMINAL), result=state.last_output))
     maker.emit_outcome("succeeded", result=state.last_output)
 
 
@@ -191,13 +183,13 @@ def publish(maker: FactMaker, spec: PipelineSpec) -> None:
     it commits these facts).
     """
     state = maker.current
-    key = state.publication_key or f"{state.run_id}/terminal"
+    key = state.publication.key or f"{state.run_id}/terminal"
     headers = (
         ("idempotency-key", key.encode()),
         ("run-id", state.run_id.encode()),
         ("content-type", b"application/json"),
     )
-    for topic, status in sorted(state.publications.items()):
+    for topic, status in sorted(state.publication.targets.items()):
         if status == "completed":
             continue
         if topic == TopicName.CHECKPOINTS.value and spec.checkpoint is not None:
@@ -205,10 +197,9 @@ def publish(maker: FactMaker, spec: PipelineSpec) -> None:
         else:
             maker.effects.append(Publish(topic, state.run_id, state.last_output, headers))
         maker.add(
-            TerminalPublicationCompleted,
-            keys.publication_completed(topic),
-            topic=topic,
-            idempotency_key=key,
+            TerminalPublicationCompleted(
+                **maker.header(keys.publication_completed(topic)), topic=topic, idempotency_key=key
+            )
         )
     _succeed(maker)
 

@@ -3,12 +3,14 @@
 Catch-up folds every fact of a partition; in Python, decoding and folding a fact
 costs several times reading it. The extension decodes a batch of encoded facts,
 folds them and puts into the WriteBatch the rows that ``Staging.fold_read`` and
-``flush`` would write (history chunks, runs, due-work changes), in one call. It
-handles the current fact schemas exactly and refuses (ValueError, before putting
-anything) whatever else: a value in an older schema, a malformed one, a
-stored run it cannot read. That batch is then folded by the Python reducers, which
-stay the reference; tests/unit/test_native_fold.py folds the same facts both ways
-and compares every row.
+``flush`` would write (history chunks, runs, due-work changes), in one
+call. It handles the current schemas of the fact types it declares (``covered_fact_types``:
+the kernel refuses to be built with any other) exactly and refuses (ValueError, before
+putting anything) whatever else: a fact of a type it does not cover (a new one, folded
+only by a Python reducer so far), a value in an older schema, a malformed one, a stored
+run it cannot read. That batch is then folded by the Python reducers, which stay the
+reference; tests/unit/test_native_fold.py folds the same facts both ways and compares
+every row.
 
 It is optional: without the extension (no Rust toolchain at install), or with
 ``PROCESSOR_NATIVE_FOLD=false``, catch-up folds in Python, only slower.
@@ -23,10 +25,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from processor.facts.codec import SCHEMA_DIR, codec
-from processor.facts.models import FACT_TYPES
+from processor.facts.models import FACT_TYPES, FactHeader
 from processor.store.rocks import PartitionStore
 
-__all__ = ["NativeFold", "native_fold_available", "parse_fact_schemas"]
+__all__ = ["NativeFold", "covered_fact_types", "native_fold_available", "parse_fact_schemas"]
 
 #: The column families the compiled fold writes, in the order it takes them. It takes
 #: a fourth, for the idempotency-claim rows that stores before format 4 kept: those rows
@@ -70,13 +72,38 @@ def parse_fact_schemas() -> None:
     _fact_schemas()
 
 
+def covered_fact_types() -> tuple[type[FactHeader], ...]:
+    """The fact types the compiled fold folds (none without the extension); a batch
+    with any other fact type is folded in Python."""
+    return tuple(model for model, _ in _covered())
+
+
 @functools.cache
 def _fact_schemas() -> list[tuple[bytes, str]]:
-    """(fingerprint, declared schema JSON) of every current fact schema, read once."""
-    return [
-        (codec().fingerprint_of(model), (SCHEMA_DIR / f"{model.__name__}.avsc").read_text())
-        for model in FACT_TYPES
-    ]
+    """(fingerprint, declared schema JSON) of the current schema of every fact type the
+    extension covers, read once."""
+    return [schema for _, schema in _covered()]
+
+
+@functools.cache
+def _covered() -> list[tuple[type[FactHeader], tuple[bytes, str]]]:
+    """Each fact type the extension covers, with its current schema. The kernel declares
+    what it covers by refusing (ValueError) a schema it does not fold; a fact type added
+    since it was built is left out here, so it reaches no kernel and its facts make
+    the kernel decline their batch (an unknown fingerprint): Python folds them."""
+    if _EXTENSION is None:
+        return []
+    covered = []
+    for model in FACT_TYPES:
+        declared = (SCHEMA_DIR / f"{model.__name__}.avsc").read_text()
+        schema = (codec().fingerprint_of(model), declared)
+        try:
+            _EXTENSION.Kernel([schema])
+        except ValueError:
+            logger.info("compiled fold: %s is folded in Python only", model.__name__)
+            continue
+        covered.append((model, schema))
+    return covered
 
 
 class NativeFold:

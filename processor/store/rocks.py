@@ -1,7 +1,8 @@
 """One partition's RocksDB projections (rocksdict), written in atomic WriteBatches.
 
 Column families:
-  runs       run id -> RunState (JSON, fields at their default left out)
+  runs       run id -> RunState as a flat row (``store/run_row.py``: JSON, fields at
+             their default left out)
   history    (run id, first seq) -> a chunk of the run's facts, one per write
              (``store/history.py``): for ``history`` and conditional append
   due        (due ms, run id, kind, segment, generation) -> b"" : timers by due time
@@ -38,6 +39,7 @@ from processor.model.due import DueEntry
 from processor.model.state import RunState
 from processor.store import keys
 from processor.store.history import chunk_fact_keys, chunk_facts, encode_chunk
+from processor.store.run_row import row_json, state_of, states_of
 
 __all__ = [
     "COLUMN_FAMILIES",
@@ -124,12 +126,11 @@ class PartitionStore:
 
     def run(self, run_id: str) -> RunState | None:
         raw = self._cf["runs"].get(keys.run_key(run_id))
-        return None if raw is None else RunState.model_validate_json(raw)
+        return None if raw is None else state_of(raw)
 
     def runs(self, run_ids: Sequence[str]) -> list[RunState | None]:
         """``run`` of each id, in order, with one multi-get instead of a get per run."""
-        validate = RunState.model_validate_json
-        return [None if raw is None else validate(raw) for raw in self.raw_runs(run_ids)]
+        return states_of(self.raw_runs(run_ids))
 
     def raw_runs(self, run_ids: Sequence[str]) -> list[bytes | None]:
         """The stored JSON of each run (None if absent), in order: one multi-get."""
@@ -318,7 +319,7 @@ class StoreBatch:
         self._h = handles
 
     def put_run(self, state: RunState) -> None:
-        self.raw.put(keys.run_key(state.run_id), _run_json(state), self._h["runs"])
+        self.raw.put(keys.run_key(state.run_id), row_json(state), self._h["runs"])
 
     def put_history(self, run_id: str, first_seq: int, facts: Iterable[bytes]) -> None:
         """One history chunk: the run's encoded facts from ``first_seq`` on."""
@@ -339,11 +340,3 @@ class StoreBatch:
 
     def set_facts_offset(self, offset: int) -> None:
         self.raw.put(_FACTS_OFFSET, keys.u64(offset), self._h["meta"])
-
-
-def _run_json(state: RunState) -> bytes:
-    """``state.model_dump_json(exclude_defaults=True).encode()``, in one call into
-    pydantic-core. Fields at their default are left out (validation fills them back
-    in): a finished run takes ~1.5 KB instead of ~2.2 KB, and every replay writes
-    each run at least once."""
-    return RunState.__pydantic_serializer__.to_json(state, exclude_defaults=True)

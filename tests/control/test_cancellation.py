@@ -125,7 +125,7 @@ def test_an_attempt_already_running_settles_before_the_run_finishes_stopping(
     assert ctl.reply(command).created is True
     ctl.settle()
     state = ctl.state(run_id)
-    assert state.stop_reason == "cancelled" and not state.terminal
+    assert state.stop.reason == "cancelled" and not state.terminal
     assert state.phase == "dispatched"  # still owned by the running attempt
     assert ctl.of(run_id, CompensationStarted) == []
     assert ctl.no_new_work(run_id)

@@ -37,7 +37,7 @@ def test_compensators_run_one_at_a_time_in_reverse_completion_order(ctl: Control
         item = ctl.work(run_id, "compensate")
         ctl.settle()  # while one compensator runs, the next is not dispatched
         assert ctl.no_new_work(run_id)
-        assert ctl.state(run_id).compensating_step == item.first_step
+        assert ctl.state(run_id).compensation.step == item.first_step
         ctl.complete(item)
         undone.append(item.first_step)
     assert undone == [1, 0]
@@ -79,7 +79,7 @@ def test_a_step_without_compensator_is_recorded_as_a_skip(ctl: Control) -> None:
     ctl.complete(item)
     state = ctl.terminal(run_id)
     assert (state.execution, state.recovery) == ("Cancelled", "PartiallyCompensated")
-    assert (state.compensated, state.skipped) == (1, 2)
+    assert (state.compensation.compensated, state.compensation.skipped) == (1, 2)
 
 
 def test_a_compensator_retries_by_its_own_policy_and_a_permanent_failure_stops_the_unwind(
@@ -108,7 +108,7 @@ def test_a_compensator_retries_by_its_own_policy_and_a_permanent_failure_stops_t
 
     state = ctl.terminal(run_id)
     assert (state.execution, state.recovery) == ("Failed", "CompensationFailed")
-    assert state.compensation_failed
+    assert state.compensation.failed
     assert ctl.of(run_id, CompensationStepCompleted) == []
     assert {f.step for f in ctl.of(run_id, CompensationAttemptStarted)} == {1}  # reserve never
     assert ctl.no_new_work(run_id)

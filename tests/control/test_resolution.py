@@ -40,7 +40,7 @@ def lose_the_payment(ctl: Control, *, deadline_ms: int | None = None) -> tuple[s
 def test_a_lost_effectful_attempt_becomes_unknown_and_is_never_retried(
     ctl: Control, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="processor.model.control")
+    caplog.set_level(logging.WARNING, logger="processor.model.attempts")
     run_id, lost = lose_the_payment(ctl)
     unknown = ctl.one(run_id, AttemptOutcomeUnknown)
     assert (unknown.kind, unknown.segment, unknown.attempt, unknown.generation, unknown.step) == (

@@ -223,7 +223,7 @@ def test_stale_result_does_not_change_a_running_run(harness: LoopHarness) -> Non
     )
     before = client.stored_status(run_id)
     assert before is not None
-    assert (before.status, before.phase, before.generation) == ("running", "dispatched", 1)
+    assert (before.status, before.phase, before.attempt.generation) == ("running", "dispatched", 1)
     facts_before = harness.facts(run_id)
 
     for generation, attempt in ((2, 2), (0, 1), (1, 2)):

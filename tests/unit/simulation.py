@@ -77,7 +77,7 @@ class Simulation:
         """The current attempt's result: all remaining steps, or ``progress`` then a failure."""
         state = self.states[run_id]
         self.counter += 1
-        first, end = state.next_step, SPEC.last_step + 1
+        first, end = state.attempt.next_step, SPEC.last_step + 1
         done = min(progress, end - first - 1) if fail else end - first
         outputs = tuple(
             StepOutput(step=s, output=f'{{"s":{s},"n":{self.counter}}}'.encode())
@@ -86,9 +86,9 @@ class Simulation:
         result = SegmentResult(
             result_id=f"r{self.counter}",
             run_id=run_id,
-            segment=state.segment,
-            attempt=state.attempt,
-            generation=state.generation,
+            segment=state.attempt.segment,
+            attempt=state.attempt.number,
+            generation=state.attempt.generation,
             steps=outputs,
             outcome="failed" if fail else "completed",
             failed_step=first + done if fail else None,

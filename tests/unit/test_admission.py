@@ -79,9 +79,9 @@ class World:
         result = SegmentResult(
             result_id="r1",
             run_id=self.run_id,
-            segment=state.segment,
-            attempt=state.attempt,
-            generation=state.generation,
+            segment=state.attempt.segment,
+            attempt=state.attempt.number,
+            generation=state.attempt.generation,
             steps=done,
             outcome="suspended",
             worker_id="w",

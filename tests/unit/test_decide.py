@@ -107,8 +107,9 @@ def test_a_result_for_another_generation_is_stale_and_changes_nothing() -> None:
     sim.result(run_id, fail=True)  # generation 1 fails, retry scheduled
     sim.advance(1_000)  # generation 2 dispatched
     state = sim.states[run_id]
-    assert state.generation == 2
-    stale = state.model_copy(update={"generation": 1, "attempt": 1})
+    assert state.attempt.generation == 2
+    earlier = state.attempt.model_copy(update={"generation": 1, "number": 1})
+    stale = state.model_copy(update={"attempt": earlier})
     from processor.facts.models import SegmentResult
     from processor.model.decide import decide_result
 
@@ -116,8 +117,8 @@ def test_a_result_for_another_generation_is_stale_and_changes_nothing() -> None:
         result_id="late",
         run_id=run_id,
         segment=1,
-        attempt=stale.attempt,
-        generation=stale.generation,
+        attempt=stale.attempt.number,
+        generation=stale.attempt.generation,
         steps=(),
         outcome="failed",
         failed_step=0,
@@ -140,7 +141,12 @@ def test_completed_steps_are_kept_and_the_retry_resumes_at_the_failed_step() -> 
     assert retry.due_ms == sim.now + policy.backoff_ms(1)
     sim.advance(policy.backoff_ms(1))
     state = sim.states[run_id]
-    assert (state.phase, state.generation, state.attempt, state.next_step) == (
+    assert (
+        state.phase,
+        state.attempt.generation,
+        state.attempt.number,
+        state.attempt.next_step,
+    ) == (
         "dispatched",
         2,
         2,
@@ -198,14 +204,14 @@ def test_a_non_retryable_failure_fails_at_once() -> None:
 def test_an_attempt_past_its_timeout_is_lost_and_retried() -> None:
     sim = Simulation()
     run_id = sim.submit()
-    expires = sim.states[run_id].attempt_expires_ms
+    expires = sim.states[run_id].attempt.expires_ms
     assert expires is not None
     sim.advance(expires - sim.now)
     failed = [f for f in sim.facts if isinstance(f, SegmentFailed)]
     assert len(failed) == 1 and failed[0].error_type == "attempt_timeout"
     assert sim.states[run_id].phase == "retry_wait"
     sim.advance(1_000)
-    assert sim.states[run_id].generation == 2 and sim.states[run_id].phase == "dispatched"
+    assert sim.states[run_id].attempt.generation == 2 and sim.states[run_id].phase == "dispatched"
 
 
 def test_success_records_the_last_output_as_the_result() -> None:

@@ -12,6 +12,8 @@ import io
 import itertools
 import json
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from processor.facts import codec as codec_module
 from processor.facts.codec import SCHEMA_DIR, decode_fact, encode
 from processor.facts.models import (
     FACT_TYPES,
@@ -50,6 +53,7 @@ from processor.facts.models import (
     TerminalPublicationCompleted,
     TerminalPublicationPrepared,
 )
+from processor.model import reduce as reduce_module
 from processor.restore.catch_up import catch_up
 from processor.store import keys, native_fold
 from processor.store.rocks import COLUMN_FAMILIES, PartitionStore
@@ -577,3 +581,66 @@ def test_into_an_empty_store_it_looks_up_only_runs_it_has_written(tmp_path: Path
     assert all(
         new <= asked for new, asked in zip(new_each_batch, requested["holding a run"], strict=True)
     )
+
+
+class RunAnnotated(FactHeader):
+    """A fact type added after the compiled fold was built: the kernel has never heard
+    of it, and only a Python reducer folds it."""
+
+    note: str
+
+
+def _annotated(fact: RunAnnotated, state: Any) -> dict[str, object]:
+    return {"error": fact.note}  # any change the rows show
+
+
+@pytest.fixture
+def a_new_fact_type(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[type[RunAnnotated]]:
+    """``RunAnnotated`` added as a new fact type is: a model, its schema, an entry in
+    FACT_TYPES and a Python reducer; nothing in native/ or store/native_fold.py."""
+    schemas = tmp_path / "schemas"
+    shutil.copytree(SCHEMA_DIR, schemas)
+    declared = json.loads((SCHEMA_DIR / "RunStopRequested.avsc").read_text())
+    declared["name"], declared["doc"] = "RunAnnotated", "A note on a run."
+    declared["fields"] = [*declared["fields"][:5], {"name": "note", "type": "string"}]
+    (schemas / "RunAnnotated.avsc").write_text(json.dumps(declared))
+    fact_types = (*FACT_TYPES, RunAnnotated)
+    monkeypatch.setattr(codec_module, "FACT_TYPES", fact_types)
+    monkeypatch.setattr(native_fold, "FACT_TYPES", fact_types)
+    monkeypatch.setattr(native_fold, "SCHEMA_DIR", schemas)
+    with_new_type = codec_module.Codec(schemas)
+    monkeypatch.setattr(codec_module, "codec", lambda: with_new_type)
+    monkeypatch.setattr(native_fold, "codec", lambda: with_new_type)
+    # Registered for good (a reducer cannot be unregistered): no other test has the type.
+    reduce_module._changes.register(RunAnnotated, _annotated)
+    native_fold._covered.cache_clear()
+    native_fold._fact_schemas.cache_clear()
+    yield RunAnnotated
+    native_fold._covered.cache_clear()
+    native_fold._fact_schemas.cache_clear()
+
+
+@requires_native
+def test_a_fact_type_it_does_not_know_is_folded_in_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, a_new_fact_type: type[RunAnnotated]
+) -> None:
+    """The batch holding the new fact type is declined and folded by the Python
+    reducers, to the rows the Python fold writes; every other batch by the kernel."""
+    assert a_new_fact_type not in native_fold.covered_fact_types()
+    assert set(native_fold.covered_fact_types()) == set(FACT_TYPES)
+    facts = _every_fact_type()
+    first = facts[0]
+    note = a_new_fact_type(
+        run_id=first.run_id, seq=1_000, fact_key="note", time_ms=99_999, cause_id="c", note="n"
+    )
+    values = [encode(fact) for fact in facts[:7]] + [encode(note)]
+    values += [encode(fact) for fact in facts[7:]]
+    transport = _log(tmp_path, values)
+    expected = _reference(transport, tmp_path / "python", batch_size=4)
+    stored = json.loads(dict(expected["runs"])[keys.run_key(first.run_id)])
+    assert stored["error"] == "n" and stored["version"] >= 1_000  # the reducer ran
+    counting = _Counting(monkeypatch)
+    assert _catch_up(transport, tmp_path / "native", [(10**9, True)], batch_size=4) == expected
+    assert counting.declined == 1 and counting.folded == -(-len(values) // 4) - 1

@@ -220,8 +220,8 @@ class Run:
 def make_unknown(run: Run) -> None:
     """Complete step 0, then lose the attempt at the effectful step 1."""
     run.result(done=1, fail=True)  # step 0 completes, step 1 fails retryably
-    run.advance(run.state.retry_due_ms or 0)  # generation 2 starts at step 1
-    run.advance(run.state.attempt_expires_ms or 0)  # ...and is lost
+    run.advance(run.state.attempt.retry_due_ms or 0)  # generation 2 starts at step 1
+    run.advance(run.state.attempt.expires_ms or 0)  # ...and is lost
 
 
 # --- deadlines ------------------------------------------------------------------------------
@@ -246,7 +246,7 @@ def test_a_late_success_after_the_deadline_is_compensated() -> None:
     run = Run(deadline_in=500)
     run.now = (run.state.deadline_ms or 0) + 1
     run.result(done=2, fail=True)  # steps 0 and 1 completed, step 2 failed, after the deadline
-    assert run.state.stop_reason == "timed_out"
+    assert run.state.stop.reason == "timed_out"
     assert run.types()[-2:] == ["CompensationStarted", "CompensationAttemptStarted"]
     assert [w.first_step for w in run.work if w.kind == "compensate"] == [1]  # reverse order
     run.result()
@@ -262,7 +262,7 @@ def test_a_late_success_after_the_deadline_is_compensated() -> None:
 def test_the_deadline_timer_stops_a_waiting_run_and_settles_the_running_attempt_first() -> None:
     run = Run(deadline_in=500)
     run.advance(run.state.deadline_ms or 0)
-    assert run.state.stop_reason == "timed_out" and not run.state.terminal  # attempt still running
+    assert run.state.stop.reason == "timed_out" and not run.state.terminal  # attempt still running
     run.result(done=99)  # it settles: every step completed, after the stop
     assert "RunSucceeded" not in run.types()
     assert [w.first_step for w in run.work if w.kind == "compensate"] == [1]  # 3, 2 skipped
@@ -431,7 +431,7 @@ def test_refusals_are_checked_in_order() -> None:
     before = len(run.facts)
     run.resolve("succeed", key="k-ok", output={"charged": True})
     assert run.types(before)[:3] == ["RunStopRequested", "AttemptResolved", "StepCompleted"]
-    assert run.state.stop_reason == "timed_out"
+    assert run.state.stop.reason == "timed_out"
 
 
 def test_retry_after_cancel_is_forbidden_but_success_and_failure_settle() -> None:
@@ -465,7 +465,7 @@ def test_a_late_worker_result_and_an_operator_command_compete_and_one_commits() 
 def test_compensators_run_one_at_a_time_in_reverse_completion_order_with_skips() -> None:
     run = Run()
     run.result(done=3, fail=True, retryable=False)  # steps 0, 1, 2 completed; 3 failed
-    assert run.state.stop_reason == "failed"
+    assert run.state.stop.reason == "failed"
     assert run.types()[-3:] == [
         "CompensationStarted",
         "CompensationStepSkipped",
@@ -485,7 +485,7 @@ def test_a_compensator_is_retried_by_its_policy_and_a_permanent_failure_stops_th
     run.result(done=2, fail=True, retryable=False)  # steps 0, 1 completed
     run.result(fail=True)  # compensator of step 1 fails, retryable
     assert run.types()[-1] == "CompensationAttemptFailed"
-    run.advance(run.state.compensation_retry_due_ms or 0)
+    run.advance(run.state.compensation.retry_due_ms or 0)
     assert run.work[-1].first_step == 1 and run.work[-1].generation == 2
     run.result(fail=True)  # second and last attempt fails
     final = run.facts[-1]
@@ -496,7 +496,7 @@ def test_a_compensator_is_retried_by_its_policy_and_a_permanent_failure_stops_th
 def test_a_lost_compensator_attempt_becomes_unknown_and_an_operator_settles_it() -> None:
     run = Run()
     run.result(done=1, fail=True, retryable=False)  # step 0 completed
-    run.advance(run.state.compensation_expires_ms or 0)
+    run.advance(run.state.compensation.expires_ms or 0)
     assert run.types()[-1] == "AttemptOutcomeUnknown"
     assert run.state.unknown is not None and run.state.unknown.kind == "compensate"
     run.resolve("succeed", kind="compensate", output=None)

@@ -8,8 +8,8 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from processor.facts.trusted import SLOT_SETTERS, assemble, evolve
-from processor.model.state import Interaction, RunState
-from processor.store.rocks import _run_json
+from processor.model.state import ForwardAttempt, Interaction, RunState, Stop
+from processor.store.run_row import RunRow, row_json, state_of
 
 RUN: dict[str, Any] = {
     "run_id": "run-1",
@@ -91,12 +91,14 @@ def _interaction() -> dict[str, Any]:
     }
 
 
-def test_stored_run_json_is_model_dump_json_without_defaults() -> None:
-    state = evolve(
-        assemble(RunState, RUN),
-        {"interactions": {"i": assemble(Interaction, _interaction())}, "step_outputs": {0: b"o"}},
-    )
-    stored = _run_json(state)
-    assert stored == state.model_dump_json(exclude_defaults=True).encode()
-    assert b'"status"' not in stored and len(stored) < len(state.model_dump_json())
-    assert RunState.model_validate_json(stored) == state
+def test_stored_run_json_is_the_flat_row_without_defaults() -> None:
+    parts = {"attempt": ForwardAttempt(segment=2, number=3), "stop": Stop(reason="cancelled")}
+    outputs = {"step_outputs": {0: b"o"}}
+    interactions = {"interactions": {"i": assemble(Interaction, _interaction())}}
+    state = evolve(assemble(RunState, RUN), {**interactions, **outputs, **parts})
+    stored = row_json(state)
+    flat = {"segment": 2, "attempt": 3, "stop_reason": "cancelled"}
+    row = RunRow(**RUN, **interactions, **outputs, **flat)
+    assert stored == row.model_dump_json(exclude_defaults=True).encode()
+    assert b'"status"' not in stored and len(stored) < len(row.model_dump_json())
+    assert state_of(stored) == state
