@@ -37,6 +37,12 @@ class Settings(BaseSettings):
     poll_timeout_ms: int = Field(default=50, ge=1)
     timer_interval_ms: int = Field(default=100, ge=1, description="Due-work scan period")
     timer_batch: int = Field(default=1000, ge=1, description="Due timers fired per scan")
+    keep_runs: int = Field(
+        default=4096,
+        ge=0,
+        description="Runs kept in memory per partition after they were written (the most "
+        "recently written), so that their next input skips the store read; 0: none",
+    )
     stable_wait_ms: int = Field(
         default=120_000,
         ge=0,

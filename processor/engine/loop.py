@@ -89,6 +89,7 @@ class LoopConfig:
     poll_timeout_s: float
     timer_interval_ms: int
     timer_batch: int
+    keep_runs: int
     resume_secret: bytes
     stable_wait_s: float
     # A restore of this many facts or more, of several partitions, runs in processes.
@@ -107,6 +108,7 @@ class LoopConfig:
             poll_timeout_s=settings.poll_timeout_ms / 1000,
             timer_interval_ms=settings.timer_interval_ms,
             timer_batch=settings.timer_batch,
+            keep_runs=settings.keep_runs,
             resume_secret=resume_secret,
             stable_wait_s=settings.stable_wait_ms / 1000,
             parallel_restore_min_facts=settings.parallel_restore_min_facts,
@@ -235,7 +237,7 @@ class ProcessorLoop:
                     )
                 facts = TopicPartition(self._facts_topic, partition)
                 catch_up(store, self._reader, facts, native=self._config.native_fold)
-                opened[partition] = Staging(store)
+                opened[partition] = Staging(store, keep_runs=self._config.keep_runs)
         finally:
             # All at once, so that ``owned_partitions`` (read by other threads) shows the
             # whole assignment; on a failure, the caught-up ones are closed with the rest.

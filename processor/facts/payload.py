@@ -53,15 +53,24 @@ def dumps(value: Any) -> bytes:
 
 def loads(raw: bytes) -> Any:
     """Parse a JSON document within the bounds above, or raise ``InvalidPayloadError``."""
+    # Both bounds are checked only where they can be exceeded, so that the common small
+    # document parses at the C decoder's speed: an integer of more digits than the
+    # bound needs a longer document, and a deeper nesting needs more brackets.
+    long_enough = len(raw) > MAX_INT_DIGITS
     try:
-        value = json.loads(raw, parse_int=_bounded_int)
+        value = json.loads(raw, parse_int=_bounded_int) if long_enough else json.loads(raw)
     except RecursionError as exc:
         raise InvalidPayloadError(f"JSON nested deeper than {MAX_DEPTH} levels") from exc
     except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
         raise InvalidPayloadError(f"not a JSON document: {exc}") from exc
-    if _depth_exceeds(value, MAX_DEPTH):
+    if _brackets(raw) > MAX_DEPTH and _depth_exceeds(value, MAX_DEPTH):
         raise InvalidPayloadError(f"JSON nested deeper than {MAX_DEPTH} levels")
     return value
+
+
+def _brackets(raw: bytes) -> int:
+    """How many arrays and objects a document opens at most (strings may hold some)."""
+    return raw.count(b"[") + raw.count(b"{")
 
 
 def _bounded_int(literal: str) -> int:

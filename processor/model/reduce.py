@@ -76,7 +76,7 @@ def fold(facts: Iterable[FactHeader], state: RunState | None = None) -> RunState
             draft = _Draft(state)
         if fact.seq <= draft.version:
             continue  # already folded: duplicates change nothing
-        changes = _changes(fact, cast(RunState, draft))
+        changes = _reducer_of(type(fact), _changes)(fact, cast(RunState, draft))
         changes["version"] = fact.seq
         changes["updated_ms"] = fact.time_ms
         draft.apply(changes)
@@ -159,6 +159,12 @@ def _changes(fact: FactHeader, state: RunState) -> dict[str, object]:
     newer writer.
     """
     return {}
+
+
+#: The reducer of each fact type, looked up by exact type: facts are never subclassed,
+#: and the registry's own lookup skips singledispatch's wrapper (a tenth of a live
+#: fold's time); a type without a reducer gets the default above.
+_reducer_of = _changes.registry.get
 
 
 @_changes.register

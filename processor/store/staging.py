@@ -8,6 +8,7 @@ change in one WriteBatch together with the facts offset; after an abort,
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -31,13 +32,18 @@ class StagedFact:
 class Staging:
     """Pending projection changes of one partition store.
 
-    With ``carry``, the runs written by the last ``flush`` are kept in memory (they
-    equal the store's rows, as long as this staging is the store's only writer), so
-    facts of the next batch for the same runs skip the RocksDB read and JSON parse.
-    Catch-up and replay use it; the live loop does not (its memory stays flat).
+    Runs written by a ``flush`` may be kept in memory (they equal the store's rows,
+    as long as this staging is the store's only writer), so that facts of a later
+    batch for the same runs skip the RocksDB read and JSON parse:
+
+    - ``carry``: the runs of the last flush only (catch-up and replay, which meet a
+      run's facts in consecutive batches);
+    - ``keep_runs``: up to this many of the most recently written runs (the live loop,
+      where a run's next input comes a few batches later); the least recently written
+      go first, so memory stays bounded.
     """
 
-    def __init__(self, store: PartitionStore, *, carry: bool = False) -> None:
+    def __init__(self, store: PartitionStore, *, carry: bool = False, keep_runs: int = 0) -> None:
         self.store = store
         self._before: dict[str, RunState | None] = {}
         self._after: dict[str, RunState | None] = {}
@@ -46,6 +52,7 @@ class Staging:
         # Every fact staged since the last flush with its encoded bytes, in staging order.
         self._staged: list[tuple[FactHeader, bytes]] = []
         self._carry = carry
+        self._keep_runs = keep_runs
         self._carried: dict[str, RunState] = {}
 
     def run(self, run_id: str) -> RunState | None:
@@ -163,14 +170,24 @@ class Staging:
         if facts_offset is not None:
             batch.set_facts_offset(facts_offset)
         self.store.write(batch, wal=wal)
-        carried = (
-            {run_id: state for run_id, state in self._after.items() if state is not None}
-            if self._carry
-            else {}
-        )
+        carried = self._kept_after_flush()
         self.discard()
         self._carried = carried
         return started
+
+    def _kept_after_flush(self) -> dict[str, RunState]:
+        written = {run_id: state for run_id, state in self._after.items() if state is not None}
+        if self._carry:
+            return written
+        if not self._keep_runs:
+            return {}
+        kept = self._carried
+        for run_id, state in written.items():
+            kept.pop(run_id, None)  # re-inserted last: the most recently written
+            kept[run_id] = state
+        for run_id in list(itertools.islice(kept, max(0, len(kept) - self._keep_runs))):
+            del kept[run_id]
+        return kept
 
     def discard(self) -> None:
         self._before.clear()

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from processor.facts.codec import encode
-from processor.facts.models import FactHeader
+from processor.facts.models import FactHeader, RunSubmitted
 from processor.model.reduce import fold, reduce
 from processor.model.state import RunState
 from processor.store.rocks import PartitionStore
@@ -97,6 +97,37 @@ def test_fold_prefix_persist_reload_fold_rest_equals_fold_all(
             assert len(reopened.history(run_id)) == state.version
     finally:
         reopened.close()
+
+
+@given(events, st.integers(0, 3), st.lists(st.integers(1, 8), min_size=1, max_size=20))
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_runs_kept_in_memory_between_flushes_equal_the_stored_ones(
+    tmp_path: Path, script: list[Event], keep_runs: int, batch_sizes: list[int]
+) -> None:
+    """The live loop's staging keeps recently written runs; folding through them in
+    batches gives the store and the states a fold of everything gives."""
+    sim = simulate(script)
+    store = PartitionStore(Path(tempfile.mkdtemp(dir=tmp_path)))
+    try:
+        staging = Staging(store, keep_runs=keep_runs)
+        done, sizes = 0, iter(batch_sizes * (len(sim.facts) + 1))
+        while done < len(sim.facts):
+            batch = sim.facts[done : done + next(sizes)]
+            for fact in batch:
+                staging.fold(fact, encode(fact))
+            done += len(batch)
+            staging.flush(done)
+            started = {f.run_id for f in sim.facts[:done] if isinstance(f, RunSubmitted)}
+            assert len(staging._carried) == min(keep_runs, len(started))
+            for run_id, kept in staging._carried.items():
+                assert kept == store.run(run_id)
+        for run_id, state in sim.states.items():
+            assert store.run(run_id) == state
+            assert staging.run(run_id) == state
+    finally:
+        store.close()
 
 
 def test_unknown_fact_types_only_advance_the_version() -> None:
