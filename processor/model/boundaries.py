@@ -74,7 +74,7 @@ def _dispatch_interaction(
     state = maker.current
     interaction = keys.interaction_id(boundary, index)
     token = tokens.sign(
-        ctx.secret, tokens.TokenClaims(state.run_id, boundary, interaction, state.generation)
+        ctx.resume_keys, tokens.TokenClaims(state.run_id, boundary, interaction, state.generation)
     )
     deadline = maker.now + awaits.timeout_ms
     canonical = canonical_json(request) if request else b""

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from processor.facts.keyring import KeyRing
 from processor.facts.models import AvroModel, CommandReply, FactHeader, RunOutcome
 from processor.facts.topics import TopicName
 from processor.model.due import DueEntry
@@ -31,6 +32,10 @@ __all__ = [
 ]
 
 
+# The default of decisions that sign nothing (pure tests): one empty key, as before rings.
+_UNCONFIGURED_KEYS = KeyRing.single(b"")
+
+
 class PipelineCatalog(Protocol):
     """The pipelines the processor knows, by name and version."""
 
@@ -41,11 +46,12 @@ class PipelineCatalog(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """What every decision may depend on besides the run: pipelines, time, token secret."""
+    """What every decision may depend on besides the run: pipelines, time, resume keys."""
 
     catalog: PipelineCatalog
     now: int
-    secret: bytes = b""
+    # Signs resume tokens and checkpoint handoffs; the loop passes the configured ring.
+    resume_keys: KeyRing = _UNCONFIGURED_KEYS
 
 
 @dataclass(frozen=True, slots=True)
