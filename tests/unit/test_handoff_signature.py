@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from hypothesis import given
@@ -9,9 +10,10 @@ from hypothesis import strategies as st
 
 from processor.admission.arrivals import Arrival, Refusal, handoff_arrival
 from processor.facts import handoff_signature
-from processor.facts.codec import encode
+from processor.facts.codec import SCHEMA_DIR, encode
 from processor.facts.keyring import KeyRing
 from processor.facts.models import CheckpointHandoff
+from tests.unit.test_schema_compatibility import _write_single_object
 
 A = ("a", b"key-a-0123456789abcdef")
 B = ("b", b"key-b-0123456789abcdef")
@@ -116,3 +118,15 @@ def _handoff(**changes: Any) -> CheckpointHandoff:
         "payload": b'{"amount": 1}',
     }
     return CheckpointHandoff(**{**fields, **changes})
+
+
+def test_a_handoff_written_with_the_schema_before_signatures_is_refused_unsigned() -> None:
+    """What an older processor left in boundary.checkpoints decodes, and is refused."""
+    old = SCHEMA_DIR / "history" / "CheckpointHandoff.f9ea4120321d4da1.avsc"
+    old_schema = json.loads(old.read_text())
+    assert "signature" not in {f["name"] for f in old_schema["fields"]}
+    record = _handoff().model_dump(exclude={"signature"})
+    refusal = handoff_arrival(_write_single_object(old_schema, record), KeyRing((A,)), "c")
+    assert isinstance(refusal, Refusal)
+    assert (refusal.reason, refusal.detail) == ("invalid_token", "checkpoint handoff is not signed")
+    assert refusal.run_id == "r-1"
