@@ -147,10 +147,10 @@ def run_demo(
 
 
 def _own_secret_unless_configured(settings: Settings) -> SecretStr | None:
-    """The configured single secret; none when keys are configured; else one of its own."""
-    if settings.resume_secrets is not None:
-        return None
-    return settings.resume_secret or SecretStr(secrets.token_hex(32))
+    """The configured secret; else, unless a key list is configured, one of its own."""
+    if settings.resume_secret is not None or settings.resume_secrets is not None:
+        return settings.resume_secret  # as configured: the host refuses both at once
+    return SecretStr(secrets.token_hex(32))
 
 
 class _Chaos:
