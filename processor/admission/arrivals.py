@@ -9,8 +9,9 @@ import hashlib
 from dataclasses import dataclass
 from typing import Literal
 
-from processor.facts import tokens
+from processor.facts import handoff_signature, tokens
 from processor.facts.codec import codec
+from processor.facts.keyring import KeyRing
 from processor.facts.models import BoundaryCompletion, CheckpointHandoff
 from processor.facts.payload import InvalidPayloadError, canonical_json, derive_run_id
 
@@ -62,14 +63,14 @@ def routing_run_id(topic_is_completion: bool, value: bytes | None) -> str | None
     return _handoff_run_id(codec().decode_as(value, CheckpointHandoff))
 
 
-def completion_arrival(value: bytes | None, secret: bytes, cause_id: str) -> Arrival | Refusal:
+def completion_arrival(value: bytes | None, keys: KeyRing, cause_id: str) -> Arrival | Refusal:
     """Decode and authenticate an await completion (raises FactDecodeError if undecodable)."""
     completion = codec().decode_as(value, BoundaryCompletion)
     claimed = tokens.parse(completion.token)
-    claims = tokens.verify(secret, completion.token)
+    claims = tokens.verify(keys, completion.token)
     if claims is None:
         run_id = claimed.run_id if claimed is not None else None
-        return Refusal("invalid_token", "resume token is forged, altered or not a token", run_id)
+        return Refusal("invalid_token", _token_problem(keys, completion.token), run_id)
     body = _canonical_payload(completion.payload, completion.content_type, claims.run_id)
     if isinstance(body, Refusal):
         return body
@@ -87,10 +88,24 @@ def completion_arrival(value: bytes | None, secret: bytes, cause_id: str) -> Arr
     )
 
 
-def handoff_arrival(value: bytes | None, cause_id: str) -> Arrival | Refusal:
-    """Decode a checkpoint handoff (raises FactDecodeError if undecodable)."""
+def _token_problem(keys: KeyRing, token: str) -> str:
+    kid = tokens.key_id(token)
+    if kid is not None and keys.get(kid) is None:
+        return f"resume token is signed with key {kid!r}, which is not configured"
+    return "resume token is forged, altered or not a token"
+
+
+def handoff_arrival(value: bytes | None, keys: KeyRing, cause_id: str) -> Arrival | Refusal:
+    """Decode and authenticate a checkpoint handoff (raises FactDecodeError if undecodable).
+
+    The signature is checked first: nothing of an unsigned, forged or altered
+    handoff is trusted, not even its target.
+    """
     handoff = codec().decode_as(value, CheckpointHandoff)
     run_id = _handoff_run_id(handoff)
+    problem = handoff_signature.problem(keys, handoff)
+    if problem is not None:
+        return Refusal("invalid_token", problem, run_id)
     if run_id is None:
         detail = f"target must be pipeline:<name> or run:<id>, got {handoff.target!r}"
         return Refusal("malformed", detail)

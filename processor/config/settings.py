@@ -64,7 +64,14 @@ class Settings(BaseSettings):
     durable_fsync: bool = Field(default=False, description="fsync every embedded-log commit")
     resume_secret: SecretStr | None = Field(
         default=None,
-        description="HMAC key of resume tokens; required on Kafka, generated for the embedded log",
+        description="HMAC key of resume tokens and checkpoint handoffs (key id 'default'); "
+        "required on Kafka unless resume_secrets is set, generated for the embedded log",
+    )
+    resume_secrets: SecretStr | None = Field(
+        default=None,
+        description="Several keys, for rotation: comma-separated kid:secret pairs; the first "
+        "signs, every one verifies; a token or handoff of a key no longer listed is refused. "
+        "Instead of resume_secret, not with it",
     )
     kafka_session_timeout_ms: int = Field(
         default=10_000,

@@ -7,10 +7,11 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from processor.config.resume_secret import resume_secret
+from processor.config.resume_secret import resume_keys
 from processor.engine.instance import InstanceClaim, claim_instance
 from processor.engine.loop import LoopConfig, ProcessorLoop
 from processor.errors import TransportError
+from processor.facts.keyring import KeyRing
 from processor.transport.clock import Clock, wall_clock_ms
 from processor.transport.deployment import Deployment, ensure_topics
 from processor.worker.pipeline import Application
@@ -38,13 +39,13 @@ class Host:
 
     def start(self) -> None:
         settings = self.deployment.settings
-        secret = resume_secret(settings)
+        keys = KeyRing(resume_keys(settings))
         self._claim = claim_instance(settings.state_dir, settings.instance_id)
         self.instance_id = self._claim.instance_id
         try:
             ensure_topics(self.deployment, self.app.output_topics)
             config = LoopConfig.from_settings(
-                settings, instance_id=self.instance_id, resume_secret=secret
+                settings, instance_id=self.instance_id, resume_keys=keys
             )
             self.loop = ProcessorLoop(
                 self.deployment.transport, self.app, self.deployment.topology, config, self.clock

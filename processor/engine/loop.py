@@ -32,6 +32,7 @@ from processor.errors import (
     TransportError,
 )
 from processor.facts.codec import codec, encode
+from processor.facts.keyring import KeyRing
 from processor.facts.models import (
     AvroModel,
     CancelRun,
@@ -90,7 +91,7 @@ class LoopConfig:
     timer_interval_ms: int
     timer_batch: int
     keep_runs: int
-    resume_secret: bytes
+    resume_keys: KeyRing
     stable_wait_s: float
     # A restore of this many facts or more, of several partitions, runs in processes.
     parallel_restore_min_facts: int
@@ -98,8 +99,8 @@ class LoopConfig:
     native_fold: bool
 
     @staticmethod
-    def from_settings(settings: Settings, *, instance_id: str, resume_secret: bytes) -> LoopConfig:
-        """The loop's configuration: ``settings`` plus the claimed id and the secret."""
+    def from_settings(settings: Settings, *, instance_id: str, resume_keys: KeyRing) -> LoopConfig:
+        """The loop's configuration: ``settings`` plus the claimed id and the resume keys."""
         return LoopConfig(
             state_dir=settings.state_dir,
             group=settings.group,
@@ -109,7 +110,7 @@ class LoopConfig:
             timer_interval_ms=settings.timer_interval_ms,
             timer_batch=settings.timer_batch,
             keep_runs=settings.keep_runs,
-            resume_secret=resume_secret,
+            resume_keys=resume_keys,
             stable_wait_s=settings.stable_wait_ms / 1000,
             parallel_restore_min_facts=settings.parallel_restore_min_facts,
             native_fold=settings.native_fold,
@@ -311,7 +312,7 @@ class ProcessorLoop:
         return len(records)
 
     def _context(self, now: int) -> Context:
-        return Context(self._catalog, now, self._config.resume_secret)
+        return Context(self._catalog, now, self._config.resume_keys)
 
     def _handle(self, record: Record, now: int) -> None:
         staging = self._stagings.get(record.partition)
@@ -352,9 +353,9 @@ class ProcessorLoop:
             return result.run_id, decide_result(result, staging.run(result.run_id), ctx)
         cause = f"{record.topic}/{record.partition}/{record.offset}"
         arrival = (
-            completion_arrival(record.value, self._config.resume_secret, cause)
+            completion_arrival(record.value, self._config.resume_keys, cause)
             if topic is TopicName.COMPLETIONS
-            else handoff_arrival(record.value, cause)
+            else handoff_arrival(record.value, self._config.resume_keys, cause)
         )
         if isinstance(arrival, Refusal):
             return arrival.run_id or "", Decision.refuse(arrival.reason, arrival.detail)

@@ -97,7 +97,7 @@ def run_demo(
             "group": f"demo-{suffix}",
             "topic_prefix": f"{settings.topic_prefix}demo-{suffix}." if settings.broker else "",
             # Self-contained: its tokens are signed and verified by this process only.
-            "resume_secret": settings.resume_secret or SecretStr(secrets.token_hex(32)),
+            "resume_secret": _own_secret_unless_configured(settings),
         }
     )
     deployment = Deployment.from_settings(settings)
@@ -144,6 +144,13 @@ def run_demo(
         duplicates_sent=chaos.duplicates,
         forged_sent=chaos.forged,
     )
+
+
+def _own_secret_unless_configured(settings: Settings) -> SecretStr | None:
+    """The configured secret; else, unless a key list is configured, one of its own."""
+    if settings.resume_secret is not None or settings.resume_secrets is not None:
+        return settings.resume_secret  # as configured: the host refuses both at once
+    return SecretStr(secrets.token_hex(32))
 
 
 class _Chaos:

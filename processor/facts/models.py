@@ -429,6 +429,7 @@ class CheckpointHandoff(AvroModel):
     idempotency_key: str
     payload: bytes
     content_type: str = "application/json"
+    signature: str | None = None  # see processor/facts/handoff_signature.py
 
 
 MESSAGE_TYPES: tuple[type[AvroModel], ...] = (

@@ -1,8 +1,18 @@
 """Resume tokens: opaque, HMAC-SHA256-signed, bound to one interaction and epoch.
 
 A token names the run, boundary, interaction and attempt epoch it was issued
-for, signed with the deployment's secret. Only its SHA-256 digest is stored, so
-a token from an earlier epoch of the same interaction no longer matches.
+for, signed with one key of the deployment's key ring. Only its SHA-256 digest
+is stored, so a token from an earlier epoch of the same interaction no longer
+matches.
+
+Formats (dot-separated; base64url without padding for the strings and the MAC,
+which covers every field before it):
+
+- ``v2.<key id>.<run id>.<boundary>.<interaction>.<epoch>.<mac>``: issued now;
+  verified only with the key it names, so a token of a removed key is refused.
+- ``v1.<run id>.<boundary>.<interaction>.<epoch>.<mac>``: issued before keys had
+  ids; verified with any key of the ring, so it keeps working as long as the
+  single key it was made with is still configured.
 """
 
 from __future__ import annotations
@@ -12,9 +22,12 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 
-__all__ = ["TokenClaims", "digest", "parse", "sign", "verify"]
+from processor.facts.keyring import KeyRing
 
-_VERSION = "v1"
+__all__ = ["TokenClaims", "digest", "key_id", "parse", "sign", "verify"]
+
+_V1 = "v1"
+_V2 = "v2"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,50 +46,74 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def _mac(secret: bytes, body: str) -> bytes:
-    return hmac.new(secret, body.encode(), hashlib.sha256).digest()
+def _mac(secret: bytes, body: str) -> str:
+    return _b64(hmac.new(secret, body.encode(), hashlib.sha256).digest())
 
 
-def sign(secret: bytes, claims: TokenClaims) -> str:
+def sign(keys: KeyRing, claims: TokenClaims) -> str:
+    """A v2 token for ``claims``, signed with the ring's signing key."""
+    kid, secret = keys.signing
     body = ".".join(
         (
-            _VERSION,
+            _V2,
+            kid,
             _b64(claims.run_id.encode()),
             str(claims.boundary),
             _b64(claims.interaction.encode()),
             str(claims.epoch),
         )
     )
-    return f"{body}.{_b64(_mac(secret, body))}"
+    return f"{body}.{_mac(secret, body)}"
+
+
+def _claim_fields(token: str) -> list[str] | None:
+    parts = token.split(".")
+    if len(parts) == 6 and parts[0] == _V1:
+        return parts[1:5]
+    if len(parts) == 7 and parts[0] == _V2:
+        return parts[2:6]
+    return None
 
 
 def parse(token: str) -> TokenClaims | None:
     """The claims a token states, unverified (for routing); None if it is not a token."""
-    parts = token.split(".")
-    if len(parts) != 6 or parts[0] != _VERSION:
+    fields = _claim_fields(token)
+    if fields is None:
         return None
     try:
         return TokenClaims(
-            run_id=_unb64(parts[1]).decode(),
-            boundary=int(parts[2]),
-            interaction=_unb64(parts[3]).decode(),
-            epoch=int(parts[4]),
+            run_id=_unb64(fields[0]).decode(),
+            boundary=int(fields[1]),
+            interaction=_unb64(fields[2]).decode(),
+            epoch=int(fields[3]),
         )
     except (ValueError, UnicodeDecodeError):
         return None
 
 
-def verify(secret: bytes, token: str) -> TokenClaims | None:
-    """The claims of a token signed with ``secret``; None for forged or altered tokens."""
+def key_id(token: str) -> str | None:
+    """The id of the key a v2 token says signed it; None for a v1 token or a non-token."""
+    parts = token.split(".")
+    return parts[1] if len(parts) == 7 and parts[0] == _V2 else None
+
+
+def verify(keys: KeyRing, token: str) -> TokenClaims | None:
+    """The claims of a token signed with a key of ``keys``; None for forged or altered
+    tokens, and for tokens of a key that is not (or no longer) in the ring."""
     claims = parse(token)
     if claims is None:
         return None
     body, _, mac = token.rpartition(".")
-    try:
-        given = _unb64(mac)
-    except ValueError:
-        return None
-    return claims if hmac.compare_digest(given, _mac(secret, body)) else None
+    kid = key_id(token)
+    if kid is None:
+        candidates = keys.secrets()  # a v1 token: made with the one key there was
+    else:
+        secret = keys.get(kid)
+        candidates = () if secret is None else (secret,)
+    # The MAC is compared as text: a non-canonical base64 spelling is an alteration.
+    if any(hmac.compare_digest(mac, _mac(secret, body)) for secret in candidates):
+        return claims
+    return None
 
 
 def digest(token: str) -> bytes:

@@ -76,7 +76,7 @@ def _dispatch_interaction(
     state = maker.current
     interaction = keys.interaction_id(boundary, index)
     token = tokens.sign(
-        ctx.secret,
+        ctx.resume_keys,
         tokens.TokenClaims(state.run_id, boundary, interaction, state.attempt.generation),
     )
     deadline = maker.now + awaits.timeout_ms

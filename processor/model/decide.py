@@ -331,7 +331,7 @@ def decide_timer(timer: TimerFired, state: RunState | None, ctx: Context) -> Dec
     maker = FactMaker(state, state.run_id, ctx.now, timer.cause_id)
     if entry.kind == "publication":
         if state.phase == "publishing":
-            publish(maker, spec)
+            publish(maker, spec, ctx.resume_keys)
         return maker.decision()
     control.deadline_first(maker)
     if entry.kind in _TIMEOUTS:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypedDict
 
+from processor.facts.keyring import KeyRing
 from processor.facts.models import AvroModel, CommandReply, FactHeader, RunOutcome
 from processor.facts.topics import TopicName
 from processor.model.due import DueEntry
@@ -32,6 +33,10 @@ __all__ = [
 ]
 
 
+# The default of decisions that sign nothing (pure tests): one empty key, as before rings.
+_UNCONFIGURED_KEYS = KeyRing.single(b"")
+
+
 class PipelineCatalog(Protocol):
     """The pipelines the processor knows, by name and version."""
 
@@ -42,11 +47,12 @@ class PipelineCatalog(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """What every decision may depend on besides the run: pipelines, time, token secret."""
+    """What every decision may depend on besides the run: pipelines, time, resume keys."""
 
     catalog: PipelineCatalog
     now: int
-    secret: bytes = b""
+    # Signs resume tokens and checkpoint handoffs; the loop passes the configured ring.
+    resume_keys: KeyRing = _UNCONFIGURED_KEYS
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,9 @@ does I/O.
 
 from __future__ import annotations
 
-from processor.facts import keys
+from processor.facts import handoff_signature, keys
 from processor.facts.codec import encode
+from processor.facts.keyring import KeyRing
 from processor.facts.models import (
     CheckpointHandoff,
     RetryScheduled,
@@ -175,12 +176,12 @@ def _publication_targets(spec: PipelineSpec) -> list[str]:
     return targets
 
 
-def publish(maker: FactMaker, spec: PipelineSpec) -> None:
+def publish(maker: FactMaker, spec: PipelineSpec, resume_keys: KeyRing) -> None:
     """Publish the result to every prepared target, then record completion and succeed.
 
     A target already Completed is skipped; one only Prepared is published again
     with the same deterministic key (the loop performs the Publish effects before
-    it commits these facts).
+    it commits these facts). A checkpoint handoff is signed with ``resume_keys``.
     """
     state = maker.current
     key = state.publication.key or f"{state.run_id}/terminal"
@@ -193,7 +194,7 @@ def publish(maker: FactMaker, spec: PipelineSpec) -> None:
         if status == "completed":
             continue
         if topic == TopicName.CHECKPOINTS.value and spec.checkpoint is not None:
-            maker.effects.append(_checkpoint_publication(state, spec, headers))
+            maker.effects.append(_checkpoint_publication(state, spec, headers, resume_keys))
         else:
             maker.effects.append(Publish(topic, state.run_id, state.last_output, headers))
         maker.add(
@@ -205,7 +206,10 @@ def publish(maker: FactMaker, spec: PipelineSpec) -> None:
 
 
 def _checkpoint_publication(
-    state: RunState, spec: PipelineSpec, headers: tuple[tuple[str, bytes], ...]
+    state: RunState,
+    spec: PipelineSpec,
+    headers: tuple[tuple[str, bytes], ...],
+    resume_keys: KeyRing,
 ) -> Publish:
     assert spec.checkpoint is not None
     target = spec.checkpoint.target
@@ -220,4 +224,5 @@ def _checkpoint_publication(
         idempotency_key=handoff_key,
         payload=state.last_output,
     )
-    return Publish(TopicName.CHECKPOINTS, target_run, encode(handoff), headers)
+    signed = handoff_signature.signed(resume_keys, handoff)
+    return Publish(TopicName.CHECKPOINTS, target_run, encode(signed), headers)

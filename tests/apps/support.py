@@ -17,6 +17,7 @@ from processor.clients.client import new_submit
 from processor.config.settings import Settings
 from processor.engine.loop import LoopConfig, ProcessorLoop
 from processor.facts.codec import codec, decode_fact, encode
+from processor.facts.keyring import KeyRing
 from processor.facts.models import AvroModel, FactHeader, Rejected, WorkItem
 from processor.facts.topics import TopicName
 from processor.model.state import RunState
@@ -301,8 +302,10 @@ class LoopHarness:
         *,
         settings: Settings | None = None,
         secret: bytes = b"",
+        keys: KeyRing | None = None,
     ):
         settings = settings or Settings(data_dir=data_dir)
+        self.keys = keys or KeyRing.single(secret)
         self.app = app
         self.deployment = Deployment.from_settings(settings)
         ensure_topics(self.deployment, app.output_topics)
@@ -310,7 +313,7 @@ class LoopHarness:
         transport, topology = self.deployment.transport, self.deployment.topology
         # Scan timers whenever the fake clock moved, so due times are exact to the millisecond.
         config = dataclasses.replace(
-            LoopConfig.from_settings(settings, instance_id="processor-1", resume_secret=secret),
+            LoopConfig.from_settings(settings, instance_id="processor-1", resume_keys=self.keys),
             poll_timeout_s=0.005,
             timer_interval_ms=1,
         )
@@ -324,10 +327,15 @@ class LoopHarness:
 
     @classmethod
     def for_settings(
-        cls, settings: Settings, app: Application, *, secret: bytes = b""
+        cls,
+        settings: Settings,
+        app: Application,
+        *,
+        secret: bytes = b"",
+        keys: KeyRing | None = None,
     ) -> LoopHarness:
         """A harness on whatever transport ``settings`` name (embedded or Kafka)."""
-        return cls(settings.data_dir, app, settings=settings, secret=secret)
+        return cls(settings.data_dir, app, settings=settings, secret=secret, keys=keys)
 
     def loop_state(self, run_id: str) -> RunState | None:
         """The run's committed projection in the loop's own store."""

@@ -7,7 +7,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from processor.facts import tokens
+from processor.facts import handoff_signature, tokens
 from processor.facts.models import (
     BoundaryCompletion,
     BoundaryCompletionAdmitted,
@@ -237,6 +237,7 @@ def test_a_waiting_run_continues_with_a_checkpoint_handoff(harness: LoopHarness)
         idempotency_key="upstream-1/checkpoint/go",
         payload=b'{"go": true}',
     )
+    handoff = handoff_signature.signed(h.keys, handoff)
     h.produce_model(TopicName.CHECKPOINTS, run_id, handoff)
     h.produce_model(TopicName.CHECKPOINTS, run_id, handoff)  # a duplicate: no-op
     finish(h, run_id)

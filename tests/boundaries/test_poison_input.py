@@ -15,6 +15,7 @@ import pytest
 
 from processor.clients.client import new_submit
 from processor.engine.loop import ProcessorLoop
+from processor.facts import handoff_signature
 from processor.facts.codec import encode
 from processor.facts.models import (
     BoundaryCompletion,
@@ -84,7 +85,7 @@ def test_poison_json_on_every_input_topic_is_refused_and_the_loop_goes_on(
         h, h.produce_model(TopicName.COMPLETIONS, run_id, completion), "malformed", "completion"
     )
 
-    # boundary.checkpoints: a handoff that would start a pipeline.
+    # boundary.checkpoints: a (signed) handoff that would start a pipeline.
     handoff = CheckpointHandoff(
         source_run_id="upstream",
         checkpoint="order-ready",
@@ -92,6 +93,7 @@ def test_poison_json_on_every_input_topic_is_refused_and_the_loop_goes_on(
         idempotency_key=f"upstream/{uuid.uuid4()}",
         payload=raw,
     )
+    handoff = handoff_signature.signed(h.keys, handoff)
     _refused(h, h.produce_model(TopicName.CHECKPOINTS, run_id, handoff), "malformed", "handoff")
 
     # segments.results: the current attempt's result with a poison step output.

@@ -14,6 +14,7 @@ import pytest
 
 from processor.config.settings import default_of
 from processor.engine.loop import LoopConfig, ProcessorLoop
+from processor.facts.keyring import KeyRing
 from processor.facts.models import RunSucceeded
 from processor.facts.topics import TopicName
 from processor.restore.parallel import catch_up_partitions, worker_count
@@ -177,7 +178,9 @@ def test_a_lost_store_of_several_partitions_is_restored_in_processes(
     shutil.rmtree(settings.state_dir)  # every partition's store is lost
 
     config = dataclasses.replace(
-        LoopConfig.from_settings(settings, instance_id="processor-1", resume_secret=b""),
+        LoopConfig.from_settings(
+            settings, instance_id="processor-1", resume_keys=KeyRing.single(b"")
+        ),
         parallel_restore_min_facts=1,
     )
     loop = ProcessorLoop(

@@ -213,3 +213,47 @@ def test_demo_that_cannot_start_says_why(tmp_path: Path) -> None:
     assert result.returncode == 1, result.stderr
     assert "PROCESSOR_RESUME_SECRET must be at least 16 characters" in result.stdout + result.stderr
     assert "Traceback" not in result.stderr
+
+
+def _demo(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "processor", "demo", "--runs", "5", "--json"],
+        cwd=REPO_ROOT,
+        env={**subprocess_env(tmp_path / "demo"), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_demo_runs_with_a_rotated_key_list(tmp_path: Path) -> None:
+    """A processor configured with a list of two keys signs, verifies and completes runs."""
+    keys = "k2:second-key-0123456789abcdef,k1:first-key-0123456789abcdef"
+    result = _demo(tmp_path, PROCESSOR_RESUME_SECRETS=keys)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["succeeded"] == 5 and report["failed"] == 0
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"PROCESSOR_RESUME_SECRETS": "k1:short"}, "key 'k1' must be at least 16 characters"),
+        (
+            {
+                "PROCESSOR_RESUME_SECRETS": "k1:first-key-0123456789abcdef",
+                "PROCESSOR_RESUME_SECRET": "single-key-0123456789abcdef",
+            },
+            "not both",
+        ),
+    ],
+)
+def test_a_bad_key_list_stops_the_start_with_a_reason(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
+    result = _demo(tmp_path, **env)
+    assert result.returncode == 1, result.stderr
+    assert message in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert "first-key-0123456789abcdef" not in result.stdout + result.stderr

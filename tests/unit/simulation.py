@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from processor.clients.client import new_submit
+from processor.facts.keyring import KeyRing
 from processor.facts.models import FactHeader, SegmentResult, StepOutput
 from processor.model.decide import (
     Context,
@@ -44,6 +45,7 @@ class Catalog:
 
 
 CATALOG = Catalog()
+SIMULATION_KEYS = KeyRing.single(b"simulation-secret")
 
 
 @dataclass
@@ -52,11 +54,11 @@ class Simulation:
     states: dict[str, RunState] = field(default_factory=dict)
     facts: list[FactHeader] = field(default_factory=list)
     counter: int = 0
-    secret: bytes = b"simulation-secret"
+    keys: KeyRing = SIMULATION_KEYS
 
     @property
     def ctx(self) -> Context:
-        return Context(CATALOG, self.now, self.secret)
+        return Context(CATALOG, self.now, self.keys)
 
     def _take(self, decision: Decision) -> Decision:
         for fact in decision.facts:

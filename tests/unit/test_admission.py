@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from processor.admission.admit import admit
 from processor.admission.arrivals import Arrival, Refusal, completion_arrival, handoff_arrival
 from processor.clients.client import new_submit
-from processor.facts import tokens
+from processor.facts import handoff_signature, tokens
 from processor.facts.codec import encode
+from processor.facts.keyring import KeyRing
 from processor.facts.models import (
     BoundaryCompletion,
     BoundaryRequest,
@@ -36,7 +37,7 @@ from processor.model.pipeline_spec import AwaitSpec, PipelineSpec, StepSpec
 from processor.model.reduce import fold
 from processor.model.state import RunState
 
-SECRET = b"unit-secret-0123456789abcdef"
+KEYS = KeyRing.single(b"unit-secret-0123456789abcdef")
 TIMEOUT = 1_000
 AWAITING = PipelineSpec(
     "awaiting",
@@ -91,7 +92,7 @@ class World:
 
     @property
     def ctx(self) -> Context:
-        return Context(Catalog(), self.now, SECRET)
+        return Context(Catalog(), self.now, KEYS)
 
     @property
     def state(self) -> RunState | None:
@@ -119,7 +120,7 @@ class World:
             payload=json.dumps(value).encode() if outcome == "success" else b"",
             error=None if outcome == "success" else "declined",
         )
-        return completion_arrival(encode(completion), SECRET, f"c{len(self.facts)}")
+        return completion_arrival(encode(completion), KEYS, f"c{len(self.facts)}")
 
     def admit(self, request: BoundaryRequest, value: object, **kwargs: object) -> Decision:
         arrival = self.arrival(request, value, **kwargs)  # type: ignore[arg-type]
@@ -146,7 +147,7 @@ def test_suspension_records_the_boundary_and_requests_with_signed_tokens() -> No
         "BoundaryDispatchCompleted",
     ]
     (request,) = world.requests
-    claims = tokens.verify(SECRET, request.resume_token)
+    claims = tokens.verify(KEYS, request.resume_token)
     assert claims is not None and claims.run_id == world.run_id
     state = world.state
     assert state is not None and state.phase == "suspended"
@@ -182,7 +183,7 @@ def test_an_identical_duplicate_is_a_no_op_and_a_different_payload_conflicts() -
 def test_unknown_run_and_unknown_interaction_are_refused() -> None:
     world = World()
     other_claims = tokens.TokenClaims(world.run_id, 9, "b9.0", 1)
-    forged_interaction = tokens.sign(SECRET, other_claims)
+    forged_interaction = tokens.sign(KEYS, other_claims)
     refused = world.admit(world.requests[0], 1, token=forged_interaction)
     assert refused.refusal == "unknown_interaction"
     arrival = world.arrival(world.requests[0], 1)
@@ -204,10 +205,10 @@ def test_malformed_payloads_and_content_types_are_refused() -> None:
     bad_json = BoundaryCompletion(
         token=request.resume_token, idempotency_key="k", outcome="success", payload=b"{nope"
     )
-    refusal = completion_arrival(encode(bad_json), SECRET, "c")
+    refusal = completion_arrival(encode(bad_json), KEYS, "c")
     assert isinstance(refusal, Refusal) and refusal.reason == "malformed"
     xml = bad_json.model_copy(update={"payload": b"<a/>", "content_type": "text/xml"})
-    refusal = completion_arrival(encode(xml), SECRET, "c")
+    refusal = completion_arrival(encode(xml), KEYS, "c")
     assert isinstance(refusal, Refusal) and refusal.reason == "malformed"
 
 
@@ -233,13 +234,13 @@ def test_tokens_for_another_run_or_signed_with_another_secret_are_refused() -> N
     assert claims is not None
     elsewhere = tokens.TokenClaims(other.run_id, claims.boundary, claims.interaction, claims.epoch)
     # the other run's claims with this run's signature: the MAC no longer matches
-    body_of_other = tokens.sign(SECRET, elsewhere).rsplit(".", 1)[0]
+    body_of_other = tokens.sign(KEYS, elsewhere).rsplit(".", 1)[0]
     spliced = body_of_other + "." + world.requests[0].resume_token.rsplit(".", 1)[1]
     assert other.admit(other.requests[0], 1, token=spliced).refusal == "invalid_token"
-    foreign = tokens.sign(b"another-secret-entirely-0000", claims)
+    foreign = tokens.sign(KeyRing.single(b"another-secret-entirely-0000"), claims)
     assert world.admit(world.requests[0], 1, token=foreign).refusal == "invalid_token"
     stale_epoch = tokens.sign(
-        SECRET, tokens.TokenClaims(claims.run_id, claims.boundary, claims.interaction, 7)
+        KEYS, tokens.TokenClaims(claims.run_id, claims.boundary, claims.interaction, 7)
     )
     assert world.admit(world.requests[0], 1, token=stale_epoch).refusal == "invalid_token"
     assert world.state is not None and world.state.phase == "suspended"
@@ -296,15 +297,16 @@ def test_a_handoff_to_a_pipeline_starts_a_run_with_the_same_fact_shape() -> None
         idempotency_key="src/ready",
         payload=b'{"o":1}',
     )
-    arrival = handoff_arrival(encode(handoff), "c1")
+    arrival = handoff_arrival(encode(handoff_signature.signed(KEYS, handoff)), KEYS, "c1")
     assert isinstance(arrival, Arrival) and arrival.source == "checkpoint"
-    ctx = Context(Catalog(), 5, SECRET)
+    ctx = Context(Catalog(), 5, KEYS)
     decision = admit(arrival, None, ctx)
     assert "BoundaryCompletionAdmitted" in types(decision.facts)
     state = fold(list(decision.facts))
     assert state is not None and state.pipeline == "awaiting" and state.phase == "dispatched"
     assert admit(arrival, state, ctx).facts == ()  # the same handoff again: a no-op
-    other = handoff_arrival(encode(handoff.model_copy(update={"payload": b"2"})), "c2")
+    changed = handoff.model_copy(update={"payload": b"2"})
+    other = handoff_arrival(encode(handoff_signature.signed(KEYS, changed)), KEYS, "c2")
     assert isinstance(other, Arrival)
     assert admit(other, state, ctx).refusal == "conflicting_completion"
 
@@ -314,5 +316,5 @@ def test_a_handoff_with_a_bad_target_is_malformed(target: str) -> None:
     handoff = CheckpointHandoff(
         source_run_id="s", checkpoint="c", target=target, idempotency_key="k", payload=b"1"
     )
-    refusal = handoff_arrival(encode(handoff), "c")
+    refusal = handoff_arrival(encode(handoff_signature.signed(KEYS, handoff)), KEYS, "c")
     assert isinstance(refusal, Refusal) and refusal.reason == "malformed"

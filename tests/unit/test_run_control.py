@@ -6,6 +6,7 @@ import json
 from typing import Any, ClassVar
 
 from processor.clients.client import new_submit
+from processor.facts.keyring import KeyRing
 from processor.facts.models import (
     CancelRun,
     CommandReply,
@@ -96,7 +97,7 @@ class Run:
 
     @property
     def ctx(self) -> Context:
-        return Context(Catalog(), self.now, b"secret-secret-secret")
+        return Context(Catalog(), self.now, KeyRing.single(b"secret-secret-secret"))
 
     @property
     def state(self) -> RunState:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from processor.config.settings import Settings, default_of
 from processor.engine.loop import LoopConfig
+from processor.facts.keyring import KeyRing
 from processor.transport.kafka import KafkaTransport
 from processor.transport.topology import Topology
 
@@ -23,7 +24,7 @@ def test_the_loop_configuration_comes_from_the_settings(tmp_path: Path) -> None:
         parallel_restore_min_facts=13,
         native_fold=False,
     )
-    config = LoopConfig.from_settings(settings, instance_id="i-1", resume_secret=b"s")
+    config = LoopConfig.from_settings(settings, instance_id="i-1", resume_keys=KeyRing.single(b"s"))
     assert config == LoopConfig(
         state_dir=tmp_path / "state" / "g",
         group="g",
@@ -33,7 +34,7 @@ def test_the_loop_configuration_comes_from_the_settings(tmp_path: Path) -> None:
         timer_interval_ms=3,
         timer_batch=11,
         keep_runs=17,
-        resume_secret=b"s",
+        resume_keys=KeyRing.single(b"s"),
         stable_wait_s=1.5,
         parallel_restore_min_facts=13,
         native_fold=False,
