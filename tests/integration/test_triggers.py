@@ -23,16 +23,10 @@ from processor.facts.models import Rejected, RunSucceeded, SubmitRun
 from processor.facts.topics import TopicName
 from processor.transport.base import Outbound, Reader, Record, TopicSpec, Transport
 from processor.transport.deployment import Deployment
-from processor.worker.trigger import (
-    BUILTIN_DECODERS,
-    DECODE_FAILED,
-    MAPPING_FAILED,
-    TriggerRecord,
-    trigger_submit,
-)
+from processor.worker.trigger import DECODE_FAILED, MAPPING_FAILED
 from tests.apps.pipelines import expected_steps3_result
 from tests.apps.support import read_topic, wait_until
-from tests.apps.trigger_pipelines import ORDERS, UNIQUE, trigger_app
+from tests.apps.trigger_pipelines import ORDERS, UNIQUE, expected_order_runs, trigger_app
 from tests.kafka.support import FactsWatch, KafkaSpace, assert_exactly_once, read_facts
 from tests.kafka_broker import kafka_bootstrap, unavailable_reason
 
@@ -114,20 +108,6 @@ def trigger_rejections(reader: Reader, setup: Setup, topic: str) -> list[Rejecte
     return [r for r in found if r.source_topic == setup.prefix + topic]
 
 
-def expected_runs(setup: Setup, records: list[Record]) -> dict[str, int]:
-    """Run id -> n of each well-formed order record (the run id derived independently)."""
-    app = trigger_app(setup.prefix)
-    (trigger,) = [t for name, t in app.triggers if name == "steps3"]
-    decoder = BUILTIN_DECODERS["json"](setup.deployment.settings)
-    expected = {}
-    for r in records:
-        rec = TriggerRecord(r.topic, r.partition, r.offset, r.key, r.value)
-        command = trigger_submit("steps3", trigger, decoder, rec, 0)
-        if isinstance(command, SubmitRun):
-            expected[command.run_id] = json.loads(command.input)["n"]
-    return expected
-
-
 def test_each_record_of_a_user_topic_starts_one_run_and_bad_ones_are_kept(
     setup: Setup, host: Host
 ) -> None:
@@ -144,7 +124,7 @@ def test_each_record_of_a_user_topic_starts_one_run_and_bad_ones_are_kept(
             "the user records",
         )
         assert len({r.partition for r in records}) == USER_PARTITIONS  # keys spread them
-        expected = expected_runs(setup, records)
+        expected = expected_order_runs(setup.prefix, records)
         assert len(expected) == len(good)
         assert sorted(expected.values()) == list(range(60))
 
