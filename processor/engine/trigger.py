@@ -1,6 +1,6 @@
 """The trigger stage: turns records of users' own topics into runs, exactly once.
 
-A consumer-group member of its own (group ``<group>-triggers``) reads every
+A consumer-group member of its own (group ``<group>.triggers``) reads every
 topic that a pipeline declares a trigger on, with a transactional session of its
 own (``ProcessorSession``: EOS v2 on Kafka, one SQLite transaction on the
 embedded log). Each polled batch is one transaction:
@@ -13,6 +13,15 @@ embedded log). Each polled batch is one transaction:
 A crash before 2 leaves nothing: the batch is read and mapped again. A crash after
 it leaves the offsets past the batch. Either way each record is submitted once; the
 run id derives from the record, so even a second submit would start no second run.
+
+Decoders are looked up by name in the ``decoders`` mapping (``BUILTIN_DECODERS``:
+"json" and "bytes"); each entry is a factory that takes the deployment's
+``Settings`` and returns ``value -> decoded``. Avro through a schema registry plugs
+in as one more entry (say "avro": a factory that builds a cached deserializer from
+the registry settings), passed by ``Host``; a decoder's exception becomes a
+``trigger_decode_failed`` rejection, so it needs no error handling of its own,
+except that an unreachable registry should raise ``TransportError`` (the stage then
+waits and retries the batch instead of rejecting valid records).
 """
 
 from __future__ import annotations
@@ -57,8 +66,13 @@ _MAX_PAUSE_S = 5.0
 
 
 def trigger_group(settings: Settings) -> str:
-    """The consumer group (and transactional-id stem) of the trigger stage."""
-    return f"{settings.group}-triggers"
+    """The consumer group (and transactional-id stem) of the trigger stage.
+
+    The transactional ids are ``<group>.triggers-<instance>`` and the loop's
+    ``<group>-<instance>``: the character after the group differs, so no instance id
+    makes the two collide (either would fence the other's producer).
+    """
+    return f"{settings.group}.triggers"
 
 
 @dataclass(frozen=True, slots=True)

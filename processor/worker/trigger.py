@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from processor.config.settings import Settings
-from processor.errors import ConfigurationError
+from processor.errors import ConfigurationError, TransportError
 from processor.facts import payload
 from processor.facts.models import SubmitRun
 
@@ -156,10 +156,14 @@ def trigger_submit(
 ) -> SubmitRun | TriggerRefusal:
     """The SubmitRun that ``record`` starts, or why it starts none (pure but for ``to_input``).
 
-    ``record.decoded`` is ignored: the decoder fills it in here.
+    ``record.decoded`` is ignored: the decoder fills it in here. A decoder's
+    ``TransportError`` (its schema registry is unreachable) propagates: the record
+    is fine, and the stage retries it later.
     """
     try:
         decoded = decoder(record.value)
+    except TransportError:
+        raise  # the decoder's registry is unreachable: not the record's fault, retry it
     except Exception as exc:  # any decoder's failure, a plug-in's too, is the record's fault
         return TriggerRefusal(DECODE_FAILED, _exception_text(exc))
     rec = replace(record, decoded=decoded)

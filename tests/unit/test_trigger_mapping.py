@@ -10,7 +10,7 @@ import pytest
 import processor
 from processor.config.settings import Settings
 from processor.engine.trigger import bind_triggers
-from processor.errors import ConfigurationError
+from processor.errors import ConfigurationError, TransportError
 from processor.facts import payload
 from processor.facts.models import SubmitRun
 from processor.worker.pipeline import Application, Pipeline
@@ -173,6 +173,14 @@ def test_a_plugged_in_decoder_feeds_the_function_and_the_idempotency_field() -> 
     assert json.loads(command.input) == {"order_id": "o-9", "status": "PAID"}
     assert command.idempotency_key == json.dumps(["trigger", "orders", "field", "order_id", "o-9"])
     assert broken.reason == DECODE_FAILED and "ValueError" in broken.detail
+
+
+def test_a_decoder_that_cannot_reach_its_registry_rejects_nothing() -> None:
+    def unreachable(value: bytes | None) -> Any:
+        raise TransportError("schema registry at http://registry: connection refused")
+
+    with pytest.raises(TransportError, match="connection refused"):
+        submit(Trigger("avro.orders", decoder="avro"), record(b"\x00\x00\x00\x00\x01"), unreachable)
 
 
 def test_decoders_are_resolved_by_name_and_an_unknown_name_is_refused() -> None:
