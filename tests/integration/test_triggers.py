@@ -188,3 +188,32 @@ def submitted(reader: Reader, setup: Setup) -> list[SubmitRun]:
     topology = setup.deployment.topology
     records = read_topic(reader, topology.name(TopicName.COMMANDS), topology.partitions)
     return [codec().decode_as(r.value, SubmitRun) for r in records]
+
+
+def test_a_trigger_on_a_topic_not_yet_created_waits_for_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = Settings(data_dir=tmp_path / "data", topic_prefix="late.")
+    setup = Setup(Deployment.from_settings(settings), "late.")
+    host = Host(setup.deployment, trigger_app("late."), workers=1)
+    host.start()
+    reader = setup.transport.reader()
+    try:
+        wait_until(lambda: "unknown topic" in caplog.text, 30, "the trigger to say it waits")
+        admin = setup.transport.admin()
+        try:
+            admin.create_topics([TopicSpec("late." + n, USER_PARTITIONS) for n in (ORDERS, UNIQUE)])
+        finally:
+            admin.close()
+        produce(setup, ORDERS, [b'{"n": 4}'])
+        topology = setup.deployment.topology
+
+        def succeeded() -> list[RunSucceeded]:
+            return [f for f in read_facts(reader, topology) if isinstance(f, RunSucceeded)]
+
+        (done,) = wait_until(succeeded, 30, "the run of the late topic's record", 0.2)
+        assert json.loads(done.result) == expected_steps3_result(4)
+    finally:
+        reader.close()
+        host.stop()
+    assert not host.errors, host.errors
