@@ -14,6 +14,11 @@ soon as it reports that it is running) and started again. Afterwards:
 - every malformed record is in admission.rejected exactly once, with its reason;
 - ``processor replay --verify`` agrees with the live projections.
 
+A second test runs two processors that share the trigger group: one leaves (its
+user partitions move to the other) and comes back (they are split again), then
+the other is killed; the same checks hold (but replay, which compares one
+processor's stores).
+
 The issue asks for 5,000 records; this test uses 2,000 (and 5 kills) so that it
 stays well under a minute on a 2-core machine (about 35 s): each kill costs up to a
 group session timeout (6 s) before the restarted members get their partitions back.
@@ -35,6 +40,7 @@ from processor.facts.codec import codec
 from processor.facts.models import Rejected, SubmitRun
 from processor.facts.topics import TopicName
 from processor.transport.base import Outbound, TopicSpec, Transport
+from processor.transport.deployment import Deployment
 from processor.worker.trigger import DECODE_FAILED, MAPPING_FAILED
 from tests.apps.pipelines import expected_steps3_result
 from tests.apps.support import TopicTail, read_topic, wait_until
@@ -42,9 +48,11 @@ from tests.apps.trigger_pipelines import ORDERS, UNIQUE, expected_order_runs
 from tests.kafka.conftest import ProcessFactory
 from tests.kafka.support import (
     FactsWatch,
+    KafkaProcessorProcess,
     KafkaSpace,
     assert_exactly_once,
     assert_replay_verifies,
+    owned_partitions,
     read_facts,
 )
 
@@ -106,21 +114,81 @@ class Feed:
             self.done.set()
 
 
+def create_user_topics(space: KafkaSpace, deployment: Deployment) -> None:
+    admin = deployment.transport.admin()
+    try:
+        specs = [TopicSpec(space.prefix + n, USER_PARTITIONS) for n in (ORDERS, UNIQUE)]
+        admin.create_topics(specs)
+    finally:
+        admin.close()
+
+
+def trigger_process(
+    processes: ProcessFactory, space: KafkaSpace, name: str
+) -> KafkaProcessorProcess:
+    process = processes(name)
+    process.app = APP
+    process.extra_env = {"TEST_TRIGGER_PREFIX": space.prefix}
+    return process
+
+
+def assert_one_run_per_record(
+    space: KafkaSpace,
+    deployment: Deployment,
+    feed: Feed,
+    running: list[KafkaProcessorProcess],
+) -> None:
+    """Once every record's run ended: one run, one submit per record; bad ones rejected once.
+
+    Stops the ``running`` processes (each must exit cleanly), then checks the journal,
+    runs.commands and admission.rejected, and ``replay --verify`` on the first one.
+    """
+    topology = deployment.topology
+    reader = deployment.transport.reader()
+    records = list(read_topic(reader, feed.topic, USER_PARTITIONS))
+    assert len(records) == RECORDS
+    expected = expected_order_runs(space.prefix, records)
+    assert len(expected) == RECORDS - len(feed.malformed)
+    watch = FactsWatch(reader, topology)
+
+    def all_ended() -> bool:
+        for process in running:
+            process.check_alive()
+        return watch.all_ended(expected)
+
+    wait_until(all_ended, 120, "every triggered run to end", max_pause_s=0.2)
+    for process in running:
+        assert process.stop() == 0, process.log_text()[-3000:]
+
+    facts = read_facts(reader, topology)
+    assert_exactly_once(facts, expected, result=expected_steps3_result)
+    submits = [
+        codec().decode_as(r.value, SubmitRun)
+        for r in read_topic(reader, topology.name(TopicName.COMMANDS), topology.partitions)
+    ]
+    assert Counter(s.run_id for s in submits) == Counter(dict.fromkeys(expected, 1))
+    rejected = [
+        codec().decode_as(r.value, Rejected)
+        for r in read_topic(reader, topology.name(TopicName.REJECTED), topology.partitions)
+    ]
+    reasons = Counter(
+        (r.original_value, r.reason) for r in rejected if r.source_topic == feed.topic
+    )
+    assert reasons == Counter(feed.malformed.items())
+    reader.close()
+
+    if len(running) == 1:  # a replay compares with one processor's stores: all partitions
+        report = assert_replay_verifies(space, running[0].data_dir)
+        assert report["runs"] == len(expected)
+
+
 def test_kill_9_while_records_flow_starts_exactly_one_run_per_record(
     space: KafkaSpace, processes: ProcessFactory, tmp_path: Path
 ) -> None:
     deployment = space.deployment(tmp_path / "client")
+    create_user_topics(space, deployment)
+    processor = trigger_process(processes, space, "processor")
     topology = deployment.topology
-    admin = deployment.transport.admin()
-    try:
-        admin.create_topics(
-            [TopicSpec(space.prefix + n, USER_PARTITIONS) for n in (ORDERS, UNIQUE)]
-        )
-    finally:
-        admin.close()
-    processor = processes("processor")
-    processor.app = APP
-    processor.extra_env = {"TEST_TRIGGER_PREFIX": space.prefix}
     reader = deployment.transport.reader()
     commands = TopicTail(reader, topology.name(TopicName.COMMANDS), topology.partitions)
     rng = random.Random(SEED)
@@ -146,37 +214,49 @@ def test_kill_9_while_records_flow_starts_exactly_one_run_per_record(
         kills.append((when, not feed.done.is_set()))
         processor.start()
     feed.join()
+    reader.close()
     assert sum(flowing for _, flowing in kills) >= 2, kills
 
-    records = list(read_topic(reader, feed.topic, USER_PARTITIONS))
-    assert len(records) == RECORDS
-    expected = expected_order_runs(space.prefix, records)
-    assert len(expected) == RECORDS - len(feed.malformed)
-    watch = FactsWatch(reader, topology)
+    assert_one_run_per_record(space, deployment, feed, [processor])
 
-    def all_ended() -> bool:
-        processor.check_alive()
-        return watch.all_ended(expected)
 
-    wait_until(all_ended, 120, "every triggered run to end", max_pause_s=0.2)
-    assert processor.stop() == 0, processor.log_text()[-3000:]
+def test_rebalances_between_two_processors_start_exactly_one_run_per_record(
+    space: KafkaSpace, processes: ProcessFactory, tmp_path: Path
+) -> None:
+    """Two processors share the trigger group; one leaves and comes back, then one is killed."""
+    deployment = space.deployment(tmp_path / "client")
+    create_user_topics(space, deployment)
+    first = trigger_process(processes, space, "first")
+    second = trigger_process(processes, space, "second")
+    topology = deployment.topology
+    reader = deployment.transport.reader()
+    commands = TopicTail(reader, topology.name(TopicName.COMMANDS), topology.partitions)
+    feed = Feed(space, deployment.transport)
 
-    facts = read_facts(reader, topology)
-    assert_exactly_once(facts, expected, result=expected_steps3_result)
-    submits = [
-        codec().decode_as(r.value, SubmitRun)
-        for r in read_topic(reader, topology.name(TopicName.COMMANDS), topology.partitions)
-    ]
-    assert Counter(s.run_id for s in submits) == Counter(dict.fromkeys(expected, 1))
-    rejected = [
-        codec().decode_as(r.value, Rejected)
-        for r in read_topic(reader, topology.name(TopicName.REJECTED), topology.partitions)
-    ]
-    reasons = Counter(
-        (r.original_value, r.reason) for r in rejected if r.source_topic == feed.topic
-    )
-    assert reasons == Counter(feed.malformed.items())
+    def progressed(by: int) -> None:
+        target = commands.end_total() + by
+        wait_until(lambda: commands.end_total() >= target, 90, f"{target} submits", 0.01)
+
+    def owns_user_partitions(process: KafkaProcessorProcess) -> set[int]:
+        process.check_alive()
+        return owned_partitions(process.log_text(), feed.topic)
+
+    first.start()
+    second.start()
+    feed.start()
+    wait_until(lambda: owns_user_partitions(second), 60, "the second to share the user topic")
+    progressed(150)
+    assert second.stop() == 0  # leaves both groups: its partitions move to the first
+    wait_until(lambda: len(owns_user_partitions(first)) == USER_PARTITIONS, 60, "all to first")
+    progressed(150)
+    second.start()  # and back: the partitions are split again
+    wait_until(lambda: owns_user_partitions(second), 60, "the second to share them again")
+    progressed(150)
+    flowing = not feed.done.is_set()
+    assert first.kill() == -9  # its partitions move once its session times out
+    first.start()
+    feed.join()
     reader.close()
+    assert flowing
 
-    report = assert_replay_verifies(space, processor.data_dir)
-    assert report["runs"] == len(expected)
+    assert_one_run_per_record(space, deployment, feed, [first, second])
