@@ -128,6 +128,7 @@ class TriggerStage:
         for bound in bind_triggers(declared, settings, decoders):
             self._by_topic[bound.trigger.topic].append(bound)
         self._session: ProcessorSession | None = None
+        # Committed since the start: runs submitted, records rejected (tests, benchmarks).
         self.submitted = 0
         self.rejected = 0
 

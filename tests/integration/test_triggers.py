@@ -19,7 +19,7 @@ import pytest
 from processor.config.settings import Settings
 from processor.engine.host import Host
 from processor.facts.codec import codec
-from processor.facts.models import Rejected, RunSucceeded, SubmitRun
+from processor.facts.models import CommandReply, Rejected, RunSucceeded
 from processor.facts.topics import TopicName
 from processor.transport.base import Outbound, Reader, Record, TopicSpec, Transport
 from processor.transport.deployment import Deployment
@@ -158,8 +158,7 @@ def test_each_record_of_a_user_topic_starts_one_run_and_bad_ones_are_kept(
 
 def test_records_with_the_same_idempotency_field_start_one_run(setup: Setup, host: Host) -> None:
     orders = [{"order_id": f"o-{i}", "total": i} for i in range(5)]
-    values = [json.dumps(o).encode() for o in orders + orders[:3]]  # three sent twice
-    produce(setup, UNIQUE, values)
+    produce(setup, UNIQUE, [json.dumps(o).encode() for o in [*orders, *orders[:3]]])
     reader = setup.transport.reader()
     try:
         topology = setup.deployment.topology
@@ -167,27 +166,27 @@ def test_records_with_the_same_idempotency_field_start_one_run(setup: Setup, hos
         def succeeded() -> list[RunSucceeded]:
             return [f for f in read_facts(reader, topology) if isinstance(f, RunSucceeded)]
 
+        def replies(count: int) -> list[CommandReply]:
+            records = read_topic(reader, topology.name(TopicName.REPLIES), topology.partitions)
+            found = [codec().decode_as(r.value, CommandReply) for r in records]
+            return found if len(found) == count else []
+
         wait_until(lambda: len(succeeded()) >= len(orders), 60, "one run per order", 0.2)
-        commands = wait_until(
-            lambda: len(found := submitted(reader, setup)) == len(values) and found,
-            30,
-            "every record submitted",
-        )
+        wait_until(lambda: replies(8), 30, "every submit answered")
+        # Once o-0's run exists: the same order id with another input is refused. (Before,
+        # records on different partitions could reach the processor in either order.)
+        produce(setup, UNIQUE, [json.dumps({"order_id": "o-0", "total": 99}).encode()])
+        answered = wait_until(lambda: replies(9), 30, "the conflicting submit answered")
         host.stop()
 
         results = sorted(json.loads(f.result)["order_id"] for f in succeeded())
         assert results == [o["order_id"] for o in orders]  # one run each, none twice
-        assert len({c.run_id for c in commands}) == len(orders)
+        assert len({reply.run_id for reply in answered}) == len(orders)
+        outcomes = Counter((reply.created, reply.refusal) for reply in answered)
+        assert outcomes == {(True, None): 5, (False, None): 3, (False, "idempotency_conflict"): 1}
         assert trigger_rejections(reader, setup, UNIQUE) == []
     finally:
         reader.close()
-
-
-def submitted(reader: Reader, setup: Setup) -> list[SubmitRun]:
-    """The SubmitRun commands on runs.commands (the trigger's, in this deployment)."""
-    topology = setup.deployment.topology
-    records = read_topic(reader, topology.name(TopicName.COMMANDS), topology.partitions)
-    return [codec().decode_as(r.value, SubmitRun) for r in records]
 
 
 def test_a_trigger_on_a_topic_not_yet_created_waits_for_it(
