@@ -33,6 +33,8 @@ _EXPORTS: dict[str, str] = {
     "Application": "processor.worker.pipeline",
     "Pipeline": "processor.worker.pipeline",
     "NonRetryableError": "processor.worker.pipeline",
+    "Trigger": "processor.worker.trigger",
+    "TriggerRecord": "processor.worker.trigger",
     "RetryPolicy": "processor.model.pipeline_spec",
     "CheckpointSpec": "processor.model.pipeline_spec",
     "Client": "processor.clients.client",
@@ -71,6 +73,8 @@ __all__ = [
     "StoreFormatError",
     "SubmitReceipt",
     "TransportError",
+    "Trigger",
+    "TriggerRecord",
     "UnknownPipelineError",
     "UnknownRunError",
     "WaitTimeoutError",
@@ -96,6 +100,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     )
     from processor.model.pipeline_spec import CheckpointSpec, RetryPolicy
     from processor.worker.pipeline import Application, NonRetryableError, Pipeline
+    from processor.worker.trigger import Trigger, TriggerRecord
 
 
 def __getattr__(name: str) -> Any:

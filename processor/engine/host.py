@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from processor.config.resume_secret import resume_keys
 from processor.engine.instance import InstanceClaim, claim_instance
 from processor.engine.loop import LoopConfig, ProcessorLoop
+from processor.engine.trigger import TriggerStage
 from processor.errors import TransportError
 from processor.facts.keyring import KeyRing
 from processor.transport.clock import Clock, wall_clock_ms
@@ -34,6 +35,7 @@ class Host:
     stop_event: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     loop: ProcessorLoop | None = None
+    triggers: TriggerStage | None = None  # when the application declares triggers
     errors: list[BaseException] = field(default_factory=list)
     _claim: InstanceClaim | None = None
 
@@ -44,6 +46,7 @@ class Host:
         self.instance_id = self._claim.instance_id
         try:
             ensure_topics(self.deployment, self.app.output_topics)
+            self.triggers = self._trigger_stage()  # before the loop: a bad decoder name fails
             config = LoopConfig.from_settings(
                 settings, instance_id=self.instance_id, resume_keys=keys
             )
@@ -55,6 +58,9 @@ class Host:
             self._release()
             raise
         self._spawn("processor", self._run_loop)
+        if self.triggers is not None:
+            logger.info("triggers on %s", ", ".join(self.triggers.topics))
+            self._spawn("triggers", _runner(self.triggers, self.stop_event))
         for index in range(self.workers):
             worker = Worker(
                 self.deployment.transport,
@@ -64,6 +70,20 @@ class Host:
                 worker_id=f"{self.instance_id}-w{index}",
             )
             self._spawn(worker.worker_id, _runner(worker, self.stop_event))
+
+    def _trigger_stage(self) -> TriggerStage | None:
+        """The trigger stage, if any pipeline declares a trigger (its decoders resolved)."""
+        declared = self.app.triggers
+        if not declared:
+            return None
+        return TriggerStage(
+            self.deployment.transport,
+            self.deployment.topology,
+            self.deployment.settings,
+            declared,
+            instance_id=self.instance_id,
+            clock=self.clock,
+        )
 
     def _run_loop(self) -> None:
         assert self.loop is not None
@@ -112,5 +132,5 @@ class Host:
             pass
 
 
-def _runner(worker: Worker, stop: threading.Event) -> Callable[[], None]:
-    return lambda: worker.run(stop)
+def _runner(service: Worker | TriggerStage, stop: threading.Event) -> Callable[[], None]:
+    return lambda: service.run(stop)

@@ -16,6 +16,10 @@ def confirm(capture_result: dict) -> dict: ...   # receives the completion paylo
 app = Application([orders])
 ```
 
+A pipeline may also start a run for each record of a user's own topic: see
+``processor.worker.trigger`` (``Pipeline(..., trigger=Trigger("shop.orders"))`` or
+the ``@orders.trigger("shop.orders")`` decorator).
+
 Each step is a plain function taking the previous step's output (the run input
 for the first step) and returning a JSON-serializable value. An await step
 returns the request payload (a list of them with ``itemized=True``); the run
@@ -42,6 +46,7 @@ from processor.model.pipeline_spec import (
     RetryPolicy,
     StepSpec,
 )
+from processor.worker.trigger import Trigger, TriggerRecord
 
 __all__ = ["Application", "NonRetryableError", "Pipeline", "Step", "load_application"]
 
@@ -70,6 +75,7 @@ class Pipeline:
         output_topic: str | None = None,
         checkpoint: CheckpointSpec | None = None,
         deadline_s: float | None = None,
+        trigger: Trigger | None = None,
     ) -> None:
         if not name or version < 1:
             raise ConfigurationError("a pipeline needs a name and a version >= 1")
@@ -81,6 +87,7 @@ class Pipeline:
         self.checkpoint = checkpoint
         self.deadline_ms = None if deadline_s is None else int(deadline_s * 1000)
         self.steps: list[Step] = []
+        self.triggers: list[Trigger] = [] if trigger is None else [trigger]
 
     def step(
         self,
@@ -163,6 +170,20 @@ class Pipeline:
 
         return register
 
+    def trigger(
+        self, topic: str, *, idempotency_field: str | None = None, decoder: str = "json"
+    ) -> Callable[[Callable[[TriggerRecord], Any]], Callable[[TriggerRecord], Any]]:
+        """Decorator: start a run for each record of ``topic``; the function makes its input.
+
+        See ``Trigger`` for the arguments; the decorated function is ``to_input``.
+        """
+
+        def register(function: Callable[[TriggerRecord], Any]) -> Callable[[TriggerRecord], Any]:
+            self.triggers.append(Trigger(topic, function, idempotency_field, decoder))
+            return function
+
+        return register
+
     def spec(self) -> PipelineSpec:
         if not self.steps:
             raise ConfigurationError(f"pipeline {self.name!r} has no steps")
@@ -205,6 +226,15 @@ class Application:
     @property
     def names(self) -> list[str]:
         return sorted(self._latest)
+
+    @property
+    def triggers(self) -> list[tuple[str, Trigger]]:
+        """(pipeline name, trigger) of each pipeline's latest version: submits start it."""
+        return [
+            (name, trigger)
+            for name, version in sorted(self._latest.items())
+            for trigger in self._pipelines[(name, version)].triggers
+        ]
 
     @property
     def output_topics(self) -> list[str]:

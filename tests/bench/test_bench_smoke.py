@@ -175,6 +175,19 @@ def test_kafka_admission(tmp_path: Path, bootstrap: str) -> None:
 
 
 @pytest.mark.kafka
+def test_kafka_trigger_ingress(tmp_path: Path, bootstrap: str) -> None:
+    out = bench(
+        "kafka_trigger_ingress.py",
+        tmp_path,
+        *("--bootstrap", bootstrap, "--records", "1200", "--repeat", "1"),
+    )
+    # The script itself fails if a round submits fewer runs than records or rejects any.
+    assert out["records"] == 1200 and out["rounds"] == 1
+    assert out["trigger_runs_per_s"] > 0 and out["raw_consume_records_per_s"] > 0
+    assert out["ratio"] > 0
+
+
+@pytest.mark.kafka
 def test_kafka_replay(tmp_path: Path, bootstrap: str) -> None:
     out = bench(
         "kafka_replay.py",

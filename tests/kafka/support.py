@@ -144,7 +144,7 @@ class KafkaSpace:
             if names:  # confluent-kafka refuses an empty list
                 for future in admin.delete_topics(names, operation_timeout=30).values():
                     future.result()
-            groups = [self.group, self.worker_group]
+            groups = [self.group, self.worker_group, f"{self.group}.triggers"]
             for future in admin.delete_consumer_groups(groups, request_timeout=10).values():
                 future.result()
         except KafkaException:
