@@ -558,3 +558,24 @@ def main() -> None:
     except ProcessorError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_ERROR)
+
+
+schemas_cli = typer.Typer(help="Record schemas in the Schema Registry (Confluent wire format).")
+cli.add_typer(schemas_cli, name="schemas")
+
+
+@schemas_cli.command("apply")
+def schemas_apply(ctx: typer.Context, json_output: JsonFlag = False) -> None:
+    """Register every topic's schemas with BACKWARD compatibility (needs a registry)."""
+    from processor.clients.schemas import apply_schemas
+    from processor.errors import SchemaRefusedError
+
+    try:
+        applied = apply_schemas(_options(ctx, None, None).settings())
+    except SchemaRefusedError as exc:
+        _fail(str(exc), json_output=json_output)
+    shown = [
+        {"subject": a.subject, "id": a.schema_id, "compatibility": a.compatibility} for a in applied
+    ]
+    text = "\n".join(f"{a.subject}: id {a.schema_id} ({a.compatibility})" for a in applied)
+    _emit(shown, json_output, text)
