@@ -163,7 +163,7 @@ def librdkafka_security(settings: Settings) -> dict[str, str]:
 def schema_registry_config(settings: Settings) -> dict[str, str]:
     """The schema registry client's configuration (``SchemaRegistryClient`` keys)."""
     if settings.schema_registry_url is None:
-        raise ConfigurationError("no schema registry configured")
+        raise ConfigurationError("no schema registry configured (PROCESSOR_SCHEMA_REGISTRY_URL)")
     pairs = {
         "url": settings.schema_registry_url,
         "basic.auth.user.info": _secret(settings.schema_registry_basic_auth),

@@ -37,7 +37,12 @@ from processor.transport.kafka import KafkaTransport
 from tests.apps import boundary_pipelines
 from tests.apps.pipelines import expected_steps3_result
 from tests.apps.support import REPO_ROOT, RejectedWatch, run_facts, wait_until
-from tests.kafka.support import FactsWatch, KafkaProcessorProcess, KafkaSpace
+from tests.kafka.support import (
+    FactsWatch,
+    KafkaProcessorProcess,
+    KafkaSpace,
+    assert_replay_verifies,
+)
 from tests.schema_registry import start_local_registry
 
 pytestmark = pytest.mark.kafka
@@ -212,11 +217,19 @@ def test_both_framings_older_schemas_and_refusals_on_one_topic(
         assert _is(found["wrong_schema"], foreign_value, commands)
         firsts = {record.value[:1] for record in _raw(plain_reader(deployment), commands)}
         assert firsts == {b"\x00", b"\xc3"}  # both framings in one topic
+        facts = _raw(plain_reader(deployment), topology.name(TopicName.FACTS))
+        assert {record.value[:1] for record in facts} == {b"\x00"}
     finally:
         client.close()
         plain.close()
         reader.close()
         registry.close()
+    steps_host.stop()
+    # Restore and replay read the Confluent-framed journal into the same projections,
+    # in pool processes too (the transport, registry client and all, is pickled).
+    data_dir = deployment.settings.data_dir
+    report = assert_replay_verifies(registry_space, data_dir, "--processes", "2")
+    assert (report["runs"], report["processes"]) == (3, 2)
 
 
 def _registry(space: KafkaSpace) -> SchemaRegistryClient:
