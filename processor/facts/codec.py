@@ -210,7 +210,10 @@ class Codec:
     def bind_schema_id(self, schema_id: int, writer: Any) -> None:
         """Decode Confluent-framed values of ``schema_id`` as written with ``writer``
         (once ``read_confluent`` is set)."""
-        fingerprint = self.learn_writer(writer)
+        try:
+            fingerprint = self.learn_writer(writer)
+        except Exception:  # fastavro raises many types; a schema we cannot parse is not ours
+            fingerprint = None
         if fingerprint is not None:
             self._by_schema_id[schema_id] = _MAGIC + fingerprint
         else:

@@ -317,6 +317,10 @@ def own_registry(tmp_path: Path) -> Iterator[dict[str, str]]:
 def test_the_registry_stopped_mid_workload_rejects_nothing(
     space: KafkaSpace, own_registry: dict[str, str], tmp_path: Path
 ) -> None:
+    """Records in a schema version the processor has not seen arrive while the registry
+    is down: it cannot resolve their id, so it waits (logging it) instead of refusing
+    them, and the runs go on once the registry is back. (No run has an attempt open
+    during the outage, so no step timeout can fire meanwhile.)"""
     from tests.apps.pipelines import app
 
     registry_space = replace(space, schema_registry_url=own_registry["url"])
@@ -324,10 +328,18 @@ def test_the_registry_stopped_mid_workload_rejects_nothing(
     ensure_topics(deployment, app.output_topics)
     process = KafkaProcessorProcess(registry_space, tmp_path / "proc", tmp_path / "proc.log")
     client = Client(deployment.transport, deployment.topology, deployment.settings.state_dir)
+    plain = _plain_transport(deployment).producer()
+    registry = SchemaRegistryClient({"url": own_registry["url"]})
     launcher = [str(REPO_ROOT / "compose" / "local-registry")]
     env = {**os.environ, **own_registry}
     topology = deployment.topology
-    bootstrap = registry_space.bootstrap
+    commands, outcomes = topology.name(TopicName.COMMANDS), topology.name(TopicName.OUTCOMES)
+    bootstrap, url = registry_space.bootstrap, own_registry["url"]
+
+    def succeeded() -> set[str]:
+        read = _interop("read", bootstrap, url, outcomes)
+        return {r["value"]["run_id"] for r in read if r["value"]["status"] == "succeeded"}
+
     try:
         process.start()
         # No reads in this process (its codec binds ids of the shared registry): the
@@ -335,33 +347,28 @@ def test_the_registry_stopped_mid_workload_rejects_nothing(
         first = new_submit("steps3", {"n": 1})
         client.send(first)
         client.flush()
-        outcomes = topology.name(TopicName.OUTCOMES)
-        wait_until(
-            lambda: _interop("read", bootstrap, own_registry["url"], outcomes), 90, "a first run"
-        )
+        wait_until(lambda: succeeded() == {first.run_id}, 90, "a first run")
+        subject = f"{commands}-{SUBMIT_RUN}"
+        old_id = registry.register_schema(subject, Schema(_history_schema("SubmitRun"), "AVRO"))
         subprocess.run([*launcher, "stop"], env=env, capture_output=True, timeout=60, check=True)
-        # Runs whose facts (a failure, a retry) need schemas the processor has not used yet.
-        flaky = [
-            new_submit("flaky", {"key": f"k{i}-{uuid.uuid4()}", "fail_times": 1}) for i in range(5)
-        ]
-        for command in flaky:
-            client.send(command)  # SubmitRun's id is cached: no registry needed
-        client.flush()
+
+        later = [new_submit("steps3", {"n": n}) for n in range(2, 6)]
+        for command in later:
+            record = {k: v for k, v in command.model_dump().items() if k != "deadline_ms"}
+            value = _confluent(old_id, _history_schema("SubmitRun"), record)
+            plain.produce(Outbound(commands, command.run_id.encode(), value))
+        plain.flush()
         wait_until(lambda: "schema registry" in process.log_text(), 60, "the outage to be seen")
+        assert "ConnectError" in process.log_text()  # it waited for the registry, logging it
         subprocess.run([*launcher, "start"], env=env, capture_output=True, timeout=120, check=True)
 
-        expected = {first.run_id, *(c.run_id for c in flaky)}
-
-        def ended() -> set[str]:
-            read = _interop("read", bootstrap, own_registry["url"], outcomes)
-            return {r["value"]["run_id"] for r in read if r["value"]["status"] == "succeeded"}
-
-        wait_until(lambda: ended() == expected, 120, "every run to succeed after the outage")
-        rejected = _interop(
-            "read", bootstrap, own_registry["url"], topology.name(TopicName.REJECTED)
-        )
+        expected = {first.run_id, *(c.run_id for c in later)}
+        wait_until(lambda: succeeded() == expected, 120, "every run to succeed after the outage")
+        rejected = _interop("read", bootstrap, url, topology.name(TopicName.REJECTED))
         assert rejected == []  # no valid record was refused while the registry was away
         process.check_alive()
     finally:
         client.close()
+        plain.close()
+        registry.close()
         process.close()

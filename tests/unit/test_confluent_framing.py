@@ -68,6 +68,12 @@ def test_unknown_ids_foreign_records_and_bad_bodies_are_refused_with_the_bytes_r
         local.decode(foreign)
     assert (refused.value.reason, refused.value.raw) == ("wrong_schema", foreign)
 
+    unparseable = {"type": "record", "name": "Bad", "fields": [{"name": "x", "type": "nope"}]}
+    local.bind_schema_id(12, unparseable)
+    with pytest.raises(FactDecodeError) as refused:
+        local.decode(b"\x00\x00\x00\x00\x0c")
+    assert refused.value.reason == "wrong_schema"
+
     local.bind_schema_id(11, json.loads(local.declared_schema(SubmitRun)))
     truncated = _confluent(11, body)[:-3]
     with pytest.raises(FactDecodeError) as refused:
@@ -75,7 +81,7 @@ def test_unknown_ids_foreign_records_and_bad_bodies_are_refused_with_the_bytes_r
     assert (refused.value.reason, refused.value.raw) == ("malformed", truncated)
 
 
-def test_an_older_writer_schema_from_the_registry_decodes_by_resolution() -> None:
+def test_older_and_newer_writer_schemas_from_the_registry_decode_by_resolution() -> None:
     (path,) = sorted((SCHEMA_DIR / "history").glob("SubmitRun.*.avsc"))
     older = json.loads(path.read_text())
     local = Codec()
@@ -86,6 +92,16 @@ def test_an_older_writer_schema_from_the_registry_decodes_by_resolution() -> Non
     fastavro.schemaless_writer(out, fastavro.parse_schema(older), record)
     decoded = local.decode(b"\x00\x00\x00\x00\x03" + out.getvalue())
     assert decoded == _submit()
+
+    # A newer writer (a team that added a field) decodes too: the field is skipped.
+    newer = json.loads(local.declared_schema(SubmitRun))
+    newer["fields"].append({"name": "priority", "type": "int", "default": 0})
+    local.bind_schema_id(4, newer)
+    out = BytesIO()
+    fastavro.schemaless_writer(
+        out, fastavro.parse_schema(newer), {**_submit().model_dump(), "priority": 7}
+    )
+    assert local.decode(b"\x00\x00\x00\x00\x04" + out.getvalue()) == _submit()
 
 
 class FakeRegistry:
