@@ -317,10 +317,11 @@ def own_registry(tmp_path: Path) -> Iterator[dict[str, str]]:
 def test_the_registry_stopped_mid_workload_rejects_nothing(
     space: KafkaSpace, own_registry: dict[str, str], tmp_path: Path
 ) -> None:
-    """Records in a schema version the processor has not seen arrive while the registry
-    is down: it cannot resolve their id, so it waits (logging it) instead of refusing
-    them, and the runs go on once the registry is back. (No run has an attempt open
-    during the outage, so no step timeout can fire meanwhile.)"""
+    """The registry goes away while the processor has records to write in schemas it
+    has not registered yet, and records to read in a schema id it has not resolved:
+    it logs it and waits instead of refusing anything, and every run goes on once the
+    registry is back. (No attempt is open during the outage, so no step timeout can
+    fire meanwhile and refuse a late result for reasons of its own.)"""
     from tests.apps.pipelines import app
 
     registry_space = replace(space, schema_registry_url=own_registry["url"])
@@ -336,36 +337,47 @@ def test_the_registry_stopped_mid_workload_rejects_nothing(
     commands, outcomes = topology.name(TopicName.COMMANDS), topology.name(TopicName.OUTCOMES)
     bootstrap, url = registry_space.bootstrap, own_registry["url"]
 
+    # No decoding in this process (its codec binds the ids of the shared registry):
+    # the processor-free client reads instead.
+    def read(topic: str) -> list[dict[str, Any]]:
+        return _interop("read", bootstrap, url, topic)
+
     def succeeded() -> set[str]:
-        read = _interop("read", bootstrap, url, outcomes)
-        return {r["value"]["run_id"] for r in read if r["value"]["status"] == "succeeded"}
+        return {r["value"]["run_id"] for r in read(outcomes) if r["value"]["status"] == "succeeded"}
 
     try:
         process.start()
-        # No reads in this process (its codec binds ids of the shared registry): the
-        # processor-free client reads instead.
-        first = new_submit("steps3", {"n": 1})
-        client.send(first)
+        # A submit the processor refuses: it resolves SubmitRun's id, registers only
+        # the rejection's schema, and starts no run.
+        client.send(new_submit("no_such_pipeline", {}))
         client.flush()
-        wait_until(lambda: succeeded() == {first.run_id}, 90, "a first run")
+        rejected_topic = topology.name(TopicName.REJECTED)
+        wait_until(lambda: read(rejected_topic), 90, "the refused submit")
         subject = f"{commands}-{SUBMIT_RUN}"
         old_id = registry.register_schema(subject, Schema(_history_schema("SubmitRun"), "AVRO"))
         subprocess.run([*launcher, "stop"], env=env, capture_output=True, timeout=60, check=True)
 
-        later = [new_submit("steps3", {"n": n}) for n in range(2, 6)]
+        # Its facts need schemas not registered yet: the processor cannot write them.
+        first = new_submit("steps3", {"n": 1})
+        client.send(first)  # SubmitRun's id is cached: no registry needed to send it
+        client.flush()
+        wait_until(lambda: "schema registry: register" in process.log_text(), 60, "a write")
+        # In a schema id the processor has not resolved: it cannot read them.
+        later = [new_submit("steps3", {"n": n}) for n in range(2, 5)]
         for command in later:
             record = {k: v for k, v in command.model_dump().items() if k != "deadline_ms"}
             value = _confluent(old_id, _history_schema("SubmitRun"), record)
             plain.produce(Outbound(commands, command.run_id.encode(), value))
         plain.flush()
-        wait_until(lambda: "schema registry" in process.log_text(), 60, "the outage to be seen")
-        assert "ConnectError" in process.log_text()  # it waited for the registry, logging it
+        wait_until(lambda: f"get schema {old_id}" in process.log_text(), 60, "a read to wait")
+        assert "ConnectError" in process.log_text()  # the refused connection, logged
         subprocess.run([*launcher, "start"], env=env, capture_output=True, timeout=120, check=True)
 
         expected = {first.run_id, *(c.run_id for c in later)}
         wait_until(lambda: succeeded() == expected, 120, "every run to succeed after the outage")
-        rejected = _interop("read", bootstrap, url, topology.name(TopicName.REJECTED))
-        assert rejected == []  # no valid record was refused while the registry was away
+        # Nothing refused while the registry was away: only the submit refused before.
+        reasons = [r["value"]["reason"] for r in read(rejected_topic)]
+        assert reasons == ["unknown_pipeline"]
         process.check_alive()
     finally:
         client.close()
