@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import uuid
@@ -295,12 +296,16 @@ def test_schemas_apply_registers_and_refuses_an_incompatible_change(
     assert [v for v in registry.get_versions(subject)] == [1]  # nothing registered
 
 
-REGISTRY_PORT = "18083"  # a registry of this test's own, stopped and started again
+def _free_port() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return str(probe.getsockname()[1])
 
 
 @pytest.fixture
 def own_registry(tmp_path: Path) -> Iterator[dict[str, str]]:
-    env = {"LOCAL_REGISTRY_PORT": REGISTRY_PORT, "LOCAL_REGISTRY_DATA": str(tmp_path / "reg")}
+    """A registry of this test's own (a free port, schemas kept on disk), stopped at the end."""
+    env = {"LOCAL_REGISTRY_PORT": _free_port(), "LOCAL_REGISTRY_DATA": str(tmp_path / "reg")}
     url = start_local_registry(env)
     try:
         yield {"url": url, **env}
