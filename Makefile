@@ -1,13 +1,14 @@
 # Two commands for a fresh machine: `make demo` and `make test`. Both install what
 # they need into .venv first. `make test` also starts a local Apache Kafka broker
-# (compose/local-kafka: fetched from Maven Central, no Docker needed).
+# (compose/local-kafka: fetched from Maven Central, no Docker needed) and a local
+# Schema Registry (compose/local-registry: Apicurio Registry, the same way).
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-fast lint kafka-start kafka-stop bench clean
+.PHONY: demo test test-fast lint kafka-start kafka-stop registry-start registry-stop bench clean
 
 $(STAMP): pyproject.toml native/pyproject.toml native/Cargo.toml $(wildcard native/src/*.rs)
 	$(PYTHON) -m venv $(VENV)
@@ -24,8 +25,9 @@ $(STAMP): pyproject.toml native/pyproject.toml native/Cargo.toml $(wildcard nati
 demo: $(STAMP)
 	$(VENV)/bin/processor demo
 
-test: $(STAMP) kafka-start
-	KAFKA_BOOTSTRAP_SERVERS=$${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:$${LOCAL_KAFKA_PORT:-9092}} $(PY) -m pytest
+test: $(STAMP) kafka-start registry-start
+	KAFKA_BOOTSTRAP_SERVERS=$${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:$${LOCAL_KAFKA_PORT:-9092}} \
+	SCHEMA_REGISTRY_URL=$${SCHEMA_REGISTRY_URL:-$$(compose/local-registry url)} $(PY) -m pytest
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not kafka and not slow"
@@ -46,6 +48,12 @@ kafka-start:
 
 kafka-stop:
 	compose/local-kafka stop
+
+registry-start:
+	compose/local-registry start >/dev/null
+
+registry-stop:
+	compose/local-registry stop
 
 clean:
 	rm -rf $(VENV) .processor .pytest_cache .mypy_cache .ruff_cache

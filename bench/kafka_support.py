@@ -61,7 +61,9 @@ def unique_prefix(kind: str) -> str:
     return f"bench-{kind}-{uuid.uuid4().hex[:8]}."
 
 
-def bench_settings(bootstrap: str, prefix: str, data_dir: Path) -> Settings:
+def bench_settings(
+    bootstrap: str, prefix: str, data_dir: Path, registry: str | None = None
+) -> Settings:
     stem = prefix.rstrip(".")
     return Settings(
         broker=f"kafka://{bootstrap}",
@@ -70,6 +72,7 @@ def bench_settings(bootstrap: str, prefix: str, data_dir: Path) -> Settings:
         group=f"{stem}-processor",
         worker_group=f"{stem}-workers",
         resume_secret=SECRET,
+        schema_registry_url=registry,
     )
 
 
@@ -86,6 +89,8 @@ def process_env(settings: Settings) -> dict[str, str]:
         "PROCESSOR_RESUME_SECRET": SECRET,
         "PROCESSOR_PARTITIONS": str(settings.partitions),
     }
+    if settings.schema_registry_url:
+        env["PROCESSOR_SCHEMA_REGISTRY_URL"] = settings.schema_registry_url
     return env
 
 
@@ -279,7 +284,14 @@ def committed_consumer(bootstrap: str) -> Consumer:
 class OutcomeWatcher:
     """Consumes runs.results from offset 0 on a thread: run id -> (outcome, seen at ms)."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        partitions: int,
+        bind: Callable[[bytes | None], None] | None = None,
+    ) -> None:
+        self._bind = bind  # makes the codec know a Confluent schema id (registry framing)
         self._consumer = committed_consumer(bootstrap)
         self._consumer.assign([KafkaTopicPartition(topic, p, 0) for p in range(partitions)])
         self.outcomes: dict[str, tuple[RunOutcome, float]] = {}
@@ -296,6 +308,8 @@ class OutcomeWatcher:
             seen = {}
             for msg in messages:
                 if msg.error() is None:
+                    if self._bind is not None:
+                        self._bind(msg.value())
                     outcome = decode(msg.value(), RunOutcome)
                     seen[outcome.run_id] = (outcome, now)
             if seen:
@@ -542,21 +556,32 @@ class Engine:
 
 @contextlib.contextmanager
 def engine(
-    bootstrap: str, prefix: str, root: Path, *, responder: str = "process", workers: int = 1
+    bootstrap: str,
+    prefix: str,
+    root: Path,
+    *,
+    responder: str = "process",
+    workers: int = 1,
+    registry: str | None = None,
 ) -> Iterator[Engine]:
     """The demo app on Kafka as separate processes (see ``Fleet``), torn down on exit.
 
     ``responder="thread"`` runs the Responder on a thread of this process instead,
     ``responder="none"`` runs none (awaits stay suspended until someone completes them).
+    ``registry``: a Schema Registry URL, for the Confluent wire format.
     """
-    settings = bench_settings(bootstrap, prefix, root / "data")
+    settings = bench_settings(bootstrap, prefix, root / "data", registry)
     deployment = deployment_for(settings)
     env = process_env(settings)
     fleet = Fleet(root / "logs")
     stop = threading.Event()
     responding: threading.Thread | None = None
+    ids = getattr(deployment.transport, "ids", None)  # a RegistryTransport's SchemaIds
     watcher = OutcomeWatcher(
-        bootstrap, deployment.topology.name(TopicName.OUTCOMES), deployment.topology.partitions
+        bootstrap,
+        deployment.topology.name(TopicName.OUTCOMES),
+        deployment.topology.partitions,
+        None if ids is None else ids.bind,
     )
     client = Client(deployment.transport, deployment.topology, settings.state_dir)
     try:

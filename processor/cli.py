@@ -24,9 +24,10 @@ import typer
 from pydantic import ValidationError
 
 from processor.clients.client import Client, SubmitReceipt, fact_dict, new_submit, status_dict
+from processor.clients.schemas import apply_schemas
 from processor.config.settings import Settings
 from processor.engine.host import Host
-from processor.errors import ProcessorError
+from processor.errors import ProcessorError, SchemaRefusedError
 from processor.facts.codec import decode_fact
 from processor.facts.models import CommandReply
 from processor.facts.payload import InvalidPayloadError, dumps, loads
@@ -46,6 +47,8 @@ cli = typer.Typer(
 )
 topics_cli = typer.Typer(help="Topics as code: create what is missing, report drift.")
 cli.add_typer(topics_cli, name="topics")
+schemas_cli = typer.Typer(help="Record schemas in the Schema Registry (Confluent wire format).")
+cli.add_typer(schemas_cli, name="schemas")
 
 EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_DIFFERENT = 1, 2, 3, 4
 READY_WAIT_S = 60.0  # how long ``run`` waits for its first partitions before saying ready
@@ -644,6 +647,21 @@ def topics_apply(ctx: typer.Context) -> None:
     inv.emit(shown, text or "topics up to date")
     if drift:
         raise typer.Exit(EXIT_DIFFERENT)
+
+
+@_command(schemas_cli, "apply")
+def schemas_apply(ctx: typer.Context) -> None:
+    """Register every topic's schemas with BACKWARD compatibility (needs a registry)."""
+    inv = _inv(ctx)
+    try:
+        applied = apply_schemas(inv.settings())
+    except SchemaRefusedError as exc:
+        inv.fail(str(exc))
+    shown = [
+        {"subject": a.subject, "id": a.schema_id, "compatibility": a.compatibility} for a in applied
+    ]
+    text = "\n".join(f"{a.subject}: id {a.schema_id} ({a.compatibility})" for a in applied)
+    inv.emit(shown, text)
 
 
 def main() -> None:

@@ -8,6 +8,8 @@ __all__ = [
     "FactDecodeError",
     "FencedError",
     "ProcessorError",
+    "RegistryUnavailableError",
+    "SchemaRefusedError",
     "SessionLostError",
     "StoreFormatError",
     "TransportError",
@@ -64,6 +66,14 @@ class FencedError(TransportError):
 
 class SessionLostError(TransportError):
     """The session is unusable (a client call hung past its deadline); open a new one."""
+
+
+class RegistryUnavailableError(TransportError):
+    """The Schema Registry did not answer; retried like any log failure."""
+
+
+class SchemaRefusedError(ConfigurationError):
+    """The Schema Registry refused a schema (an incompatible change); keeps its answer."""
 
 
 class UnknownPipelineError(ProcessorError):

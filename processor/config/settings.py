@@ -10,7 +10,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from processor.errors import ConfigurationError
 
-__all__ = ["Settings", "default_of", "kafka_bootstrap", "librdkafka_security"]
+__all__ = [
+    "Settings",
+    "default_of",
+    "kafka_bootstrap",
+    "librdkafka_security",
+    "schema_registry_config",
+]
 
 
 class Settings(BaseSettings):
@@ -102,6 +108,17 @@ class Settings(BaseSettings):
     kafka_ssl_certificate_location: str | None = None
     kafka_ssl_key_location: str | None = None
     kafka_ssl_key_password: SecretStr | None = None
+    schema_registry_url: str | None = Field(
+        default=None,
+        description="Confluent-compatible Schema Registry (e.g. http://host:8081, or "
+        "Apicurio's .../apis/ccompat/v7); set: records use the Confluent wire format",
+    )
+    schema_registry_basic_auth: SecretStr | None = Field(
+        default=None, description='Basic auth of the registry, "user:password"'
+    )
+    schema_registry_ssl_ca_location: str | None = None
+    schema_registry_ssl_certificate_location: str | None = None
+    schema_registry_ssl_key_location: str | None = None
 
     @field_validator("broker")
     @classmethod
@@ -111,6 +128,11 @@ class Settings(BaseSettings):
         if not value.startswith("kafka://") or not value.removeprefix("kafka://"):
             raise ValueError("broker must look like kafka://host:port[,host:port]")
         return value
+
+    @field_validator("schema_registry_url")
+    @classmethod
+    def _registry_url(cls, value: str | None) -> str | None:
+        return (value.rstrip("/") or None) if value else None
 
     @property
     def log_dir(self) -> Path:
@@ -147,6 +169,20 @@ def librdkafka_security(settings: Settings) -> dict[str, str]:
         "ssl.certificate.location": settings.kafka_ssl_certificate_location,
         "ssl.key.location": settings.kafka_ssl_key_location,
         "ssl.key.password": _secret(settings.kafka_ssl_key_password),
+    }
+    return {key: value for key, value in pairs.items() if value}
+
+
+def schema_registry_config(settings: Settings) -> dict[str, str]:
+    """The schema registry client's configuration (``SchemaRegistryClient`` keys)."""
+    if settings.schema_registry_url is None:
+        raise ConfigurationError("no schema registry configured (PROCESSOR_SCHEMA_REGISTRY_URL)")
+    pairs = {
+        "url": settings.schema_registry_url,
+        "basic.auth.user.info": _secret(settings.schema_registry_basic_auth),
+        "ssl.ca.location": settings.schema_registry_ssl_ca_location,
+        "ssl.certificate.location": settings.schema_registry_ssl_certificate_location,
+        "ssl.key.location": settings.schema_registry_ssl_key_location,
     }
     return {key: value for key, value in pairs.items() if value}
 

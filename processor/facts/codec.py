@@ -6,6 +6,12 @@ at import. Values written with an older schema (kept in ``schemas/history``)
 still decode: the writer schema is found by fingerprint and resolved to the
 current reader schema.
 
+With a schema registry configured (``read_confluent``), values in the Confluent
+wire format (``00`` + 4-byte big-endian schema id + the same Avro body) decode
+too, once the transport edge has bound their schema id to a writer schema
+(``bind_schema_id``); the codec itself never calls a registry. Without one, such
+a value is ``malformed`` like any other that is not single-object.
+
 Facts written with their current schema are decoded by a reader compiled from
 that schema (``_compile_reader``): straight from the bytes, without a file object
 or pydantic validation, into the very instance validation would build. Each
@@ -34,7 +40,9 @@ from processor.facts.trusted import SLOT_SETTERS
 
 __all__ = [
     "BODY_START",
+    "CONFLUENT_HEADER_LEN",
     "SCHEMA_DIR",
+    "SINGLE_OBJECT_MAGIC",
     "Codec",
     "codec",
     "crc64_avro",
@@ -52,9 +60,14 @@ logger = logging.getLogger(__name__)
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
 _MAGIC = b"\xc3\x01"
 _HEADER_LEN = 10
+#: The first bytes of every single-object value.
+SINGLE_OBJECT_MAGIC = _MAGIC
 #: Where a value's Avro body begins: after the single-object marker and fingerprint.
 BODY_START = _HEADER_LEN
 _EMPTY64 = 0xC15D213AA4D7A795
+#: The Confluent wire format: a zero byte, then the 4-byte big-endian schema id.
+_CONFLUENT_MAGIC = b"\x00"
+CONFLUENT_HEADER_LEN = 5
 
 M = TypeVar("M", bound=AvroModel)
 
@@ -109,6 +122,13 @@ class Codec:
     def __init__(self, schema_dir: Path = SCHEMA_DIR) -> None:
         self._by_fingerprint: dict[bytes, _Entry] = {}
         self._header_by_model: dict[type[AvroModel], tuple[bytes, Any]] = {}
+        self._model_by_name: dict[str, type[AvroModel]] = {}
+        self._declared: dict[type[AvroModel], str] = {}
+        # Confluent schema id -> the single-object header of its writer schema, or the
+        # full name of a record that is none of ours.
+        self._by_schema_id: dict[int, bytes | str] = {}
+        #: Whether Confluent-framed values are read (a registry is configured).
+        self.read_confluent = False
         for model in (*FACT_TYPES, *MESSAGE_TYPES):
             self._register(model, schema_dir)
 
@@ -116,7 +136,9 @@ class Codec:
         declared = _load(schema_dir / f"{model.__name__}.avsc")
         current = fastavro.parse_schema(declared)
         fingerprint = _fingerprint(current)
+        self._declared[model] = json.dumps(declared)
         self._header_by_model[model] = (_MAGIC + fingerprint, current)
+        self._model_by_name[str(declared["namespace"]) + "." + str(declared["name"])] = model
         validate = _validator(model)
         entry = _Entry(model, current, None, validate)
         fast = _compile_reader(declared, model)
@@ -153,6 +175,60 @@ class Codec:
     def fingerprint_of(self, model: type[AvroModel]) -> bytes:
         return self._header_by_model[model][0][2:]
 
+    def declared_schema(self, model: type[AvroModel]) -> str:
+        """``model``'s current schema as declared (docs and defaults kept), as JSON."""
+        return self._declared[model]
+
+    def full_name_of(self, model: type[AvroModel]) -> str:
+        """The Avro full name of ``model``'s record (``processor.facts.RunSubmitted``)."""
+        name: str = self.schema_of(model)["name"]
+        return name
+
+    def model_of(self, fingerprint: bytes) -> type[AvroModel] | None:
+        """The model whose schema (current or older) has ``fingerprint``, if any."""
+        entry = self._by_fingerprint.get(fingerprint)
+        return None if entry is None else entry.model
+
+    def learn_writer(self, writer: Any) -> bytes | None:
+        """Accept a writer schema this package did not ship with; return its fingerprint.
+
+        Values written with it decode by Avro schema resolution to the current schema
+        of the model with the same full name. None if no model has that name.
+        """
+        parsed = fastavro.parse_schema(writer)
+        model = (
+            self._model_by_name.get(parsed.get("name", "")) if isinstance(parsed, dict) else None
+        )
+        if model is None:
+            return None
+        fingerprint = _fingerprint(parsed)
+        if fingerprint not in self._by_fingerprint:
+            current = self.schema_of(model)
+            self._by_fingerprint[fingerprint] = _Entry(model, parsed, current, _validator(model))
+        return fingerprint
+
+    def bind_schema_id(self, schema_id: int, writer: Any) -> None:
+        """Decode Confluent-framed values of ``schema_id`` as written with ``writer``
+        (once ``read_confluent`` is set)."""
+        try:
+            fingerprint = self.learn_writer(writer)
+        except Exception:  # fastavro raises many types; a schema we cannot parse is not ours
+            fingerprint = None
+        if fingerprint is not None:
+            self._by_schema_id[schema_id] = _MAGIC + fingerprint
+        else:
+            name = writer.get("name", "?") if isinstance(writer, dict) else str(writer)[:80]
+            self._by_schema_id[schema_id] = str(name)
+
+    def bound(self, schema_id: int) -> bool:
+        """Whether ``schema_id`` is bound (``bind_schema_id``)."""
+        return schema_id in self._by_schema_id
+
+    def single_object_header(self, schema_id: int) -> bytes | None:
+        """The single-object header equivalent to ``schema_id``'s, when it is ours."""
+        bound = self._by_schema_id.get(schema_id)
+        return bound if isinstance(bound, bytes) else None
+
     def encode(self, value: AvroModel) -> bytes:
         """Single-object encode ``value`` with its current schema."""
         header, schema = self._header_by_model[type(value)]
@@ -164,6 +240,8 @@ class Codec:
     def decode(self, raw: bytes | None) -> AvroModel:
         """Decode any known value; raise FactDecodeError (keeping ``raw``) otherwise."""
         if raw is None or len(raw) < _HEADER_LEN or raw[:2] != _MAGIC:
+            if self.read_confluent and raw is not None and raw[:1] == _CONFLUENT_MAGIC:
+                return self._decode_confluent(raw)
             raise FactDecodeError("malformed", "not an Avro single-object value", raw)
         entry = self._by_fingerprint.get(raw[2:_HEADER_LEN])
         if entry is None:
@@ -174,6 +252,22 @@ class Codec:
             except _NOT_FAST:
                 pass  # not an encoding the compiled reader handles: the general path decides
         return self._decode_general(entry, raw)
+
+    def _decode_confluent(self, raw: bytes) -> AvroModel:
+        """Decode a Confluent-framed value; errors keep ``raw`` as it was read."""
+        if len(raw) < CONFLUENT_HEADER_LEN:
+            raise FactDecodeError("malformed", "shorter than a Confluent header", raw)
+        schema_id = int.from_bytes(raw[1:CONFLUENT_HEADER_LEN], "big")
+        bound = self._by_schema_id.get(schema_id)
+        if bound is None:
+            raise FactDecodeError("unknown_schema", f"schema id {schema_id} is not known", raw)
+        if isinstance(bound, str):
+            detail = f"schema id {schema_id} is {bound}, a record this processor does not read"
+            raise FactDecodeError("wrong_schema", detail, raw)
+        try:
+            return self.decode(bound + raw[CONFLUENT_HEADER_LEN:])
+        except FactDecodeError as exc:
+            raise FactDecodeError(exc.reason, exc.detail, raw) from exc
 
     def _decode_general(self, entry: _Entry, raw: bytes) -> AvroModel:
         """fastavro and pydantic validation: the reference decoding of any value."""

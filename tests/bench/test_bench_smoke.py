@@ -34,6 +34,8 @@ from typing import Any
 import pytest
 
 from tests.kafka_broker import kafka_bootstrap, unavailable_reason
+from tests.schema_registry import schema_registry_url
+from tests.schema_registry import unavailable_reason as registry_unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
@@ -159,6 +161,22 @@ def test_kafka_standard_workload(tmp_path: Path, bootstrap: str) -> None:
     assert out["saturation"]["runs_per_s"] > 0 and out["baseline"]["records_per_s"] > 0
     assert out["ratios"]["saturation_runs_to_raw_records"] > 0
     assert out["ratios"]["paced_p50_to_raw"] > 0
+
+
+@pytest.mark.kafka
+def test_kafka_registry(tmp_path: Path, bootstrap: str) -> None:
+    registry = schema_registry_url()
+    if registry is None:
+        pytest.skip(registry_unavailable())
+    out = bench(
+        "kafka_registry.py",
+        tmp_path,
+        *("--bootstrap", bootstrap, "--registry", registry),
+        *("--runs", "10", "--rounds", "1", "--warmup", "2"),
+    )
+    assert out["succeeded"] == out["runs"] == {"registry": 10, "single_object": 10}
+    assert out["runs_per_s"]["registry"] > 0 and out["runs_per_s"]["single_object"] > 0
+    assert out["registry_to_single_object"] > 0
 
 
 @pytest.mark.kafka

@@ -9,6 +9,8 @@ import pytest
 
 from tests.kafka.support import KafkaProcessorProcess, KafkaSpace
 from tests.kafka_broker import kafka_bootstrap, unavailable_reason
+from tests.schema_registry import schema_registry_url as find_schema_registry
+from tests.schema_registry import unavailable_reason as registry_unavailable
 
 ProcessFactory = Callable[..., KafkaProcessorProcess]
 
@@ -41,3 +43,15 @@ def processes(space: KafkaSpace, tmp_path: Path) -> Iterator[ProcessFactory]:
             if process.proc is not None:
                 process.resume()  # a paused process cannot exit cleanly
             process.close()
+
+
+@pytest.fixture
+def schema_registry_url() -> str:
+    """A Confluent-compatible Schema Registry (SCHEMA_REGISTRY_URL or compose/local-registry).
+
+    Skips without one, except under CI=true, where it fails.
+    """
+    url = find_schema_registry()
+    if url is None:
+        pytest.skip(registry_unavailable())
+    return url

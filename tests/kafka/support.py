@@ -67,6 +67,7 @@ class KafkaSpace:
     session_timeout_ms: int = SESSION_TIMEOUT_MS
     max_poll_interval_ms: int = MAX_POLL_INTERVAL_MS
     transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS
+    schema_registry_url: str | None = None  # set: the Confluent wire format
 
     @staticmethod
     def new(bootstrap: str, partitions: int = 4) -> KafkaSpace:
@@ -117,7 +118,7 @@ class KafkaSpace:
             "kafka_session_timeout_ms": self.session_timeout_ms,
             "kafka_max_poll_interval_ms": self.max_poll_interval_ms,
             "kafka_transaction_timeout_ms": self.transaction_timeout_ms,
-        }
+        } | ({"schema_registry_url": self.schema_registry_url} if self.schema_registry_url else {})
 
     def cli(
         self, data_dir: Path, *args: str, timeout_s: float = 120.0
