@@ -7,10 +7,12 @@ The same admission stage, the same refusals: only the decoding differs
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import pytest
 
+from processor.clients.external import Responder
 from processor.errors import ConfigurationError
 from processor.facts import json_wire, tokens
 from processor.facts.models import (
@@ -199,3 +201,28 @@ def test_a_wire_is_avro_or_json() -> None:
     pipeline.await_step(target="t", timeout_s=1, wire="json")(lambda v: v)
     assert pipeline.spec().steps[0].awaits is not None
     assert pipeline.spec().steps[0].awaits.wire == "json"
+
+
+def test_the_responder_answers_a_json_request_in_json(harness: LoopHarness) -> None:
+    h = harness
+    transport, topology = h.deployment.transport, h.deployment.topology
+    completions = TopicTail(h.reader, h.name(TopicName.COMPLETIONS), topology.partitions)
+    responder = Responder(
+        transport, topology, {"json-echo": lambda request, value: {"echo": value}}, group="r-json"
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=responder.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        run_id = h.submit("json_scalar", {"n": 9})
+        play(h, lambda: status(h, run_id) == "succeeded", "answered by the responder")
+    finally:
+        stop.set()
+        thread.join(30)
+    state = h.loop_state(run_id)
+    assert state is not None and json.loads(state.result or b"") == {
+        "answer": {"echo": {"question": 9}}
+    }
+    (record,) = completions.new()
+    assert json_wire.is_json_completion(record.headers)
+    assert json.loads(record.value or b"")["outcome"] == "success"

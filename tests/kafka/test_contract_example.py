@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,12 @@ import pytest
 
 from processor.clients.client import Client
 from processor.engine.host import Host
+from processor.facts.codec import codec
 from processor.facts.models import BoundaryCompletionAdmitted
 from processor.facts.topics import TopicName
 from processor.worker.pipeline import Application, Pipeline
 from tests.apps.support import REPO_ROOT, run_facts
-from tests.kafka.support import KafkaSpace
+from tests.kafka.support import KafkaSpace, assert_replay_verifies
 
 pytestmark = pytest.mark.kafka
 
@@ -63,9 +65,25 @@ def contract_example() -> str:
     return code
 
 
+@pytest.fixture(autouse=True)
+def _codec_mode() -> Iterator[None]:
+    """A registry makes this process's codec read the Confluent framing; not for later tests."""
+    before = codec().read_confluent
+    yield
+    codec().read_confluent = before
+
+
+@pytest.fixture(params=["single-object", "registry"])
+def framed_space(request: pytest.FixtureRequest, space: KafkaSpace) -> KafkaSpace:
+    """The space, without and with the Schema Registry (the JSON wire works with both)."""
+    if request.param == "single-object":
+        return space
+    return replace(space, schema_registry_url=request.getfixturevalue("schema_registry_url"))
+
+
 @pytest.fixture
-def host(space: KafkaSpace, tmp_path: Path) -> Iterator[Host]:
-    running = Host(space.deployment(tmp_path / "data"), app, workers=1)
+def host(framed_space: KafkaSpace, tmp_path: Path) -> Iterator[Host]:
+    running = Host(framed_space.deployment(tmp_path / "data"), app, workers=1)
     running.start()
     try:
         yield running
@@ -80,8 +98,9 @@ def test_the_example_imports_only_confluent_kafka_and_the_standard_library() -> 
 
 
 def test_the_contract_example_answers_a_json_await_and_the_run_continues(
-    space: KafkaSpace, host: Host, tmp_path: Path
+    framed_space: KafkaSpace, host: Host, tmp_path: Path
 ) -> None:
+    space = framed_space
     deployment = host.deployment
     topology = deployment.topology
     client = Client(deployment.transport, topology, deployment.settings.state_dir)
@@ -120,3 +139,5 @@ def test_the_contract_example_answers_a_json_await_and_the_run_continues(
         assert json.loads(admitted.payload) == {"payment_id": "pay-42"}
     finally:
         client.close()
+    host.stop()
+    assert_replay_verifies(space, tmp_path / "data")  # the wire is no part of the facts
