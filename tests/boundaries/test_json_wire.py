@@ -23,6 +23,7 @@ from processor.facts.models import (
 )
 from processor.facts.topics import TopicName
 from processor.transport.base import Record
+from processor.transport.partitioner import partition_for
 from processor.worker.pipeline import Pipeline
 from tests.apps.support import LoopHarness, TopicTail
 from tests.boundaries.test_awaits import finish, play, run_until_suspended, status
@@ -226,3 +227,21 @@ def test_the_responder_answers_a_json_request_in_json(harness: LoopHarness) -> N
     (record,) = completions.new()
     assert json_wire.is_json_completion(record.headers)
     assert json.loads(record.value or b"")["outcome"] == "success"
+
+
+def test_a_json_completion_on_the_wrong_partition_is_forwarded_with_its_headers(
+    harness: LoopHarness,
+) -> None:
+    h = harness
+    partitions = h.deployment.topology.partitions
+    run_id, (request,) = json_requests(h, "json_scalar", {"n": 8})
+    home = partition_for(run_id.encode(), partitions)
+    stray = next(
+        k for k in (f"k{i}" for i in range(1000)) if partition_for(k.encode(), partitions) != home
+    )
+    document = {"token": request["resume_token"], "outcome": "success", "payload": "found"}
+    answer(h, stray, document)  # keyed by anything but the run id: lands elsewhere
+    finish(h, run_id)
+    state = h.loop_state(run_id)
+    assert state is not None and json.loads(state.result or b"") == {"answer": "found"}
+    assert not h.rejected.refresh()
