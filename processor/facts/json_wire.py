@@ -6,7 +6,7 @@ boundary.requests as a JSON document with these headers::
     content-type: application/vnd.processor.request+json
     processor-schema: BoundaryRequest
 
-    {"run_id": "...", "boundary": 1, "interaction": "b1/i0", "item_index": 0,
+    {"run_id": "...", "boundary": 1, "interaction": "b1.0", "item_index": 0,
      "target": "payments", "request": {...}, "deadline_ms": 1800000060000,
      "resume_token": "v2...."}
 

@@ -151,7 +151,7 @@ def test_a_token_for_an_unknown_interaction_in_json(harness: LoopHarness) -> Non
     run_id, (request,) = json_requests(h, "json_scalar", {"n": 3})
     claims = tokens.parse(request["resume_token"])
     assert claims is not None
-    other = tokens.sign(h.keys, tokens.TokenClaims(run_id, 9, "b9/i0", claims.epoch))
+    other = tokens.sign(h.keys, tokens.TokenClaims(run_id, 9, "b9.0", claims.epoch))
     record = answer(h, run_id, {"token": other, "outcome": "success"})
     assert refused(h, record) == "unknown_interaction"
 

@@ -25,7 +25,7 @@ def _request(body: bytes) -> BoundaryRequest:
     return BoundaryRequest(
         run_id="r-1",
         boundary=1,
-        interaction="b1/i0",
+        interaction="b1.0",
         item_index=0,
         target="payments",
         request=body,
