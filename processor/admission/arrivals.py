@@ -9,8 +9,9 @@ import hashlib
 from dataclasses import dataclass
 from typing import Literal
 
-from processor.facts import handoff_signature, tokens
+from processor.facts import handoff_signature, json_wire, tokens
 from processor.facts.codec import codec
+from processor.facts.json_wire import HeaderPairs
 from processor.facts.keyring import KeyRing
 from processor.facts.models import BoundaryCompletion, CheckpointHandoff
 from processor.facts.payload import InvalidPayloadError, canonical_json, derive_run_id
@@ -54,18 +55,26 @@ class Arrival:
         return digest.digest()
 
 
-def routing_run_id(topic_is_completion: bool, value: bytes | None) -> str | None:
+def routing_run_id(
+    topic_is_completion: bool, value: bytes | None, headers: HeaderPairs = ()
+) -> str | None:
     """The run a boundary message is addressed to, without verifying it (for routing)."""
     if topic_is_completion:
-        completion = codec().decode_as(value, BoundaryCompletion)
+        completion = _decode_completion(value, headers)
         claims = tokens.parse(completion.token)
         return None if claims is None else claims.run_id
     return _handoff_run_id(codec().decode_as(value, CheckpointHandoff))
 
 
-def completion_arrival(value: bytes | None, keys: KeyRing, cause_id: str) -> Arrival | Refusal:
-    """Decode and authenticate an await completion (raises FactDecodeError if undecodable)."""
-    completion = codec().decode_as(value, BoundaryCompletion)
+def completion_arrival(
+    value: bytes | None, keys: KeyRing, cause_id: str, headers: HeaderPairs = ()
+) -> Arrival | Refusal:
+    """Decode and authenticate an await completion (raises FactDecodeError if undecodable).
+
+    A record whose headers name the JSON shape (``processor.facts.json_wire``) is
+    decoded from JSON, any other as Avro; both give the same BoundaryCompletion.
+    """
+    completion = _decode_completion(value, headers)
     claimed = tokens.parse(completion.token)
     claims = tokens.verify(keys, completion.token)
     if claims is None:
@@ -86,6 +95,12 @@ def completion_arrival(value: bytes | None, keys: KeyRing, cause_id: str) -> Arr
         token=completion.token,
         claims=claims,
     )
+
+
+def _decode_completion(value: bytes | None, headers: HeaderPairs) -> BoundaryCompletion:
+    if json_wire.is_json_completion(headers):
+        return json_wire.decode_completion(value)
+    return codec().decode_as(value, BoundaryCompletion)
 
 
 def _token_problem(keys: KeyRing, token: str) -> str:

@@ -15,11 +15,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from processor.errors import ProcessorError, TransportError
-from processor.facts import payload, tokens
+from processor.facts import json_wire, payload, tokens
 from processor.facts.codec import codec, encode
+from processor.facts.json_wire import Wire
 from processor.facts.models import BoundaryCompletion, BoundaryRequest
 from processor.facts.topics import TopicName
-from processor.transport.base import Outbound, Producer, Transport
+from processor.transport.base import Headers, Outbound, Producer, Transport
 from processor.transport.topology import Topology
 
 __all__ = ["CompletionClient", "Handler", "Responder"]
@@ -53,7 +54,9 @@ class CompletionClient:
         idempotency_key: str | None = None,
         *,
         flush: bool = True,
+        wire: Wire = "avro",
     ) -> BoundaryCompletion:
+        """Produce a completion for ``token``, in Avro or in the JSON shape (``wire``)."""
         claims = tokens.parse(token)
         if claims is None:
             raise ProcessorError("not a resume token")
@@ -64,16 +67,20 @@ class CompletionClient:
             payload=body,
             error=error,
         )
-        self.produce_raw(claims.run_id, encode(completion))
+        if wire == "json":
+            document = json_wire.completion_document(completion)
+            self.produce_raw(claims.run_id, document, json_wire.completion_headers())
+        else:
+            self.produce_raw(claims.run_id, encode(completion))
         if flush:
             self.flush()
         return completion
 
-    def produce_raw(self, run_id: str, value: bytes) -> None:
+    def produce_raw(self, run_id: str, value: bytes, headers: Headers = ()) -> None:
         """Produce any bytes as a completion for ``run_id`` (tests feed garbage this way)."""
         if self._producer is None:
             self._producer = self._transport.producer()
-        self._producer.produce(Outbound(self._topic, run_id.encode(), value))
+        self._producer.produce(Outbound(self._topic, run_id.encode(), value, headers))
 
     def flush(self) -> None:
         if self._producer is not None:
@@ -131,17 +138,23 @@ class Responder:
 
     def _answer(self, records: list[Any], client: CompletionClient) -> None:
         for record in records:
-            request = codec().decode_as(record.value, BoundaryRequest)
+            wire: Wire = "json" if json_wire.is_json_request(record.headers) else "avro"
+            request = (
+                json_wire.decode_request(record.value)
+                if wire == "json"
+                else codec().decode_as(record.value, BoundaryRequest)
+            )
             handler = self._handlers.get(request.target)
             if handler is None:
                 continue
+            token = request.resume_token
             try:
                 value = handler(request, payload.loads(request.request))
             except Exception as exc:  # the simulated system reports failures as completions
-                sent = client.send(request.resume_token, "failure", b"", str(exc), flush=False)
+                sent = client.send(token, "failure", b"", str(exc), flush=False, wire=wire)
             else:
                 body = payload.dumps(value)
-                sent = client.send(request.resume_token, "success", body, None, flush=False)
+                sent = client.send(token, "success", body, None, flush=False, wire=wire)
             self.answered += 1
             if self._after is not None:
                 self._after(request, sent, client)

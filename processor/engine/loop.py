@@ -31,10 +31,12 @@ from processor.errors import (
     SessionLostError,
     TransportError,
 )
+from processor.facts import json_wire
 from processor.facts.codec import codec, encode
 from processor.facts.keyring import KeyRing
 from processor.facts.models import (
     AvroModel,
+    BoundaryRequest,
     CancelRun,
     ResolveAttempt,
     SegmentResult,
@@ -45,6 +47,7 @@ from processor.facts.topics import RUN_ADDRESSED_INPUTS, TopicName
 from processor.model.decide import (
     Context,
     Decision,
+    Emit,
     PipelineCatalog,
     Publish,
     TimerFired,
@@ -353,7 +356,7 @@ class ProcessorLoop:
             return result.run_id, decide_result(result, staging.run(result.run_id), ctx)
         cause = f"{record.topic}/{record.partition}/{record.offset}"
         arrival = (
-            completion_arrival(record.value, self._config.resume_keys, cause)
+            completion_arrival(record.value, self._config.resume_keys, cause, record.headers)
             if topic is TopicName.COMPLETIONS
             else handoff_arrival(record.value, self._config.resume_keys, cause)
         )
@@ -403,7 +406,7 @@ class ProcessorLoop:
     def _append(self, staging: Staging, partition: int, run_id: str, decision: Decision) -> None:
         # Everything that may raise comes before the batch changes: a decision is staged
         # whole or not at all (Staging.append is atomic too).
-        emits = [self._outbound(emit.topic, emit.key, emit.value) for emit in decision.emits]
+        emits = [self._emitted(emit) for emit in decision.emits]
         effects = [self._effect(effect) for effect in decision.effects]
         appended = staging.append(run_id, decision.expected_version, decision.facts)
         key = run_id.encode()
@@ -438,6 +441,14 @@ class ProcessorLoop:
 
     def _outbound(self, topic: TopicName, key: str, value: AvroModel) -> Outbound:
         return Outbound(self._topology.name(topic), key.encode(), encode(value))
+
+    def _emitted(self, emit: Emit) -> Outbound:
+        """An emitted message in its wire: Avro, or a request target's JSON shape."""
+        if emit.wire == "json" and isinstance(emit.value, BoundaryRequest):
+            value = json_wire.encode_request(emit.value)
+            name = self._topology.name(emit.topic)
+            return Outbound(name, emit.key.encode(), value, json_wire.request_headers())
+        return self._outbound(emit.topic, emit.key, emit.value)
 
     # --- commit --------------------------------------------------------------------------
 

@@ -14,14 +14,13 @@ A crash before 2 leaves nothing: the batch is read and mapped again. A crash aft
 it leaves the offsets past the batch. Either way each record is submitted once; the
 run id derives from the record, so even a second submit would start no second run.
 
-Decoders are looked up by name in the ``decoders`` mapping (``BUILTIN_DECODERS``:
-"json" and "bytes"); each entry is a factory that takes the deployment's
-``Settings`` and returns ``value -> decoded``. Avro through a schema registry plugs
-in as one more entry (say "avro": a factory that builds a cached deserializer from
-the registry settings), passed by ``Host``; a decoder's exception becomes a
-``trigger_decode_failed`` rejection, so it needs no error handling of its own,
-except that an unreachable registry should raise ``TransportError`` (the stage then
-waits and retries the batch instead of rejecting valid records).
+Decoders are looked up by name in the ``decoders`` mapping (``DECODERS``: "json"
+and "bytes", and "avro", Confluent-framed Avro through the deployment's schema
+registry, ``processor.transport.avro_decoder``); each entry is a factory that
+takes the deployment's ``Settings`` and returns ``value -> decoded``. A decoder's
+exception becomes a ``trigger_decode_failed`` rejection, so it needs no error
+handling of its own, except that an unreachable registry raises ``TransportError``
+(the stage then waits and retries the batch instead of rejecting valid records).
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ from processor.facts.codec import encode
 from processor.facts.models import SubmitRun
 from processor.facts.rejection import rejected
 from processor.facts.topics import TopicName
+from processor.transport.avro_decoder import avro_decoder
 from processor.transport.base import (
     Outbound,
     ProcessorSession,
@@ -58,11 +58,14 @@ from processor.worker.trigger import (
     trigger_submit,
 )
 
-__all__ = ["BoundTrigger", "TriggerStage", "trigger_group"]
+__all__ = ["DECODERS", "BoundTrigger", "TriggerStage", "trigger_group"]
 
 logger = logging.getLogger(__name__)
 
 _MAX_PAUSE_S = 5.0
+
+#: The decoders a deployment offers: the built-in ones and Avro through the registry.
+DECODERS: Mapping[str, DecoderFactory] = {**BUILTIN_DECODERS, "avro": avro_decoder}
 
 
 def trigger_group(settings: Settings) -> str:
@@ -115,7 +118,7 @@ class TriggerStage:
         *,
         instance_id: str,
         clock: Clock = wall_clock_ms,
-        decoders: Mapping[str, DecoderFactory] = BUILTIN_DECODERS,
+        decoders: Mapping[str, DecoderFactory] = DECODERS,
     ) -> None:
         self._transport = transport
         self._topology = topology

@@ -107,6 +107,7 @@ def _dispatch_interaction(
                 deadline_ms=deadline,
                 resume_token=token,
             ),
+            awaits.wire,
         )
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypedDict
 
+from processor.facts.json_wire import Wire
 from processor.facts.keyring import KeyRing
 from processor.facts.models import AvroModel, CommandReply, FactHeader, RunOutcome
 from processor.facts.topics import TopicName
@@ -74,6 +75,7 @@ class Emit:
     topic: TopicName
     key: str
     value: AvroModel
+    wire: Wire = "avro"  # "json": the JSON shape of processor.facts.json_wire
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +164,8 @@ class FactMaker:
         self.facts.append(fact)
         self._folded = reduce(self._folded, fact)
 
-    def emit(self, topic: TopicName, value: AvroModel) -> None:
-        self.emits.append(Emit(topic, self.run_id, value))
+    def emit(self, topic: TopicName, value: AvroModel, wire: Wire = "avro") -> None:
+        self.emits.append(Emit(topic, self.run_id, value, wire))
 
     def emit_outcome(
         self, status: str, *, result: bytes | None = None, error: str | None = None

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from processor.facts.json_wire import Wire
+
 __all__ = [
     "AwaitSpec",
     "CheckpointSpec",
@@ -52,7 +54,9 @@ class AwaitSpec:
 
     ``kind="await"``: one request per interaction goes to ``target`` on
     boundary.requests; ``kind="checkpoint"``: the run waits for a checkpoint
-    handoff named ``target`` from another pipeline.
+    handoff named ``target`` from another pipeline. ``wire`` encodes the
+    requests: Avro (the default) or the JSON shape of ``processor.facts.json_wire``,
+    for systems without Avro.
     """
 
     target: str
@@ -60,6 +64,7 @@ class AwaitSpec:
     itemized: bool = False
     on_timeout: OnTimeout = "fail"
     kind: AwaitKind = "await"
+    wire: Wire = "avro"
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from processor.errors import ConfigurationError, ProcessorError
+from processor.facts.json_wire import WIRES, Wire
 from processor.model.pipeline_spec import (
     AwaitSpec,
     CheckpointSpec,
@@ -125,13 +126,19 @@ class Pipeline:
         on_timeout: OnTimeout = "fail",
         retry: RetryPolicy | None = None,
         step_timeout_s: float = 30.0,
+        wire: Wire = "avro",
     ) -> Callable[[StepFunction], StepFunction]:
         """Decorator appending an await step: the function returns the request(s).
 
         ``timeout_s`` bounds the wait for completions; ``step_timeout_s`` bounds the
         attempt that computes the requests (a lost attempt is retried after it).
+        ``wire="json"`` sends the requests as JSON documents (docs/CONTRACT.md) for
+        systems without Avro; completions are accepted in either wire.
         """
-        awaits = AwaitSpec(target, int(timeout_s * 1000), itemized, on_timeout, "await")
+        if wire not in WIRES:
+            raise ConfigurationError(f"wire must be one of {WIRES}, got {wire!r}")
+        timeout_ms = int(timeout_s * 1000)
+        awaits = AwaitSpec(target, timeout_ms, itemized, on_timeout, "await", wire)
         step_timeout_ms = int(step_timeout_s * 1000)
 
         def register(function: StepFunction) -> StepFunction:

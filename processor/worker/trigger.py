@@ -10,8 +10,9 @@ def order_input(rec: TriggerRecord) -> dict:
 ```
 
 The record's value goes through a *decoder* first (by name: ``"json"``, the
-default, or ``"bytes"``; the deployment may offer more, such as Avro through a
-schema registry, see ``DecoderFactory``), then through ``to_input``. Each record
+default, ``"bytes"``, or ``"avro"``: Confluent-framed Avro through the
+deployment's schema registry, decoded to a dict; see ``DecoderFactory``), then
+through ``to_input``. Each record
 becomes one ``SubmitRun`` whose run id derives from an idempotency key: by default
 the record's pipeline, topic, partition and offset, or, with ``idempotency_field``,
 the pipeline and that field of the decoded record (two records with the same value
@@ -124,7 +125,8 @@ class Trigger:
             decoded value.
         idempotency_field: a field of the decoded record (a JSON object) whose
             value names the run; by default the record's position does.
-        decoder: the name of the decoder of the record's value ("json", "bytes").
+        decoder: the name of the decoder of the record's value ("json", "bytes",
+            or "avro", which needs PROCESSOR_SCHEMA_REGISTRY_URL).
     """
 
     topic: str

@@ -94,4 +94,35 @@ def produce_result(value: Any) -> dict[str, Any]:
     return {"published": value}
 
 
-app = Application([scalar, itemized, tolerant, source, sink, waiter, publisher])
+# A target that speaks the JSON shape (processor/facts/json_wire.py, docs/CONTRACT.md).
+json_scalar = Pipeline("json_scalar")
+
+
+@json_scalar.await_step(target="json-echo", timeout_s=AWAIT_TIMEOUT_S, wire="json")
+def ask_in_json(value: dict[str, Any]) -> dict[str, Any]:
+    return {"question": value["n"]}
+
+
+@json_scalar.step()
+def finish_json(answer: Any) -> dict[str, Any]:
+    return {"answer": answer}
+
+
+json_itemized = Pipeline("json_itemized")
+
+
+@json_itemized.await_step(
+    target="json-square", timeout_s=AWAIT_TIMEOUT_S, itemized=True, wire="json"
+)
+def fan_out_in_json(value: dict[str, Any]) -> list[dict[str, int]]:
+    return [{"i": i} for i in range(value["items"])]
+
+
+@json_itemized.step()
+def gather_json(outputs: list[Any]) -> dict[str, Any]:
+    return {"outputs": outputs}
+
+
+app = Application(
+    [scalar, itemized, tolerant, source, sink, waiter, publisher, json_scalar, json_itemized]
+)

@@ -21,7 +21,7 @@ from processor.facts.keyring import KeyRing
 from processor.facts.models import AvroModel, FactHeader, Rejected, WorkItem
 from processor.facts.topics import TopicName
 from processor.model.state import RunState
-from processor.transport.base import Outbound, Reader, Record, TopicPartition
+from processor.transport.base import Headers, Outbound, Reader, Record, TopicPartition
 from processor.transport.deployment import Deployment, ensure_topics
 from processor.transport.partitioner import partition_for
 from processor.worker.executor import execute
@@ -353,7 +353,15 @@ class LoopHarness:
         self.produce(TopicName.COMMANDS, command.run_id, encode(command))
         return command.run_id
 
-    def produce(self, topic: TopicName, key: str, value: bytes, *, flush: bool = True) -> Record:
+    def produce(
+        self,
+        topic: TopicName,
+        key: str,
+        value: bytes,
+        *,
+        flush: bool = True,
+        headers: Headers = (),
+    ) -> Record:
         """Produce one record and return it as committed (with its offset).
 
         With ``flush=False`` the record is only buffered (call ``producer.flush()``
@@ -362,11 +370,12 @@ class LoopHarness:
         name = self.name(topic)
         partition = partition_for(key.encode(), self.deployment.topology.partitions)
         tp = TopicPartition(name, partition)
+        record = Outbound(name, key.encode(), value, headers, partition)
         if not flush:
-            self.producer.produce(Outbound(name, key.encode(), value, partition=partition))
-            return Record(name, partition, -1, key.encode(), value)
+            self.producer.produce(record)
+            return Record(name, partition, -1, key.encode(), value, headers)
         start = self.reader.end_offset(tp)
-        self.producer.produce(Outbound(name, key.encode(), value, partition=partition))
+        self.producer.produce(record)
         self.producer.flush()
         record = find_produced(self.reader, tp, start, value)
         assert record is not None

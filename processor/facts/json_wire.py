@@ -1,0 +1,207 @@
+"""The JSON wire of boundary requests and completions, for systems without Avro.
+
+An await target declared with ``wire="json"`` gets its requests on
+boundary.requests as a JSON document with these headers::
+
+    content-type: application/vnd.processor.request+json
+    processor-schema: BoundaryRequest
+
+    {"run_id": "...", "boundary": 1, "interaction": "b1.0", "item_index": 0,
+     "target": "payments", "request": {...}, "deadline_ms": 1800000060000,
+     "resume_token": "v2...."}
+
+and any system may answer on boundary.completions with a JSON completion,
+recognized by its ``content-type: application/vnd.processor.completion+json``
+header (or ``content-type: application/json`` plus ``processor-schema:
+BoundaryCompletion``, for tools that only know the generic type)::
+
+    {"token": "v2....", "outcome": "success", "payload": {...}}
+
+``token`` and ``outcome`` (``success`` or ``failure``) are required;
+``payload`` (any JSON value), ``error`` (a string) and ``idempotency_key`` (a
+string, derived from the document when absent) are optional; any other field
+makes the document ``malformed``. docs/CONTRACT.md is the reference for other
+teams. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from processor.errors import FactDecodeError
+from processor.facts import payload
+from processor.facts.models import BoundaryCompletion, BoundaryRequest
+
+__all__ = [
+    "COMPLETION_CONTENT_TYPE",
+    "CONTENT_TYPE_HEADER",
+    "REQUEST_CONTENT_TYPE",
+    "SCHEMA_HEADER",
+    "WIRES",
+    "HeaderPairs",
+    "Wire",
+    "completion_document",
+    "completion_headers",
+    "decode_completion",
+    "decode_request",
+    "encode_request",
+    "is_json_completion",
+    "is_json_request",
+    "request_headers",
+]
+
+Wire = Literal["avro", "json"]
+WIRES: tuple[Wire, ...] = ("avro", "json")
+
+CONTENT_TYPE_HEADER = "content-type"
+SCHEMA_HEADER = "processor-schema"
+REQUEST_CONTENT_TYPE = "application/vnd.processor.request+json"
+COMPLETION_CONTENT_TYPE = "application/vnd.processor.completion+json"
+_GENERIC_JSON = "application/json"
+
+_COMPLETION_FIELDS = frozenset({"token", "outcome", "payload", "error", "idempotency_key"})
+_REQUEST_FIELDS = (
+    "run_id",
+    "boundary",
+    "interaction",
+    "item_index",
+    "target",
+    "request",
+    "deadline_ms",
+    "resume_token",
+)
+
+HeaderPairs = Sequence[tuple[str, bytes | None]]
+
+
+def request_headers() -> tuple[tuple[str, bytes], ...]:
+    """The headers of a JSON request record."""
+    return (
+        (CONTENT_TYPE_HEADER, REQUEST_CONTENT_TYPE.encode()),
+        (SCHEMA_HEADER, b"BoundaryRequest"),
+    )
+
+
+def completion_headers() -> tuple[tuple[str, bytes], ...]:
+    """The headers of a JSON completion record."""
+    return (
+        (CONTENT_TYPE_HEADER, COMPLETION_CONTENT_TYPE.encode()),
+        (SCHEMA_HEADER, b"BoundaryCompletion"),
+    )
+
+
+def encode_request(request: BoundaryRequest) -> bytes:
+    """The JSON document of a request; its ``request`` is the JSON value itself."""
+    document: dict[str, Any] = {name: getattr(request, name) for name in _REQUEST_FIELDS}
+    document["request"] = payload.loads(request.request) if request.request else None
+    return payload.dumps(document)
+
+
+def decode_request(value: bytes | None) -> BoundaryRequest:
+    """A JSON request back into the model (for this package's own responders)."""
+    document = _object(value, "request")
+    try:
+        fields = {name: document[name] for name in _REQUEST_FIELDS}
+        fields["request"] = payload.dumps(fields["request"])
+        return BoundaryRequest(**fields)
+    except (KeyError, ValueError, payload.InvalidPayloadError) as exc:
+        raise FactDecodeError("malformed", f"not a JSON request: {exc}", value) from exc
+
+
+def completion_document(completion: BoundaryCompletion) -> bytes:
+    """The JSON document of a completion (what a JSON-speaking system sends)."""
+    document: dict[str, Any] = {
+        "token": completion.token,
+        "outcome": completion.outcome,
+        "idempotency_key": completion.idempotency_key,
+    }
+    if completion.payload:
+        document["payload"] = payload.loads(completion.payload)
+    if completion.error is not None:
+        document["error"] = completion.error
+    return payload.dumps(document)
+
+
+def decode_completion(value: bytes | None) -> BoundaryCompletion:
+    """A JSON completion as the same value an Avro one decodes to, else ``malformed``."""
+    document = _object(value, "completion")
+    unknown = sorted(set(document) - _COMPLETION_FIELDS)
+    if unknown:
+        raise FactDecodeError("malformed", f"unknown fields in a JSON completion: {unknown}", value)
+    token = _string(document, "token", value)
+    outcome = document.get("outcome")
+    if outcome not in ("success", "failure"):
+        detail = f"outcome must be 'success' or 'failure', got {outcome!r}"
+        raise FactDecodeError("malformed", detail, value)
+    error = _optional_string(document, "error", value)
+    body = payload.dumps(document["payload"]) if "payload" in document else b""
+    key = _optional_string(document, "idempotency_key", value) or _derived_key(value or b"")
+    return BoundaryCompletion(
+        token=token,
+        idempotency_key=key,
+        outcome=outcome,
+        payload=body,
+        error=error,
+        content_type=_GENERIC_JSON,
+    )
+
+
+def is_json_request(headers: HeaderPairs) -> bool:
+    """Whether a boundary.requests record is in the JSON shape (by its headers)."""
+    return _is_json(headers, REQUEST_CONTENT_TYPE, "BoundaryRequest")
+
+
+def is_json_completion(headers: HeaderPairs) -> bool:
+    """Whether a boundary.completions record is in the JSON shape (by its headers)."""
+    return _is_json(headers, COMPLETION_CONTENT_TYPE, "BoundaryCompletion")
+
+
+def _is_json(headers: HeaderPairs, specific: str, schema: str) -> bool:
+    content_type = _header(headers, CONTENT_TYPE_HEADER)
+    if content_type is None:
+        return False
+    media = content_type.split(";", maxsplit=1)[0].strip().lower()
+    if media == specific:
+        return True
+    return media == _GENERIC_JSON and _header(headers, SCHEMA_HEADER) == schema
+
+
+def _header(headers: HeaderPairs, name: str) -> str | None:
+    """The last value of header ``name`` (names compare case-insensitively)."""
+    found = None
+    for key, raw in headers:
+        if key.lower() == name and raw is not None:
+            found = raw.decode("utf-8", errors="replace").strip()
+    return found
+
+
+def _object(value: bytes | None, what: str) -> dict[str, Any]:
+    try:
+        document = payload.loads(value or b"")
+    except payload.InvalidPayloadError as exc:
+        raise FactDecodeError("malformed", f"JSON {what}: {exc}", value) from exc
+    if not isinstance(document, dict):
+        detail = f"a JSON {what} is an object, got {type(document).__name__}"
+        raise FactDecodeError("malformed", detail, value)
+    return document
+
+
+def _string(document: dict[str, Any], name: str, raw: bytes | None) -> str:
+    found = document.get(name)
+    if not isinstance(found, str) or not found:
+        raise FactDecodeError("malformed", f"{name!r} must be a non-empty string", raw)
+    return found
+
+
+def _optional_string(document: dict[str, Any], name: str, raw: bytes | None) -> str | None:
+    found = document.get(name)
+    if found is not None and not isinstance(found, str):
+        raise FactDecodeError("malformed", f"{name!r} must be a string or null", raw)
+    return found
+
+
+def _derived_key(raw: bytes) -> str:
+    # The document's own digest: the same JSON sent twice carries the same key.
+    return "json-" + hashlib.sha256(raw).hexdigest()[:32]
