@@ -37,7 +37,6 @@ from processor.facts.codec import encode
 from processor.facts.models import SubmitRun
 from processor.facts.rejection import rejected
 from processor.facts.topics import TopicName
-from processor.transport.avro_decoder import avro_decoder
 from processor.transport.base import (
     Outbound,
     ProcessorSession,
@@ -65,7 +64,17 @@ logger = logging.getLogger(__name__)
 _MAX_PAUSE_S = 5.0
 
 #: The decoders a deployment offers: the built-in ones and Avro through the registry.
-DECODERS: Mapping[str, DecoderFactory] = {**BUILTIN_DECODERS, "avro": avro_decoder}
+
+
+def _avro_decoder(settings: Settings) -> Decoder:
+    """The ``avro`` decoder; the registry client (and its HTTP stack) is imported only
+    by a deployment that has a trigger using it, not by every processor start."""
+    from processor.transport.avro_decoder import avro_decoder
+
+    return avro_decoder(settings)
+
+
+DECODERS: Mapping[str, DecoderFactory] = {**BUILTIN_DECODERS, "avro": _avro_decoder}
 
 
 def trigger_group(settings: Settings) -> str:

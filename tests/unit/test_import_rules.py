@@ -63,3 +63,16 @@ def test_the_pure_core_may_not_touch_the_outside(tmp_path: Path, forbidden: str)
     result = _lint_imports(tree)
     assert result.returncode != 0
     assert f"processor.model is not allowed to import {forbidden}" in result.stdout
+
+
+def test_the_registry_client_is_imported_only_where_it_is_used() -> None:
+    """The Schema Registry client and its HTTP stack cost ~0.4 s of every start; only a
+    deployment with a registry (or an ``avro`` trigger) imports them."""
+    probe = (
+        "import sys, processor.cli, processor.engine.host, processor.engine.trigger\n"
+        "print(sorted(m for m in sys.modules if m.startswith('confluent_kafka.schema_registry')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.strip() == "[]"
