@@ -19,9 +19,9 @@ user partitions move to the other) and comes back (they are split again), then
 the other is killed; the same checks hold (but replay, which compares one
 processor's stores).
 
-The issue asks for 5,000 records; this test uses 2,000 (and 5 kills) so that it
-stays well under a minute on a 2-core machine (about 35 s): each kill costs up to a
-group session timeout (6 s) before the restarted members get their partitions back.
+5,000 records and 5 kills, as the issue asks: about 47 s on a 2-core machine,
+most of it the kills (each costs up to a group session timeout, 6 s, before the
+restarted members get their partitions back).
 Committing the offsets outside the submit's transaction makes it fail (SubmitRuns
 twice for one record), even though the derived run ids keep the runs single.
 """
@@ -59,9 +59,9 @@ from tests.kafka.support import (
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 SEED = 20_261_201
-RECORDS = 2_000
+RECORDS = 5_000
 KILLS = 5
-RATE_PER_S = 80  # about 25 s of records: most kills happen while they flow
+RATE_PER_S = 200  # about 25 s of records: most kills happen while they flow
 USER_PARTITIONS = 3
 APP = "tests.apps.trigger_pipelines:app"
 
