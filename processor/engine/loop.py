@@ -344,11 +344,13 @@ class ProcessorLoop:
             if not self._routed_here(record, command.run_id):
                 return None
             state = staging.run(command.run_id)
-            if isinstance(command, SubmitRun):
-                return command.run_id, decide_submit(command, state, ctx)
-            if isinstance(command, CancelRun):
-                return command.run_id, decide_cancel(command, state, ctx)
-            return command.run_id, decide_resolve(command, state, ctx)
+            match command:
+                case SubmitRun():
+                    return command.run_id, decide_submit(command, state, ctx)
+                case CancelRun():
+                    return command.run_id, decide_cancel(command, state, ctx)
+                case ResolveAttempt():
+                    return command.run_id, decide_resolve(command, state, ctx)
         if topic is TopicName.RESULTS:
             result = codec().decode_as(record.value, SegmentResult)
             if not self._routed_here(record, result.run_id):

@@ -113,26 +113,32 @@ def _dispatch_interaction(
 
 def apply_plan(maker: FactMaker, spec: PipelineSpec, plan: Plan) -> None:
     """Turn a continuation plan into facts: release, fail, or keep waiting."""
-    if isinstance(plan, ReleaseScalar | ReleaseItemized):
-        _release(maker, spec, plan.input)
-    elif isinstance(plan, FailParent):
-        state = maker.current
-        step = state.boundary.step if state.boundary.step is not None else state.attempt.next_step
-        maker.add(
-            SegmentFailed(
-                **maker.header(
-                    keys.attempt_failed(state.attempt.segment, state.attempt.generation)
-                ),
-                segment=state.attempt.segment,
-                attempt=state.attempt.number,
-                generation=state.attempt.generation,
-                step=step,
-                error=plan.error,
-                error_type=plan.error_type,
-                retryable=False,
-            )
+    match plan:
+        case ReleaseScalar() | ReleaseItemized():
+            _release(maker, spec, plan.input)
+        case FailParent():
+            _fail_parent(maker, spec, plan)
+        case _:
+            pass  # NoOp, Hold, RecordItem: the boundary keeps waiting
+
+
+def _fail_parent(maker: FactMaker, spec: PipelineSpec, plan: FailParent) -> None:
+    """An item failed for good: the await step fails, and with it the run's execution."""
+    state = maker.current
+    step = state.boundary.step if state.boundary.step is not None else state.attempt.next_step
+    maker.add(
+        SegmentFailed(
+            **maker.header(keys.attempt_failed(state.attempt.segment, state.attempt.generation)),
+            segment=state.attempt.segment,
+            attempt=state.attempt.number,
+            generation=state.attempt.generation,
+            step=step,
+            error=plan.error,
+            error_type=plan.error_type,
+            retryable=False,
         )
-        control.fail_execution(maker, spec, error=plan.error)
+    )
+    control.fail_execution(maker, spec, error=plan.error)
 
 
 def _release(maker: FactMaker, spec: PipelineSpec, released: bytes) -> None:
