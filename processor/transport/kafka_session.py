@@ -219,6 +219,14 @@ class KafkaSession(Closeable):
         try:
             self._producer.begin_transaction()
         except KafkaException as exc:
+            err = kafka_error(exc)
+            if err is not None and err.code() == KafkaError._CONFLICT:
+                # An earlier commit or abort is still in progress (it timed out while the
+                # broker was away) and every begin would conflict with it: only a new
+                # session's producer, fencing this one, gets past it.
+                raise SessionLostError(
+                    f"{self._name}: begin transaction: {err.str()}; opening a new session"
+                ) from exc
             raise self._failed("begin transaction", exc) from exc
         self._txn = _Transaction()
 
