@@ -10,8 +10,10 @@ the HTTP API read the processor's stores this way while it runs.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
+import weakref
 from pathlib import Path
 
 from processor.store.rocks import PartitionStore, partition_of
@@ -43,9 +45,36 @@ def open_reader(path: Path) -> PartitionStore | None:
         raise
 
 
+#: Each reader's view of its writer's files when it last caught up (``_files``).
+_CAUGHT_UP_AT: weakref.WeakKeyDictionary[PartitionStore, frozenset[tuple[str, int, int]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def refresh(store: PartitionStore) -> None:
-    """Move a reader on to what the writer has written since it opened (or last refreshed)."""
+    """Move a reader on to what the writer has written since it opened (or last refreshed).
+
+    A catch-up costs milliseconds even when nothing changed (it reads the writer's
+    manifest and write-ahead log); it is skipped when none of those files changed.
+    """
+    files = _files(store.path)
+    if _CAUGHT_UP_AT.get(store) == files:
+        return
     store.catch_up()
+    _CAUGHT_UP_AT[store] = files
+
+
+def _files(path: Path) -> frozenset[tuple[str, int, int]]:
+    """(name, size, modification time) of the files a catch-up reads: the write-ahead
+    logs, the manifest and CURRENT. Every write, flush or compaction changes one."""
+    found = set()
+    with os.scandir(path) as entries:
+        for entry in entries:
+            name = entry.name
+            if name.endswith(".log") or name.startswith("MANIFEST-") or name == "CURRENT":
+                stat = entry.stat()
+                found.add((name, stat.st_size, stat.st_mtime_ns))
+    return frozenset(found)
 
 
 def open_readers(state_dir: Path) -> list[PartitionStore]:
