@@ -55,9 +55,7 @@ def test_a_run_has_one_row_per_listing_it_is_in() -> None:
     state = _run("r1", 7, waiting=("billing", "billing", "crm"))
     assert index_entries(None) == frozenset()
     assert index_entries(state) == {
-        IndexEntry("all", (), 7, "r1"),
         IndexEntry("status", ("running",), 7, "r1"),
-        IndexEntry("pipeline", ("orders",), 7, "r1"),
         IndexEntry("pipeline_status", ("orders", "running"), 7, "r1"),
         IndexEntry("waiting", ("billing",), 7, "r1"),
         IndexEntry("waiting_pipeline", ("billing", "orders"), 7, "r1"),
@@ -79,11 +77,9 @@ def test_an_admitted_interaction_or_a_terminal_run_waits_on_nothing() -> None:
     assert waiting_targets(admitted) == ()
     failed = state.model_copy(update={"status": "failed"})
     assert waiting_targets(failed) == ()
-    assert {e.kind for e in index_entries(failed)} == {
-        "all",
-        "status",
-        "pipeline",
-        "pipeline_status",
+    assert index_entries(failed) == {
+        IndexEntry("status", ("failed",), 7, "r1"),
+        IndexEntry("pipeline_status", ("orders", "failed"), 7, "r1"),
     }
     elsewhere = state.model_copy(update={"boundary": Boundary(number=2)})
     assert waiting_targets(elsewhere) == ()  # an open interaction of an earlier boundary
