@@ -758,12 +758,13 @@ def requests(
 
 
 def _local_stores(deployment: Deployment) -> list[PartitionStore]:
-    """The local stores of every partition that has one, read-only."""
-    from processor.store.rocks import open_existing, store_path
+    """The local stores of every partition that has one, as readers beside the processor."""
+    from processor.store.readers import open_reader
+    from processor.store.rocks import store_path
 
     state_dir = deployment.settings.state_dir
     found = (
-        open_existing(store_path(state_dir, partition))
+        open_reader(store_path(state_dir, partition))
         for partition in range(deployment.topology.partitions)
     )
     return [store for store in found if store is not None]

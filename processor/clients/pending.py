@@ -11,7 +11,6 @@ guessed. Nothing is read from boundary.requests.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -21,14 +20,12 @@ from processor.facts.codec import decode_fact
 from processor.facts.keyring import KeyRing
 from processor.facts.models import BoundaryInteractionDispatched
 from processor.model.state import Interaction, RunState
-from processor.store.rocks import PartitionStore
-from processor.store.run_row import state_of
+from processor.store.listing import waiting_runs
+from processor.store.rocks import PartitionStore, partition_of
 
 __all__ = ["PendingRequest", "pending_requests"]
 
 logger = logging.getLogger(__name__)
-
-_STORE_NAME = re.compile(r"p(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,30 +65,25 @@ def pending_requests(
 def _waiting(
     stores: Sequence[PartitionStore], run_id: str | None, target: str | None
 ) -> Iterator[tuple[int, PartitionStore, RunState]]:
-    """(partition, store, state) of each suspended run asked for."""
-    for index, store in enumerate(stores):
-        partition = _partition_of(store, index)
-        states = _one(store, run_id) if run_id is not None else _suspended(store)
-        for state in states:
-            if state.phase == "suspended":
+    """(partition, store, state) of each suspended run asked for: the one run, or the
+    runs the index lists as waiting (one multi-get of their states per store)."""
+    numbered = {_partition_of(store, index): store for index, store in enumerate(stores)}
+    if run_id is not None:
+        candidates = [(partition, run_id) for partition in numbered]
+    else:
+        candidates = list(waiting_runs(stores, target))
+    for partition, store in numbered.items():
+        run_ids = [found for at, found in candidates if at == partition]
+        for state in store.runs(run_ids):
+            if state is not None and state.phase == "suspended":
                 yield partition, store, state
 
 
-def _one(store: PartitionStore, run_id: str) -> list[RunState]:
-    state = store.run(run_id)
-    return [] if state is None else [state]
-
-
-def _suspended(store: PartitionStore) -> Iterator[RunState]:
-    """Every run of the store, read from the runs family."""
-    for _key, raw in store.items("runs"):
-        yield state_of(raw)
-
-
 def _partition_of(store: PartitionStore, index: int) -> int:
-    """The partition a store holds, from its directory name (``p0003``), else its index."""
-    named = _STORE_NAME.fullmatch(store.path.name)
-    return int(named.group(1)) if named else index
+    """The partition a store holds, as ``waiting_runs`` numbers it: from its directory
+    name (``p0003``), else its place in the sequence."""
+    found = partition_of(store.path)
+    return index if found is None else found
 
 
 def _requests_of(

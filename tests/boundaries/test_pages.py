@@ -14,18 +14,17 @@ from processor.clients.pages import history_page, pending_requests, read_topic_p
 from processor.facts.keyring import KeyRing
 from processor.facts.models import BoundaryCompletion, BoundaryRequest
 from processor.facts.topics import TopicName
-from processor.store.rocks import PartitionStore, open_existing, store_path
+from processor.store.readers import open_reader
+from processor.store.rocks import PartitionStore, store_path
 from tests.apps.support import LoopHarness
 from tests.boundaries.test_awaits import finish, play, run_until_suspended, status
 
 
 @contextmanager
 def _stores(h: LoopHarness) -> Iterator[list[PartitionStore]]:
-    """The loop's stores, opened read-only beside it (as ``processor requests`` does)."""
+    """The loop's stores, opened as readers beside it (as ``processor requests`` does)."""
     state_dir = h.deployment.settings.state_dir
-    found = [
-        open_existing(store_path(state_dir, p)) for p in range(h.deployment.topology.partitions)
-    ]
+    found = [open_reader(store_path(state_dir, p)) for p in range(h.deployment.topology.partitions)]
     stores = [s for s in found if s is not None]
     try:
         yield stores
