@@ -14,9 +14,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from processor.store.rocks import PartitionStore
+from processor.store.rocks import PartitionStore, partition_of
 
-__all__ = ["open_reader", "readers_dir", "refresh"]
+__all__ = ["LocalStores", "open_reader", "open_readers", "readers_dir", "refresh"]
 
 
 def readers_dir(path: Path) -> Path:
@@ -46,3 +46,58 @@ def open_reader(path: Path) -> PartitionStore | None:
 def refresh(store: PartitionStore) -> None:
     """Move a reader on to what the writer has written since it opened (or last refreshed)."""
     store.catch_up()
+
+
+def open_readers(state_dir: Path) -> list[PartitionStore]:
+    """A reader of every partition store under ``state_dir``, in partition order."""
+    readers: list[PartitionStore] = []
+    try:
+        for path in _store_paths(state_dir):
+            reader = open_reader(path)
+            if reader is not None:
+                readers.append(reader)
+    except BaseException:
+        for reader in readers:
+            reader.close()
+        raise
+    return readers
+
+
+class LocalStores:
+    """Readers of every partition store under a state directory, kept open: ``refresh``
+    catches them up and opens the stores that appeared since (a partition assigned
+    later). For a server that answers many queries; not thread-safe."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self._readers: dict[Path, PartitionStore] = {}
+
+    def refresh(self) -> list[PartitionStore]:
+        """The readers, caught up with their writers, in partition order."""
+        for reader in self._readers.values():
+            refresh(reader)
+        for path in _store_paths(self.state_dir):
+            if path not in self._readers:
+                opened = open_reader(path)
+                if opened is not None:
+                    self._readers[path] = opened
+        return [self._readers[path] for path in sorted(self._readers, key=_partition_key)]
+
+    def close(self) -> None:
+        for reader in self._readers.values():
+            reader.close()
+        self._readers.clear()
+
+
+def _store_paths(state_dir: Path) -> list[Path]:
+    """The partition stores' directories under ``state_dir``, in partition order."""
+    if not state_dir.is_dir():
+        return []
+    found = [
+        path for path in state_dir.iterdir() if path.is_dir() and partition_of(path) is not None
+    ]
+    return sorted(found, key=_partition_key)
+
+
+def _partition_key(path: Path) -> int:
+    return partition_of(path) or 0
