@@ -220,6 +220,7 @@ class RunState(BaseModel):
     compensation: Compensation = Compensation()
     execution: str | None = None  # Completed | Failed | Cancelled | TimedOut, once terminal
     recovery: str | None = None  # NotRequired | Compensated | PartiallyCompensated | ...
+    traceparent: str | None = None  # W3C trace context given at submit: the run's trace
 
     @property
     def terminal(self) -> bool:

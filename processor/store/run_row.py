@@ -94,6 +94,7 @@ class RunRow(BaseModel):
     compensation_failed: bool = False
     execution: str | None = None  # Completed | Failed | Cancelled | TimedOut, once terminal
     recovery: str | None = None  # NotRequired | Compensated | PartiallyCompensated | ...
+    traceparent: str | None = None  # W3C trace context given at submit
 
 
 #: Each part of RunState: its model and (row field, part field) of each of its fields.
