@@ -378,6 +378,8 @@ class ProcessorLoop:
             else handoff_arrival(record.value, self._config.resume_keys, cause)
         )
         if isinstance(arrival, Refusal):
+            if arrival.run_id:
+                logs.bind_run(arrival.run_id)
             return arrival.run_id or "", Decision.refuse(arrival.reason, arrival.detail)
         if not self._routed_here(record, arrival.run_id):
             return None
@@ -388,6 +390,7 @@ class ProcessorLoop:
         right = partition_for(run_id.encode(), self._partitions)
         if right == record.partition:
             return True
+        logs.bind_run(run_id)
         logger.warning(
             "%s@%d: run %s belongs to partition %d, forwarding",
             record.topic,
