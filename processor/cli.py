@@ -397,6 +397,8 @@ def submit(
         )
         span.annotate(run_id=command.run_id)
         reply = inv.client().request(command, wait)
+        if reply is not None and reply.refusal:
+            span.fail(reply.refusal, reply.detail or "")
     receipt = (
         SubmitReceipt(command.run_id, None)
         if reply is None

@@ -253,6 +253,8 @@ class Client(Closeable):
             )
             span.annotate(run_id=command.run_id)
             reply = self.request(command, wait_s)
+            if reply is not None and reply.refusal:
+                span.fail(reply.refusal, reply.detail or "")
         if reply is None:
             return SubmitReceipt(command.run_id, None)
         return SubmitReceipt(reply.run_id, reply.created, reply.refusal, reply.detail)

@@ -17,6 +17,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 from pydantic import SecretStr
 
 from processor.clients.client import Client
@@ -207,3 +208,11 @@ def test_with_spans_on_and_no_traceparent_the_submit_span_starts_the_trace(
     state = running.client.current(run_id).state
     assert state is not None and state.traceparent is not None
     assert trace_id_of(state.traceparent) == _trace_id(submit)
+
+
+def test_a_refused_submit_is_an_error_span(running: Running, spans: InMemorySpanExporter) -> None:
+    receipt = running.client.submit("no-such-pipeline", {}, traceparent=GIVEN)
+    assert receipt.refusal == "unknown_pipeline"
+    (submit,) = [s for s in spans.get_finished_spans() if s.name == "processor.submit"]
+    assert submit.status.status_code is StatusCode.ERROR
+    assert "unknown_pipeline" in (submit.status.description or "")
