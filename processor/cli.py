@@ -23,13 +23,21 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from pydantic import ValidationError
 
-from processor.clients.client import Client, SubmitReceipt, new_submit, status_dict
+from processor.clients.client import (
+    Client,
+    SubmitReceipt,
+    check_traceparent,
+    new_submit,
+    status_dict,
+)
 from processor.config.settings import Settings
 from processor.engine.host import Host
 from processor.errors import ProcessorError, SchemaRefusedError
 from processor.facts.models import CommandReply
 from processor.facts.payload import InvalidPayloadError, dumps, loads
 from processor.facts.topics import TopicName
+from processor.telemetry import tracing
+from processor.telemetry.logs import LOG_FORMATS, configure_logging
 from processor.transport.deployment import Deployment, ensure_topics
 
 if TYPE_CHECKING:
@@ -227,11 +235,31 @@ def _root(
         ),
     ] = False,
 ) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    _configure_telemetry(ctx, logging.INFO if verbose else logging.WARNING)
     ctx.obj = Invocation(broker, data_dir, topic_prefix, json_output)
+
+
+def _configure_telemetry(ctx: typer.Context, level: int) -> None:
+    """Logs in ``PROCESSOR_LOG_FORMAT`` and, with ``PROCESSOR_OTEL``, spans.
+
+    Any other invalid setting is left for the command to report, as before.
+    """
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        if any(error["loc"][:1] == ("log_format",) for error in exc.errors()):
+            typer.echo(
+                f"error: PROCESSOR_LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}", err=True
+            )
+            raise typer.Exit(EXIT_USAGE) from None
+        configure_logging("text", level)
+        return
+    except ProcessorError:  # e.g. both resume secrets: the command says so
+        configure_logging("text", level)
+        return
+    configure_logging(settings.log_format, level)
+    service = "processor-worker" if ctx.invoked_subcommand == "worker" else "processor"
+    tracing.configure(settings.otel, service)
 
 
 def _inv(ctx: typer.Context) -> Invocation:
@@ -344,18 +372,34 @@ def submit(
         float | None, typer.Option(help="Run deadline, seconds from now (overrides the pipeline's)")
     ] = None,
     wait: Annotated[float, typer.Option(help="Seconds to wait for the processor")] = 30.0,
+    traceparent: Annotated[
+        str | None, typer.Option(help="W3C traceparent of the caller's trace, for the run")
+    ] = None,
 ) -> None:
     """Submit a run; print its id and whether this call created it."""
     inv = _inv(ctx)
     try:
         value = loads(input_json.encode())
+        check_traceparent(traceparent)
     except InvalidPayloadError as exc:
         inv.fail(f"--input: {exc}", code=EXIT_USAGE)
+    except ValueError as exc:
+        inv.fail(f"--traceparent: {exc}", code=EXIT_USAGE)
     ensure_topics(inv.deployment())
     # Relative, as given: a retry with the same --deadline-s is the same submit.
     after_ms = None if deadline_s is None else round(deadline_s * 1000)
-    command = new_submit(pipeline, value, idempotency_key, deadline_after_ms=after_ms)
-    reply = inv.client().request(command, wait)
+    with tracing.submit_span(traceparent, pipeline=pipeline) as span:
+        command = new_submit(
+            pipeline,
+            value,
+            idempotency_key,
+            deadline_after_ms=after_ms,
+            traceparent=span.traceparent,
+        )
+        span.annotate(run_id=command.run_id)
+        reply = inv.client().request(command, wait)
+        if reply is not None and reply.refusal:
+            span.fail(reply.refusal, reply.detail or "")
     receipt = (
         SubmitReceipt(command.run_id, None)
         if reply is None

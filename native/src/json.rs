@@ -368,6 +368,7 @@ impl Json for RunState {
         );
         o.field_unless(self.execution.is_none(), "execution", &self.execution);
         o.field_unless(self.recovery.is_none(), "recovery", &self.recovery);
+        o.field_unless(self.traceparent.is_none(), "traceparent", &self.traceparent);
         o.close();
     }
 }

@@ -282,6 +282,7 @@ fn start(fact: &Fact) -> Result<Option<RunState>, Error> {
         compensation_failed: false,
         execution: None,
         recovery: None,
+        traceparent: fact.opt_string("traceparent")?,
     }))
 }
 

@@ -168,6 +168,8 @@ pub struct RunState {
     pub execution: Option<String>,
     #[serde(default)]
     pub recovery: Option<String>,
+    #[serde(default)]
+    pub traceparent: Option<String>,
 }
 
 // The defaults of the string fields that have one, as ``model/state.py`` declares them:

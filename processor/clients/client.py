@@ -43,9 +43,11 @@ from processor.facts.models import (
     SubmitRun,
 )
 from processor.facts.topics import TopicName
+from processor.facts.traceparent import is_traceparent
 from processor.model.reduce import fold
 from processor.model.state import RunState
 from processor.store.rocks import PartitionStore, open_existing, store_path
+from processor.telemetry import tracing
 from processor.transport.base import (
     Closeable,
     Outbound,
@@ -67,6 +69,7 @@ __all__ = [
     "RunResult",
     "RunView",
     "SubmitReceipt",
+    "check_traceparent",
     "fact_dict",
     "new_submit",
     "status_dict",
@@ -121,13 +124,16 @@ def new_submit(
     *,
     deadline_ms: int | None = None,
     deadline_after_ms: int | None = None,
+    traceparent: str | None = None,
 ) -> SubmitRun:
     """Build a SubmitRun; the run id derives from the idempotency key when there is one.
 
     ``deadline_after_ms`` is a deadline relative to the submit that creates the run, so
     a retry of the same submit is the same submit (its fingerprint covers the relative
-    value); ``deadline_ms`` is an absolute one.
+    value); ``deadline_ms`` is an absolute one. ``traceparent``: a W3C traceparent the
+    run's trace continues (ValueError if it is not one).
     """
+    check_traceparent(traceparent)
     run_id = payload.derive_run_id(idempotency_key) if idempotency_key else str(uuid.uuid4())
     return SubmitRun(
         command_id=str(uuid.uuid4()),
@@ -138,7 +144,17 @@ def new_submit(
         submitted_ms=now_ms if now_ms is not None else wall_clock_ms(),
         deadline_ms=deadline_ms,
         deadline_after_ms=deadline_after_ms,
+        traceparent=traceparent,
     )
+
+
+def check_traceparent(traceparent: str | None) -> None:
+    """ValueError unless ``traceparent`` is None or a valid W3C traceparent."""
+    if traceparent is not None and not is_traceparent(traceparent):
+        raise ValueError(
+            f"traceparent {traceparent!r} is not a W3C traceparent "
+            "(00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>)"
+        )
 
 
 class Client(Closeable):
@@ -210,6 +226,7 @@ class Client(Closeable):
         deadline_s: float | None = None,
         deadline_ms: int | None = None,
         wait_s: float = 30.0,
+        traceparent: str | None = None,
     ) -> SubmitReceipt:
         """Submit a run and wait for the processor's answer (up to ``wait_s``).
 
@@ -224,18 +241,27 @@ class Client(Closeable):
                 milliseconds.
             wait_s: how long to wait for the processor's answer; without one in
                 time the receipt says ``created=None`` (queued).
+            traceparent: a W3C traceparent (the caller's trace): the run's work,
+                requests, results and outcome carry it, and its spans (with
+                OpenTelemetry on) belong to that trace. ValueError if malformed.
         """
         if deadline_s is not None and deadline_ms is not None:
             raise ValueError("give deadline_s or deadline_ms, not both")
+        check_traceparent(traceparent)
         after_ms = None if deadline_s is None else round(deadline_s * 1000)
-        command = new_submit(
-            pipeline,
-            input_value,
-            idempotency_key,
-            deadline_ms=deadline_ms,
-            deadline_after_ms=after_ms,
-        )
-        reply = self.request(command, wait_s)
+        with tracing.submit_span(traceparent, pipeline=pipeline) as span:
+            command = new_submit(
+                pipeline,
+                input_value,
+                idempotency_key,
+                deadline_ms=deadline_ms,
+                deadline_after_ms=after_ms,
+                traceparent=span.traceparent,
+            )
+            span.annotate(run_id=command.run_id)
+            reply = self.request(command, wait_s)
+            if reply is not None and reply.refusal:
+                span.fail(reply.refusal, reply.detail or "")
         if reply is None:
             return SubmitReceipt(command.run_id, None)
         return SubmitReceipt(reply.run_id, reply.created, reply.refusal, reply.detail)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -68,6 +68,16 @@ class Settings(BaseSettings):
         "when it is installed; false: always with the Python reducers",
     )
     durable_fsync: bool = Field(default=False, description="fsync every embedded-log commit")
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="Log records as text lines, or as one JSON object per line (time, level, "
+        "logger, message, and run_id, pipeline, step, attempt on records about a run)",
+    )
+    otel: bool = Field(
+        default=False,
+        description="Emit OpenTelemetry spans (needs the otel extra): the CLI sets up an SDK "
+        "tracer provider unless the program did; runs carry their traceparent either way",
+    )
     resume_secret: SecretStr | None = Field(
         default=None,
         description="HMAC key of resume tokens and checkpoint handoffs (key id 'default'); "

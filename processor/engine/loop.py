@@ -24,6 +24,7 @@ from pathlib import Path
 from processor.admission.admit import admit
 from processor.admission.arrivals import Refusal, completion_arrival, handoff_arrival
 from processor.config.settings import Settings
+from processor.engine.spans import Traced, record_spans
 from processor.errors import (
     AppendConflictError,
     FactDecodeError,
@@ -40,11 +41,13 @@ from processor.facts.models import (
     CancelRun,
     RedriveRun,
     ResolveAttempt,
+    RunSubmitted,
     SegmentResult,
     SubmitRun,
 )
 from processor.facts.rejection import rejected
 from processor.facts.topics import RUN_ADDRESSED_INPUTS, TopicName
+from processor.facts.traceparent import TRACEPARENT_HEADER
 from processor.model.decide import (
     Context,
     Decision,
@@ -64,7 +67,9 @@ from processor.restore.catch_up import catch_up
 from processor.restore.parallel import catch_up_partitions, worker_count
 from processor.store.rocks import open_store, store_path, stored_facts_offset
 from processor.store.staging import Staging
+from processor.telemetry import logs, tracing
 from processor.transport.base import (
+    Headers,
     Outbound,
     ProcessorSession,
     Producer,
@@ -82,6 +87,8 @@ logger = logging.getLogger(__name__)
 
 INTERNAL_ERROR = "internal_error"
 _MAX_DETAIL = 2000  # characters of an exception's text kept in a rejection
+#: What carries the run's traceparent as a header: what workers and the outside read.
+TRACED_TOPICS = frozenset({TopicName.WORK, TopicName.REQUESTS, TopicName.OUTCOMES, TopicName.DLQ})
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +136,8 @@ class _Batch:
     outbound: list[Outbound] = field(default_factory=list)
     consumed: dict[TopicPartition, int] = field(default_factory=dict)
     effects: list[Outbound] = field(default_factory=list)
+    traced: list[Traced] = field(default_factory=list)  # only while spans are on
+    finished: list[RunState] = field(default_factory=list)  # runs that became terminal
 
     def __bool__(self) -> bool:
         return bool(self.outbound or self.consumed or self.effects)
@@ -324,6 +333,10 @@ class ProcessorLoop:
         if staging is None:  # not ours (any more); the new owner will read it
             return
         self._batch.consumed[record.position] = record.offset + 1
+        with logs.run_scope():  # what is logged about this input names its run (_run)
+            self._handle_in_scope(record, staging, now)
+
+    def _handle_in_scope(self, record: Record, staging: Staging, now: int) -> None:
         try:
             decided = self._decide(self._inputs[record.topic], record, staging, now)
             if decided is not None:
@@ -345,7 +358,9 @@ class ProcessorLoop:
             command = _decode_command(record.value)
             if not self._routed_here(record, command.run_id):
                 return None
-            state = staging.run(command.run_id)
+            state = _run(staging, command.run_id)
+            if state is None and isinstance(command, SubmitRun):
+                logs.bind_run(command.run_id, command.pipeline)
             match command:
                 case SubmitRun():
                     return command.run_id, decide_submit(command, state, ctx)
@@ -359,7 +374,7 @@ class ProcessorLoop:
             result = codec().decode_as(record.value, SegmentResult)
             if not self._routed_here(record, result.run_id):
                 return None
-            return result.run_id, decide_result(result, staging.run(result.run_id), ctx)
+            return result.run_id, decide_result(result, _run(staging, result.run_id), ctx)
         cause = f"{record.topic}/{record.partition}/{record.offset}"
         arrival = (
             completion_arrival(record.value, self._config.resume_keys, cause, record.headers)
@@ -367,16 +382,19 @@ class ProcessorLoop:
             else handoff_arrival(record.value, self._config.resume_keys, cause)
         )
         if isinstance(arrival, Refusal):
+            if arrival.run_id:
+                logs.bind_run(arrival.run_id)
             return arrival.run_id or "", Decision.refuse(arrival.reason, arrival.detail)
         if not self._routed_here(record, arrival.run_id):
             return None
-        return arrival.run_id, admit(arrival, staging.run(arrival.run_id), ctx)
+        return arrival.run_id, admit(arrival, _run(staging, arrival.run_id), ctx)
 
     def _routed_here(self, record: Record, run_id: str) -> bool:
         """Forward a record produced to the wrong partition to its run's partition."""
         right = partition_for(run_id.encode(), self._partitions)
         if right == record.partition:
             return True
+        logs.bind_run(run_id)
         logger.warning(
             "%s@%d: run %s belongs to partition %d, forwarding",
             record.topic,
@@ -392,9 +410,10 @@ class ProcessorLoop:
     def _fire_timers(self, now: int) -> None:
         for partition, staging in self._stagings.items():
             for entry in staging.store.due(now, self._config.timer_batch):
-                state = staging.run(entry.run_id)
-                decision = decide_timer(TimerFired(entry), state, self._context(now))
-                self._append(staging, partition, entry.run_id, decision)
+                with logs.run_scope():
+                    state = _run(staging, entry.run_id)
+                    decision = decide_timer(TimerFired(entry), state, self._context(now))
+                    self._append(staging, partition, entry.run_id, decision)
 
     def _apply(
         self, staging: Staging, record: Record, run_id: str, decision: Decision, now: int
@@ -412,8 +431,10 @@ class ProcessorLoop:
     def _append(self, staging: Staging, partition: int, run_id: str, decision: Decision) -> None:
         # Everything that may raise comes before the batch changes: a decision is staged
         # whole or not at all (Staging.append is atomic too).
-        emits = [self._emitted(emit) for emit in decision.emits]
-        effects = [self._effect(effect) for effect in decision.effects]
+        before = staging.run(run_id)
+        trace = _traceparent(before, decision)
+        emits = [self._emitted(emit, trace) for emit in decision.emits]
+        effects = [self._effect(effect, trace) for effect in decision.effects]
         appended = staging.append(run_id, decision.expected_version, decision.facts)
         key = run_id.encode()
         self._batch.outbound.extend(
@@ -421,14 +442,22 @@ class ProcessorLoop:
         )
         self._batch.outbound.extend(emits)
         self._batch.effects.extend(effects)
+        after = staging.run(run_id) if appended else None
+        if after is None:
+            return
+        if after.terminal and (before is None or not before.terminal):
+            self._batch.finished.append(after)
+        if trace is not None and tracing.enabled():
+            facts = tuple(staged.fact for staged in appended)
+            self._batch.traced.append(Traced(trace, before, after, facts))
 
-    def _effect(self, effect: Publish) -> Outbound:
+    def _effect(self, effect: Publish, trace: str | None) -> Outbound:
         topic = (
             self._topology.name(effect.topic)
             if isinstance(effect.topic, TopicName)
             else effect.topic
         )
-        return Outbound(topic, effect.key.encode(), effect.value, effect.headers)
+        return Outbound(topic, effect.key.encode(), effect.value, _traced(effect.headers, trace))
 
     def _reject(
         self, record: Record, reason: str, detail: str, *, run_id: str | None, now: int
@@ -445,16 +474,20 @@ class ProcessorLoop:
         key = run_id or (record.key or b"").decode(errors="replace")
         self._batch.outbound.append(self._outbound(TopicName.REJECTED, key, refusal))
 
-    def _outbound(self, topic: TopicName, key: str, value: AvroModel) -> Outbound:
-        return Outbound(self._topology.name(topic), key.encode(), encode(value))
+    def _outbound(
+        self, topic: TopicName, key: str, value: AvroModel, headers: Headers = ()
+    ) -> Outbound:
+        return Outbound(self._topology.name(topic), key.encode(), encode(value), headers)
 
-    def _emitted(self, emit: Emit) -> Outbound:
-        """An emitted message in its wire: Avro, or a request target's JSON shape."""
+    def _emitted(self, emit: Emit, trace: str | None) -> Outbound:
+        """An emitted message in its wire: Avro, or a request target's JSON shape; the
+        run's traceparent as a header of what goes to workers and the outside."""
+        headers = _traced((), trace) if emit.topic in TRACED_TOPICS else ()
         if emit.wire == "json" and isinstance(emit.value, BoundaryRequest):
             value = json_wire.encode_request(emit.value)
             name = self._topology.name(emit.topic)
-            return Outbound(name, emit.key.encode(), value, json_wire.request_headers())
-        return self._outbound(emit.topic, emit.key, emit.value)
+            return Outbound(name, emit.key.encode(), value, json_wire.request_headers() + headers)
+        return self._outbound(emit.topic, emit.key, emit.value, headers)
 
     # --- commit --------------------------------------------------------------------------
 
@@ -495,6 +528,11 @@ class ProcessorLoop:
             if staging.dirty or partition in ends:
                 staging.flush(ends.get(partition))
         self.committed_batches += 1
+        # 4. logs and spans of what was committed (spans with OpenTelemetry on)
+        if batch.finished and logger.isEnabledFor(logging.INFO):
+            _log_finished(batch.finished)
+        if batch.traced:
+            record_spans(batch.traced, self._catalog)
 
     def _perform(self, effects: list[Outbound]) -> None:
         if not effects:
@@ -524,6 +562,42 @@ class ProcessorLoop:
         session, self._session = self._session, None
         if session is not None:
             _close_quietly(session)
+
+
+def _run(staging: Staging, run_id: str) -> RunState | None:
+    """The staged run, named as what the input being handled is about (logs)."""
+    state = staging.run(run_id)
+    if state is not None:
+        attempt = state.attempt
+        logs.bind_run(run_id, state.pipeline, attempt.next_step, attempt.number or None)
+    else:
+        logs.bind_run(run_id)
+    return state
+
+
+def _log_finished(runs: list[RunState]) -> None:
+    for run in runs:
+        fields = logs.run_extra(
+            run.run_id, run.pipeline, run.attempt.next_step, run.attempt.number or None
+        )
+        logger.info("run %s %s (%s)", run.run_id, run.status, run.pipeline, extra=fields)
+
+
+def _traceparent(state: RunState | None, decision: Decision) -> str | None:
+    """The run's traceparent: stored with it, or in the RunSubmitted that starts it."""
+    if state is not None:
+        return state.traceparent
+    for fact in decision.facts:
+        if isinstance(fact, RunSubmitted):
+            return fact.traceparent
+    return None
+
+
+def _traced(headers: Headers, trace: str | None) -> Headers:
+    """``headers`` with the run's ``traceparent`` header added (if it has one)."""
+    if trace is None or any(name == TRACEPARENT_HEADER for name, _ in headers):
+        return headers
+    return (*headers, (TRACEPARENT_HEADER, trace.encode()))
 
 
 def _close_quietly(session: ProcessorSession) -> None:

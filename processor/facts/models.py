@@ -84,6 +84,7 @@ class RunSubmitted(FactHeader):
     fingerprint: str | None = None
     submitted_ms: int
     deadline_ms: int | None = None
+    traceparent: str | None = None
 
 
 class SegmentAttemptStarted(FactHeader):
@@ -323,6 +324,7 @@ class SubmitRun(AvroModel):
     submitted_ms: int
     deadline_ms: int | None = None
     deadline_after_ms: int | None = None
+    traceparent: str | None = None
 
 
 class CancelRun(AvroModel):

@@ -22,6 +22,7 @@ from processor.facts.models import (
     SubmitRun,
 )
 from processor.facts.payload import InvalidPayloadError, canonical_json, derive_run_id
+from processor.facts.traceparent import is_traceparent
 from processor.model import attempts, control
 from processor.model.boundaries import apply_plan, suspend, timeout_interaction
 from processor.model.decision import (
@@ -103,12 +104,19 @@ def decide_submit(command: SubmitRun, existing: RunState | None, ctx: Context) -
         fingerprint=fingerprint,
         submitted_ms=command.submitted_ms,
         deadline_ms=_run_deadline(command),
+        traceparent=_trace_context(command.traceparent),
     )
     start_attempt(
         maker, spec, segment=1, attempt=1, generation=1, first_step=0, input=canonical_input
     )
     maker.emits.append(reply(True))
     return maker.decision()
+
+
+def _trace_context(traceparent: str | None) -> str | None:
+    """The submit's traceparent if it is a valid one: as W3C Trace Context asks of a
+    receiver, a malformed one is ignored (the run starts without a trace, not refused)."""
+    return traceparent if traceparent is not None and is_traceparent(traceparent) else None
 
 
 def _run_deadline(command: SubmitRun) -> int | None:

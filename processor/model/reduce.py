@@ -146,6 +146,7 @@ def _start(fact: FactHeader) -> RunState | None:
             "submit_command_id": fact.cause_id,
             "last_output": fact.input,
             "deadline_ms": fact.deadline_ms,
+            "traceparent": fact.traceparent,
         },
     )
 

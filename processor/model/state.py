@@ -224,6 +224,7 @@ class RunState(BaseModel):
     # Redrives applied, by RedriveRun command id: a repeat gets the recorded reply. Their
     # number also scopes the fact keys of the run's later facts (``keys.in_redrive``).
     redrives: dict[str, RecordedResolution] = {}
+    traceparent: str | None = None  # W3C trace context given at submit: the run's trace
 
     @property
     def terminal(self) -> bool:

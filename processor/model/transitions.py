@@ -45,6 +45,7 @@ def start_run(
     fingerprint: str | None,
     submitted_ms: int,
     deadline_ms: int | None = None,
+    traceparent: str | None = None,
 ) -> None:
     """RunSubmitted, with the deadline of the submit or, failing that, of the pipeline."""
     if deadline_ms is None and spec.deadline_ms is not None:
@@ -59,6 +60,7 @@ def start_run(
             fingerprint=fingerprint,
             submitted_ms=submitted_ms,
             deadline_ms=deadline_ms,
+            traceparent=traceparent,
         )
     )
 

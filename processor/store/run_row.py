@@ -97,6 +97,7 @@ class RunRow(BaseModel):
     # Not in native/src/state.rs: the compiled fold cannot read a redriven run's row, so
     # it declines the batches that touch one and Python folds them (store/native_fold.py).
     redrives: dict[str, RecordedResolution] = {}
+    traceparent: str | None = None  # W3C trace context given at submit
 
 
 #: Each part of RunState: its model and (row field, part field) of each of its fields.

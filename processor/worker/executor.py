@@ -8,6 +8,7 @@ from typing import Any
 
 from processor.facts import payload
 from processor.facts.models import SegmentResult, StepOutput, WorkItem
+from processor.telemetry import logs, tracing
 from processor.worker.pipeline import Application, NonRetryableError, Step
 
 __all__ = ["execute"]
@@ -15,8 +16,11 @@ __all__ = ["execute"]
 logger = logging.getLogger(__name__)
 
 
-def execute(item: WorkItem, app: Application, worker_id: str) -> SegmentResult:
-    """Execute the item's steps until the segment ends or a step raises."""
+def execute(
+    item: WorkItem, app: Application, worker_id: str, traceparent: str | None = None
+) -> SegmentResult:
+    """Execute the item's steps until the segment ends or a step raises; each step in
+    a span of the run's trace (``traceparent``) while OpenTelemetry is on."""
     pipeline = app.pipeline(item.pipeline, item.pipeline_version)
     common = {
         "result_id": str(uuid.uuid4()),
@@ -37,37 +41,57 @@ def execute(item: WorkItem, app: Application, worker_id: str) -> SegmentResult:
             retryable=True,
         )
     if item.kind == "compensate":
-        return _compensate(item, pipeline.steps[item.first_step], common)
+        step = pipeline.steps[item.first_step]
+        name = f"processor.compensate {step.spec.name}"
+        with tracing.step_span(traceparent, name, **_attributes(item, item.first_step)) as span:
+            return _compensate(item, step, common, span)
     outputs: list[StepOutput] = []
     value = payload.loads(item.input)
     spec = app.get(item.pipeline, item.pipeline_version)
     assert spec is not None  # the pipeline exists, so does its spec
     for index in range(item.first_step, spec.segment_end(item.first_step) + 1):
         step = pipeline.steps[index]
-        try:
-            value = step.function(value)
-            if step.spec.awaits is not None:
-                requests = _requests(value, step.spec.awaits.kind, step.spec.awaits.itemized)
+        logs.bind_step(index)
+        name = f"processor.step {step.spec.name}"
+        with tracing.step_span(traceparent, name, **_attributes(item, index)) as span:
+            try:
+                value = step.function(value)
+                if step.spec.awaits is not None:
+                    requests = _requests(value, step.spec.awaits.kind, step.spec.awaits.itemized)
+                    return SegmentResult(
+                        **common, steps=tuple(outputs), outcome="suspended", requests=requests
+                    )
+                encoded = payload.dumps(value)
+            except Exception as exc:  # a step's failure is data, reported to the processor
+                logger.info("step %s of run %s failed: %r", index, item.run_id, exc)
+                span.fail(type(exc).__name__, str(exc) or repr(exc))
                 return SegmentResult(
-                    **common, steps=tuple(outputs), outcome="suspended", requests=requests
+                    **common,
+                    steps=tuple(outputs),
+                    outcome="failed",
+                    failed_step=index,
+                    error=str(exc) or repr(exc),
+                    error_type=type(exc).__name__,
+                    retryable=not isinstance(exc, (NonRetryableError, payload.InvalidPayloadError)),
                 )
-            encoded = payload.dumps(value)
-        except Exception as exc:  # a step's failure is data, reported to the processor
-            logger.info("step %s of run %s failed: %r", index, item.run_id, exc)
-            return SegmentResult(
-                **common,
-                steps=tuple(outputs),
-                outcome="failed",
-                failed_step=index,
-                error=str(exc) or repr(exc),
-                error_type=type(exc).__name__,
-                retryable=not isinstance(exc, (NonRetryableError, payload.InvalidPayloadError)),
-            )
         outputs.append(StepOutput(step=index, output=encoded))
     return SegmentResult(**common, steps=tuple(outputs), outcome="completed")
 
 
-def _compensate(item: WorkItem, step: Step, common: dict[str, Any]) -> SegmentResult:
+def _attributes(item: WorkItem, step: int) -> dict[str, str | int]:
+    """A step span's attributes (``processor.<name>``)."""
+    return {
+        "run_id": item.run_id,
+        "pipeline": item.pipeline,
+        "segment": item.segment,
+        "attempt": item.attempt,
+        "step": step,
+    }
+
+
+def _compensate(
+    item: WorkItem, step: Step, common: dict[str, Any], span: tracing.SpanHandle
+) -> SegmentResult:
     """Run one step's compensator with the step's output."""
     if step.compensator is None:
         return SegmentResult(
@@ -86,6 +110,7 @@ def _compensate(item: WorkItem, step: Step, common: dict[str, Any]) -> SegmentRe
         logger.info(
             "compensator of step %s of run %s failed: %r", item.first_step, item.run_id, exc
         )
+        span.fail(type(exc).__name__, str(exc) or repr(exc))
         return SegmentResult(
             **common,
             kind="compensate",

@@ -16,6 +16,8 @@ from processor.facts.codec import codec, encode
 from processor.facts.models import WorkItem
 from processor.facts.rejection import rejected
 from processor.facts.topics import TopicName
+from processor.facts.traceparent import TRACEPARENT_HEADER, is_traceparent
+from processor.telemetry import logs
 from processor.transport.base import GroupConsumer, Outbound, Producer, Record, Transport
 from processor.transport.clock import Clock, wall_clock_ms
 from processor.transport.topology import Topology
@@ -82,16 +84,31 @@ class Worker:
             item = codec().decode_as(record.value, WorkItem)
         except FactDecodeError as exc:
             return self._rejected(record, exc)
+        with logs.run_context(item.run_id, item.pipeline, item.first_step, item.attempt):
+            return self._run(item, _traceparent(record))
+
+    def _run(self, item: WorkItem, traceparent: str | None) -> Outbound | None:
         if item.expires_ms < self._clock():
             logger.info(
                 "skipping expired attempt %s/%s of run %s", item.segment, item.attempt, item.run_id
             )
             return None
-        result = execute(item, self._app, self.worker_id)
+        result = execute(item, self._app, self.worker_id, traceparent)
+        # The result carries the run's traceparent on, like the work item it answers.
+        headers = () if traceparent is None else ((TRACEPARENT_HEADER, traceparent.encode()),)
         return Outbound(
-            self._topology.name(TopicName.RESULTS), item.run_id.encode(), encode(result)
+            self._topology.name(TopicName.RESULTS), item.run_id.encode(), encode(result), headers
         )
 
     def _rejected(self, record: Record, exc: FactDecodeError) -> Outbound:
         refusal = rejected(record, exc.reason, exc.detail, self._clock())
         return Outbound(self._topology.name(TopicName.REJECTED), record.key or b"", encode(refusal))
+
+
+def _traceparent(record: Record) -> str | None:
+    """The work item's ``traceparent`` header, if it has a valid one."""
+    for name, value in reversed(record.headers):
+        if name == TRACEPARENT_HEADER:
+            text = value.decode("ascii", errors="replace")
+            return text if is_traceparent(text) else None
+    return None

@@ -110,6 +110,7 @@ def _every_fact_type() -> list[FactHeader]:
             fingerprint="fp",
             submitted_ms=900,
             deadline_ms=10_000_000,
+            traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
         ),
         SegmentAttemptStarted(
             **a("a1"), segment=0, attempt=1, generation=1, first_step=0, expires_ms=5_000
