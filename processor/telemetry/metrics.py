@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 # No ``*_created`` series: a timestamp per label set is noise on every scrape.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 # Runs last from milliseconds to days; steps from microseconds to minutes.
