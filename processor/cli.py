@@ -625,6 +625,38 @@ def resolve(
 
 
 @_command()
+def redrive(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="Run id of a failed run")],
+    from_step: Annotated[
+        int | None,
+        typer.Option(help="Step index to run again from (0 .. the failed step; default: it)"),
+    ] = None,
+    reason: Annotated[str, typer.Option(help="Why, kept in the RunRedriven fact")] = "",
+    operator: Annotated[str, typer.Option(help="Who, kept in the RunRedriven fact")] = "",
+    command_id: Annotated[
+        str | None, typer.Option(help="Your command id; the same id again redrives once")
+    ] = None,
+    wait: Annotated[float, typer.Option(help="Seconds to wait for the processor")] = 30.0,
+) -> None:
+    """Redrive a failed run: a new attempt of its failed step, or from --from-step.
+
+    Refused (exit 1, with the reason: not_failed, compensated, deadline_elapsed,
+    bad_step, unknown_run) for a run that cannot be redriven."""
+    inv = _inv(ctx)
+    _existing_or_no_run(inv, run_id)
+    reply = inv.client().redrive(
+        run_id, from_step, operator=operator, reason=reason, command_id=command_id, wait_s=wait
+    )
+    shown = _reply_or_exit(inv, reply, wait)
+    shown["replayed"] = not shown["accepted"]  # the command id was applied before
+    text = f"{run_id}: redriven from step {shown.get('from_step')}" + (
+        "" if shown["accepted"] else " (already applied; nothing changed)"
+    )
+    inv.emit(shown, text)
+
+
+@_command()
 def complete(
     ctx: typer.Context,
     token: Annotated[str, typer.Argument(help="Resume token from the boundary request")],
