@@ -28,6 +28,7 @@ from processor.web.models import (
     CompletionBody,
     ErrorBody,
     Queued,
+    RedriveBody,
     RunList,
     RunStatus,
     SubmitAnswer,
@@ -44,7 +45,7 @@ DEFAULT_LIMIT = 50
 COMMAND_WAIT_S = 10.0
 
 # Refusals of a command that are about the run, not about the request.
-_REFUSAL_STATUS = {"unknown_run": 404, "run_terminal": 409, "not_failed": 409}
+_REFUSAL_STATUS = {"unknown_run": 404, "bad_step": 422}  # the others: 409, the run's state
 
 
 def api_router(context: WebContext) -> APIRouter:
@@ -144,6 +145,20 @@ def _command_routes(router: APIRouter, context: WebContext, writer: Any) -> None
         reason = body.reason if body is not None else ""
         with _client(context) as client:
             reply = client.cancel(run_id, reason, wait_s=COMMAND_WAIT_S)
+        return command_answer(run_id, reply)
+
+    @router.post(
+        "/runs/{run_id}/redrive",
+        summary="Re-drive a failed run: a new attempt of its failed segment (or from_step)",
+        status_code=202,
+        response_model=CommandAnswer,
+        responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody}},
+        dependencies=[writer],
+    )
+    def redrive(run_id: str, body: RedriveBody | None = None) -> dict[str, Any]:
+        from_step = body.from_step if body is not None else None
+        with _client(context) as client:
+            reply = client.redrive(run_id, from_step, operator="http", wait_s=COMMAND_WAIT_S)
         return command_answer(run_id, reply)
 
     @router.post(

@@ -199,3 +199,23 @@ def test_unknown_routes_and_methods(served: Served) -> None:
     http = served.http()
     _error(http.get("/api/nothing-here"), 404, "not_found")
     _error(http.delete("/api/runs"), 405, "method_not_allowed")
+
+
+def test_redrive_a_failed_run_and_refusals(served: Served) -> None:
+    http = served.http()
+    failed = submit(http, "non_retryable", {"r": 1})["run_id"]
+    wait_until(lambda: status_of(http, failed)["status"] == "failed", 60, "the run failed")
+    answer = http.post(f"/api/runs/{failed}/redrive", json={})
+    assert answer.status_code == 202, answer.text
+    assert answer.json()["accepted"] is True
+
+    def failed_again() -> dict[str, object]:
+        shown = status_of(http, failed)
+        return shown if shown["status"] == "failed" and shown.get("redrives") == 1 else {}
+
+    wait_until(failed_again, 60, "the redriven run to fail again")
+    running = submit(http, "orders", {"order_id": "rd-1", "amount": 1})["run_id"]
+    _error(http.post(f"/api/runs/{running}/redrive"), 409, "not_failed")
+    _error(http.post("/api/runs/no-such-run/redrive", json={}), 404, "unknown_run")
+    _error(http.post(f"/api/runs/{failed}/redrive", json={"from_step": -1}), 422, "invalid_request")
+    _error(served.http(token=None).post(f"/api/runs/{failed}/redrive"), 401, "unauthorized")
