@@ -264,7 +264,12 @@ def _stop_on_signals(stop: threading.Event) -> None:
 
 
 def _http_wanted(inv: Invocation, no_http: bool) -> bool:
-    return not no_http and inv.settings().http_enabled
+    """Whether to serve HTTP; without it nothing can scrape metrics: record none."""
+    from processor.telemetry.metrics import set_recording
+
+    wanted = not no_http and inv.settings().http_enabled
+    set_recording(wanted)
+    return wanted
 
 
 def _serving(address: str) -> None:
