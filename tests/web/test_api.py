@@ -31,13 +31,25 @@ def test_health_ready_metrics_and_openapi(served: Served) -> None:
     assert scraped.headers["content-type"].startswith("text/plain")
     assert "processor_partitions_owned 4.0" in scraped.text
     spec = anyone.get("/openapi.json").json()
-    for path in (
-        "/api/runs",
-        "/api/runs/{run_id}",
-        "/api/runs/{run_id}/cancel",
-        "/api/completions",
-    ):
-        assert path in spec["paths"], sorted(spec["paths"])
+    routes = {
+        ("get", "/api/runs"),
+        ("post", "/api/runs"),
+        ("get", "/api/runs/{run_id}"),
+        ("get", "/api/runs/{run_id}/history"),
+        ("post", "/api/runs/{run_id}/cancel"),
+        ("post", "/api/runs/{run_id}/redrive"),
+        ("get", "/api/requests"),
+        ("post", "/api/completions"),
+        ("get", "/api/rejected"),
+        ("get", "/api/dlq"),
+        ("get", "/healthz"),
+        ("get", "/readyz"),
+        ("get", "/metrics"),
+        ("get", "/"),
+    }
+    for method, path in routes:
+        assert spec["paths"][path][method]["summary"], (method, path)
+
     assert anyone.get("/docs").status_code == 200
 
 
@@ -219,3 +231,93 @@ def test_redrive_a_failed_run_and_refusals(served: Served) -> None:
     _error(http.post("/api/runs/no-such-run/redrive", json={}), 404, "unknown_run")
     _error(http.post(f"/api/runs/{failed}/redrive", json={"from_step": -1}), 422, "invalid_request")
     _error(served.http(token=None).post(f"/api/runs/{failed}/redrive"), 401, "unauthorized")
+
+
+def test_history_pages_and_bad_input(served: Served) -> None:
+    http = served.http(token=None)
+    run_id = submit(served.http(), "non_retryable", {"h": 1})["run_id"]
+    wait_until(lambda: status_of(http, run_id)["status"] == "failed", 60, "the run failed")
+    whole = http.get(f"/api/runs/{run_id}/history", params={"limit": 1000}).json()
+    assert whole["run_id"] == run_id and whole["next_after"] is None
+    seqs = [fact["seq"] for fact in whole["facts"]]
+    assert seqs == sorted(seqs) and len(seqs) >= 3
+    assert whole["facts"][0]["type"] == "RunSubmitted"
+    first = http.get(f"/api/runs/{run_id}/history", params={"limit": 2}).json()
+    assert [f["seq"] for f in first["facts"]] == seqs[:2]
+    assert first["next_after"] == seqs[1]
+    rest = http.get(f"/api/runs/{run_id}/history", params={"after": first["next_after"]}).json()
+    assert [f["seq"] for f in rest["facts"]] == seqs[2:]
+    _error(http.get("/api/runs/no-such-run/history"), 404, "unknown_run")
+    _error(http.get(f"/api/runs/{run_id}/history", params={"after": -1}), 422, "invalid_request")
+    _error(http.get(f"/api/runs/{run_id}/history", params={"limit": 5000}), 422, "invalid_request")
+
+
+def test_pending_requests_need_the_token_and_complete_a_run(served: Served) -> None:
+    http = served.http()
+    run_id = submit(http, "orders", {"order_id": "p-1", "amount": 2})["run_id"]
+
+    def pending() -> list[dict[str, object]]:
+        answer = http.get("/api/requests", params={"run": run_id})
+        assert answer.status_code == 200, answer.text
+        found: list[dict[str, object]] = answer.json()["requests"]
+        return found
+
+    requests = wait_until(pending, 60, "the run's pending request")
+    assert len(requests) == 1
+    request = requests[0]
+    assert (request["run_id"], request["target"], request["kind"]) == (run_id, "payments", "await")
+    assert set(request) == {
+        "run_id",
+        "boundary",
+        "item_index",
+        "kind",
+        "target",
+        "deadline_ms",
+        "token",
+        "partition",
+    }
+    by_target = http.get("/api/requests", params={"target": "payments"}).json()["requests"]
+    assert run_id in {r["run_id"] for r in by_target}
+    assert http.get("/api/requests", params={"target": "nobody"}).json() == {"requests": []}
+    # It reveals tokens: the bearer token even on loopback.
+    _error(served.http(token=None).get("/api/requests"), 401, "unauthorized")
+    _error(served.http(token="wrong").get("/api/requests"), 401, "unauthorized")
+    done = {
+        "token": request["token"],
+        "outcome": "succeeded",
+        "output": {"order_id": "p-1", "amount": 2.4, "payment_id": "pay-p"},
+    }
+    assert http.post("/api/completions", json=done).status_code == 202
+    wait_until(lambda: status_of(http, run_id)["status"] == "succeeded", 60, "the run done")
+    wait_until(lambda: not pending(), 60, "no request pending any more")
+
+
+def test_rejected_and_dead_letters_page_by_page(served: Served) -> None:
+    http = served.http()
+    failed = [submit(http, "non_retryable", {"d": i})["run_id"] for i in range(3)]
+    for i in range(3):  # refused input, kept in admission.rejected
+        answer = http.post("/api/runs", json={"pipeline": f"missing-{i}", "input": i})
+        assert answer.status_code == 422
+
+    def all_of(path: str, limit: int) -> list[dict[str, object]]:
+        records, cursor = [], None
+        while True:
+            params = {"limit": limit} | ({"cursor": cursor} if cursor else {})
+            page = http.get(path, params=params)
+            assert page.status_code == 200, page.text
+            body = page.json()
+            assert len(body["records"]) <= limit
+            records += body["records"]
+            cursor = body["next_cursor"]
+            if cursor is None:
+                return records
+
+    wait_until(
+        lambda: set(failed) <= {r["run_id"] for r in all_of("/api/dlq", 2)}, 60, "dead letters"
+    )
+    reasons = [r["reason"] for r in all_of("/api/rejected", 2)]
+    assert reasons.count("unknown_pipeline") >= 3
+    _error(http.get("/api/dlq", params={"cursor": "garbage"}), 400, "bad_cursor")
+    rejected_cursor = http.get("/api/rejected", params={"limit": 1}).json()["next_cursor"]
+    _error(http.get("/api/dlq", params={"cursor": rejected_cursor}), 400, "bad_cursor")
+    _error(http.get("/api/rejected", params={"limit": 0}), 422, "invalid_request")

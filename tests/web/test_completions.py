@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from processor.clients.rejected import rejected_records
 from tests.apps.support import wait_until
 from tests.web.support import Served, request_of, status_of, submit
 
@@ -42,7 +41,12 @@ def test_a_posted_completion_continues_the_run_twice_is_a_no_op_forged_is_refuse
     assert http.post("/api/completions", json=forged).status_code == 202  # admission decides
 
     def refused() -> list[dict[str, object]]:
-        return [r for r in rejected_records(served.deployment) if r["run_id"] == run_id]
+        records, cursor = [], None
+        while True:
+            page = http.get("/api/rejected", params={"cursor": cursor} if cursor else {}).json()
+            records += [r for r in page["records"] if r["run_id"] == run_id]
+            if (cursor := page["next_cursor"]) is None:
+                return records
 
     # Same run, same partition, in order: once the forged one is refused, the duplicate
     # before it has been handled too.
