@@ -503,6 +503,68 @@ def _next_page_hint(command: str, argument: str | None, option: str, value: obje
     return "more: " + " ".join(words)
 
 
+_SINCE_HELP = (
+    "epoch ms, an ISO-8601 time (UTC without an offset) or a duration back from now "
+    "(90s, 10m, 2h, 1d)"
+)
+
+
+@_command()
+def runs(
+    ctx: typer.Context,
+    status_: Annotated[
+        str | None,
+        typer.Option("--status", help="running, succeeded, failed, cancelled or timed_out"),
+    ] = None,
+    pipeline: Annotated[str | None, typer.Option(help="Only runs of this pipeline")] = None,
+    since: Annotated[str | None, typer.Option(help=f"Submitted at or after: {_SINCE_HELP}")] = None,
+    until: Annotated[str | None, typer.Option(help=f"Submitted before: {_SINCE_HELP}")] = None,
+    target: Annotated[
+        str | None, typer.Option(help="Only runs waiting at a boundary on this target")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="Runs per page, 1 to 1000")] = 50,
+    cursor: Annotated[
+        str | None, typer.Option(help="Go on after a page: the cursor it printed")
+    ] = None,
+) -> None:
+    """List runs from the local stores' runs index, newest submitted first, a page at a time."""
+    from processor.clients.moments import parse_moment
+    from processor.store.listing import RunQuery, list_runs
+    from processor.store.readers import open_readers
+
+    inv = _inv(ctx)
+    now_ms = int(time.time() * 1000)
+    try:
+        query = RunQuery(
+            status=status_,
+            pipeline=pipeline,
+            since_ms=None if since is None else parse_moment(since, now_ms),
+            until_ms=None if until is None else parse_moment(until, now_ms),
+            target=target,
+        )
+        stores = open_readers(inv.settings().state_dir)
+        try:
+            page = list_runs(stores, query, cursor, limit)
+        finally:
+            for store in stores:
+                store.close()
+    except ValueError as exc:
+        inv.fail(str(exc), code=EXIT_USAGE)
+    shown = [run.as_dict() for run in page.runs]
+    lines = [
+        f"{r['run_id']}  {r['pipeline']:<16} {r['status']:<10} {r['phase']:<10} "
+        f"{_iso(r['submitted_ms'])}  {','.join(r['waiting_on']) or '-'}"
+        for r in shown
+    ]
+    if page.next_cursor is not None:
+        lines.append(f"next page: --cursor {page.next_cursor}")
+    inv.emit({"runs": shown, "next_cursor": page.next_cursor}, "\n".join(lines) or "no runs")
+
+
+def _iso(epoch_ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch_ms / 1000))
+
+
 @_command()
 def replay(
     ctx: typer.Context,
