@@ -12,7 +12,9 @@ Run: ``PYTHONPATH=. python bench/http_runs_query.py [--runs 100000] [--partition
    ``store/readers.py``) and times ``list_runs(RunQuery(status=...), limit=50)``, the
    first page, ``--queries`` times per status, each after a ``refresh`` (as a server
    answers a request); prints the median and the worst, in milliseconds, with and
-   without the refresh. The issue's target: the first page in under 50 ms.
+   without the refresh (``median_ms``: the slowest status's median). The issue's
+   target: the first page in under 50 ms. Also times the listing of every status
+   (``any``: a merge of each status's rows).
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ def measure(root: Path, queries: int, limit: int) -> dict[str, Any]:
     stores = open_readers(root)
     try:
         figures: dict[str, Any] = {}
-        for status in _STATUSES:
+        for status in (*_STATUSES, None):
             query = RunQuery(status=status)
             with_refresh, query_only = [], []
             shown = 0
@@ -128,7 +130,7 @@ def measure(root: Path, queries: int, limit: int) -> dict[str, Any]:
                 with_refresh.append((ended - started) * 1000)
                 query_only.append((ended - refreshed) * 1000)
                 shown = len(page.runs)
-            figures[status] = {
+            figures[status or "any"] = {
                 "median_ms": round(statistics.median(with_refresh), 3),
                 "max_ms": round(max(with_refresh), 3),
                 "query_median_ms": round(statistics.median(query_only), 3),
@@ -168,7 +170,7 @@ def main() -> None:
         "queries": args.queries,
         "compiled_fold": native_fold_available(),
         "build_s": None if built_s is None else round(built_s, 2),
-        "median_ms": max(f["median_ms"] for f in figures.values()),
+        "median_ms": max(figures[status]["median_ms"] for status in _STATUSES),
         "target_ms": 50,
         "by_status": figures,
         "command": command_line(sys.argv),

@@ -146,12 +146,10 @@ impl IndexKeys {
 }
 
 // ``keys._INDEX_KINDS``.
-const ALL: u8 = 1;
-const STATUS: u8 = 2;
-const PIPELINE: u8 = 3;
-const PIPELINE_STATUS: u8 = 4;
-const WAITING: u8 = 5;
-const WAITING_PIPELINE: u8 = 6;
+const STATUS: u8 = 1;
+const PIPELINE_STATUS: u8 = 2;
+const WAITING: u8 = 3;
+const WAITING_PIPELINE: u8 = 4;
 
 /// ``listing.index_entries``, each as ``keys.index_key`` builds it, sorted.
 pub fn index_keys(state: Option<&RunState>, out: &mut IndexKeys) {
@@ -172,9 +170,7 @@ pub fn index_keys(state: Option<&RunState>, out: &mut IndexKeys) {
         out.bytes.extend_from_slice(&tail);
         out.keys.push(start..out.bytes.len());
     };
-    push(ALL, &[]);
     push(STATUS, &[status]);
-    push(PIPELINE, &[pipeline]);
     push(PIPELINE_STATUS, &[pipeline, status]);
     for target in waiting_targets(s) {
         push(WAITING, &[target]);

@@ -1,9 +1,11 @@
 """The runs index: the listing rows a run has, derived from its state (like ``due.py``).
 
-Each row names one way of finding the run: among all runs, by status, by pipeline,
-by pipeline and status, and, while it waits at a boundary with an open interaction,
-by that interaction's target (alone and with the pipeline). The store orders each
-kind's rows newest submitted first (``store/keys.py``), so a listing is a range read.
+Each row names one way of finding the run: by status, by pipeline and status, and,
+while it waits at a boundary with an open interaction, by that interaction's target
+(alone and with the pipeline). The store orders each kind's rows newest submitted
+first (``store/keys.py``), so a listing is a range read, or a merge of a few: all
+runs are the runs of every status, a pipeline's those of each of its statuses. Two
+rows a run (plus its waits) keep a replay's writes low: each row is a write.
 """
 
 from __future__ import annotations
@@ -15,15 +17,15 @@ from processor.model.state import RunState
 
 __all__ = ["IndexEntry", "IndexKind", "index_entries", "waiting_targets"]
 
-IndexKind = Literal["all", "status", "pipeline", "pipeline_status", "waiting", "waiting_pipeline"]
+IndexKind = Literal["status", "pipeline_status", "waiting", "waiting_pipeline"]
 
 
 @dataclass(frozen=True, slots=True, order=True)
 class IndexEntry:
     """One row of the runs index.
 
-    ``parts`` are what the kind lists by, in key order: () for ``all``, (status,),
-    (pipeline,), (pipeline, status), (target,) or (target, pipeline).
+    ``parts`` are what the kind lists by, in key order: (status,), (pipeline, status),
+    (target,) or (target, pipeline).
     """
 
     kind: IndexKind
@@ -48,9 +50,7 @@ def index_entries(state: RunState | None) -> frozenset[IndexEntry]:
     at, run_id = state.submitted_ms, state.run_id
     pipeline, status = state.pipeline, state.status
     rows = [
-        IndexEntry("all", (), at, run_id),
         IndexEntry("status", (status,), at, run_id),
-        IndexEntry("pipeline", (pipeline,), at, run_id),
         IndexEntry("pipeline_status", (pipeline, status), at, run_id),
     ]
     for target in waiting_targets(state):

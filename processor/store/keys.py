@@ -41,12 +41,10 @@ _KINDS: dict[int, TimerKind] = {
 }
 _KIND_CODES: dict[str, int] = {kind: code for code, kind in _KINDS.items()}
 _INDEX_KINDS: dict[IndexKind, int] = {
-    "all": 1,
-    "status": 2,
-    "pipeline": 3,
-    "pipeline_status": 4,
-    "waiting": 5,
-    "waiting_pipeline": 6,
+    "status": 1,
+    "pipeline_status": 2,
+    "waiting": 3,
+    "waiting_pipeline": 4,
 }
 _U64_MAX = 2**64 - 1
 

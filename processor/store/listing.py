@@ -1,7 +1,8 @@
 """Listing runs from the runs index (``model/listing.py``), merged across partitions.
 
-A listing is one range of index keys per partition (``store/keys.py``: newest submitted
-first), merged; only the page's runs are then read, with one multi-get per partition.
+A listing is a few ranges of index keys per partition (``store/keys.py``: newest
+submitted first; one per status when it lists every status), merged; only the page's
+runs are then read, with one multi-get per partition.
 The runs family is never scanned. The cursor is the position of the last run shown,
 so a page goes on after it whatever was inserted meanwhile.
 """
@@ -17,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
-from processor.model.listing import IndexKind, waiting_targets
+from processor.model.listing import waiting_targets
 from processor.model.state import RUNNING, RunState, RunStatus
 from processor.store import keys
 from processor.store.rocks import PartitionStore, partition_of
@@ -89,14 +90,15 @@ def list_runs(
             cursor that is malformed or belongs to another query (the message says which).
     """
     _check(query, limit)
-    prefix = _prefix(query)
-    if prefix is None or _empty_range(query):
-        return RunPage()
+    prefixes = _prefixes(query)
     start = _start(query, cursor)
+    if not prefixes or _empty_range(query):
+        return RunPage()
     rows = heapq.merge(
         *(
             _positions(store, index, prefix, start, query.since_ms)
             for index, store in enumerate(stores)
+            for prefix in prefixes
         )
     )
     found = [row for row, _ in zip(rows, range(limit + 1), strict=False)]
@@ -139,26 +141,19 @@ def _check(query: RunQuery, limit: int) -> None:
             raise ValueError(f"{name} must be a time in epoch milliseconds, not {value}")
 
 
-def _prefix(query: RunQuery) -> bytes | None:
-    """The index rows of the query's listing (None: it selects nothing)."""
+def _prefixes(query: RunQuery) -> list[bytes]:
+    """The index rows of the query's listing: one range each (none: it selects nothing)."""
     status, pipeline, target = query.status, query.pipeline, query.target
-    kind: IndexKind
-    parts: tuple[str, ...]
     if target is not None:
         if status not in (None, RUNNING):
-            return None  # only running runs wait at a boundary
-        kind, parts = (
-            ("waiting", (target,)) if pipeline is None else ("waiting_pipeline", (target, pipeline))
-        )
-    elif pipeline is not None:
-        kind, parts = (
-            ("pipeline", (pipeline,)) if status is None else ("pipeline_status", (pipeline, status))
-        )
-    elif status is not None:
-        kind, parts = "status", (status,)
-    else:
-        kind, parts = "all", ()
-    return keys.index_prefix(kind, parts)
+            return []  # only running runs wait at a boundary
+        if pipeline is None:
+            return [keys.index_prefix("waiting", (target,))]
+        return [keys.index_prefix("waiting_pipeline", (target, pipeline))]
+    statuses = _STATUSES if status is None else (status,)
+    if pipeline is None:
+        return [keys.index_prefix("status", (s,)) for s in statuses]
+    return [keys.index_prefix("pipeline_status", (pipeline, s)) for s in statuses]
 
 
 def _empty_range(query: RunQuery) -> bool:

@@ -6,19 +6,42 @@ own under the state directory, and moves on to what the writer has written since
 ``refresh`` (RocksDB's ``TryCatchUpWithPrimary``: it replays the writer's write-ahead
 log and picks up new table files). Open once, refresh before each query: the CLI and
 the HTTP API read the processor's stores this way while it runs.
+
+A store the processor removed and rebuilt (a store of an older format, a lost one
+restored) is another database in the same place: its reader would go on showing the
+old one, so ``refresh`` raises ``StoreReplacedError`` and ``LocalStores`` reopens it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
 import weakref
 from pathlib import Path
 
+from processor.errors import ProcessorError, StoreFormatError
 from processor.store.rocks import PartitionStore, partition_of
 
-__all__ = ["LocalStores", "open_reader", "open_readers", "readers_dir", "refresh"]
+__all__ = [
+    "LocalStores",
+    "StoreReplacedError",
+    "open_reader",
+    "open_readers",
+    "readers_dir",
+    "refresh",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class StoreReplacedError(ProcessorError):
+    """The store a reader follows was removed, or replaced by another: open a new reader."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"the store at {path} was removed or rebuilt since it was opened")
+        self.path = path
 
 
 def readers_dir(path: Path) -> Path:
@@ -39,10 +62,23 @@ def open_reader(path: Path) -> PartitionStore | None:
     scratch_root.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f"{path.name}.", dir=scratch_root))
     try:
-        return PartitionStore(path, secondary=scratch)
+        reader = PartitionStore(path, secondary=scratch)
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
+    _OPENED_AS[reader] = _identity(path)
+    return reader
+
+
+#: The database each reader opened: RocksDB's IDENTITY, a new one for a new database.
+_OPENED_AS: weakref.WeakKeyDictionary[PartitionStore, bytes | None] = weakref.WeakKeyDictionary()
+
+
+def _identity(path: Path) -> bytes | None:
+    try:
+        return (path / "IDENTITY").read_bytes()
+    except FileNotFoundError:
+        return None
 
 
 #: Each reader's view of its writer's files when it last caught up (``_files``).
@@ -56,7 +92,13 @@ def refresh(store: PartitionStore) -> None:
 
     A catch-up costs milliseconds even when nothing changed (it reads the writer's
     manifest and write-ahead log); it is skipped when none of those files changed.
+
+    Raises:
+        StoreReplacedError: the store was removed or rebuilt since the reader opened.
     """
+    opened_as = _OPENED_AS.get(store)
+    if opened_as is not None and _identity(store.path) != opened_as:
+        raise StoreReplacedError(store.path)
     files = _files(store.path)
     if _CAUGHT_UP_AT.get(store) == files:
         return
@@ -103,11 +145,19 @@ class LocalStores:
 
     def refresh(self) -> list[PartitionStore]:
         """The readers, caught up with their writers, in partition order."""
-        for reader in self._readers.values():
-            refresh(reader)
+        for path, reader in list(self._readers.items()):
+            try:
+                refresh(reader)
+            except StoreReplacedError:
+                reader.close()  # reopened below, if it is there again
+                del self._readers[path]
         for path in _store_paths(self.state_dir):
             if path not in self._readers:
-                opened = open_reader(path)
+                try:
+                    opened = open_reader(path)
+                except StoreFormatError as exc:  # the processor rebuilds it when it opens it
+                    logger.debug("not reading %s: %s", path, exc)
+                    continue
                 if opened is not None:
                     self._readers[path] = opened
         return [self._readers[path] for path in sorted(self._readers, key=_partition_key)]

@@ -142,6 +142,7 @@ def test_http_runs_query(tmp_path: Path) -> None:
         "succeeded": 50,
         "failed": 50,
         "running": 45,
+        "any": 50,
     }
     assert out["median_ms"] > 0
 

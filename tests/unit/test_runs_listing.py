@@ -11,11 +11,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from processor.facts.codec import encode
 from processor.model.listing import IndexEntry, index_entries, waiting_targets
 from processor.model.state import Boundary, Interaction, RunState
-from processor.store import keys
+from processor.restore.catch_up import catch_up
+from processor.store import keys, native_fold
 from processor.store.listing import RunQuery, list_runs, waiting_runs
 from processor.store.rocks import PartitionStore, store_path
+from tests.store_support import simulated_log
+from tests.unit.test_native_fold import FACTS, _every_fact_type, _log
 
 
 def _run(
@@ -55,9 +59,7 @@ def test_a_run_has_one_row_per_listing_it_is_in() -> None:
     state = _run("r1", 7, waiting=("billing", "billing", "crm"))
     assert index_entries(None) == frozenset()
     assert index_entries(state) == {
-        IndexEntry("all", (), 7, "r1"),
         IndexEntry("status", ("running",), 7, "r1"),
-        IndexEntry("pipeline", ("orders",), 7, "r1"),
         IndexEntry("pipeline_status", ("orders", "running"), 7, "r1"),
         IndexEntry("waiting", ("billing",), 7, "r1"),
         IndexEntry("waiting_pipeline", ("billing", "orders"), 7, "r1"),
@@ -79,11 +81,9 @@ def test_an_admitted_interaction_or_a_terminal_run_waits_on_nothing() -> None:
     assert waiting_targets(admitted) == ()
     failed = state.model_copy(update={"status": "failed"})
     assert waiting_targets(failed) == ()
-    assert {e.kind for e in index_entries(failed)} == {
-        "all",
-        "status",
-        "pipeline",
-        "pipeline_status",
+    assert index_entries(failed) == {
+        IndexEntry("status", ("failed",), 7, "r1"),
+        IndexEntry("pipeline_status", ("orders", "failed"), 7, "r1"),
     }
     elsewhere = state.model_copy(update={"boundary": Boundary(number=2)})
     assert waiting_targets(elsewhere) == ()  # an open interaction of an earlier boundary
@@ -325,3 +325,35 @@ def test_waiting_runs_lists_each_waiting_run_once(stores: list[PartitionStore]) 
     assert list(waiting_runs(stores, "crm")) == [(0, "two-targets")]
     by_partition = {run_id: p for p, run_id in waiting_runs(stores, "billing")}
     assert by_partition["run-10"] == 1  # the 11th run went to partition 10 % 3
+
+
+# --- the index a fold leaves: exactly the rows of the runs it holds -------------------------
+
+
+def _index_of_runs(store: PartitionStore) -> set[bytes]:
+    states = [store.run(keys.decode_string_key(key)) for key, _ in store.items("runs")]
+    return {keys.index_key(e) for state in states for e in index_entries(state)}
+
+
+@pytest.mark.parametrize("native", [False, True])
+@pytest.mark.parametrize("batch_size", [1, 7, 1000])
+def test_a_fold_in_batches_leaves_exactly_the_index_rows_of_its_runs(
+    tmp_path: Path, batch_size: int, native: bool
+) -> None:
+    """Rows of a run's earlier states are deleted, whatever batches its facts fell in."""
+    if native and not native_fold.native_fold_available():
+        pytest.skip("processor_native is not installed")
+    simulated, _ = simulated_log(tmp_path / "simulated", 30)
+    every = _log(tmp_path / "every", [encode(fact) for fact in _every_fact_type()])
+    for name, transport in (("simulated", simulated), ("every", every)):
+        reader = transport.reader()
+        store = PartitionStore(tmp_path / name / "store")
+        try:
+            catch_up(store, reader, FACTS, batch_size=batch_size, native=native)
+            found = {key for key, _ in store.items("index")}
+            assert found == _index_of_runs(store)
+            # Runs that ended: their rows of status running had to go.
+            assert any(key.startswith(keys.index_prefix("status", ("succeeded",))) for key in found)
+        finally:
+            store.close()
+            reader.close()

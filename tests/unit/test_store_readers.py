@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
+
+import pytest
 
 from processor.model.listing import index_entries
 from processor.model.state import RunState
 from processor.store.listing import RunQuery, list_runs
-from processor.store.readers import open_reader, readers_dir, refresh
+from processor.store.readers import (
+    LocalStores,
+    StoreReplacedError,
+    open_reader,
+    readers_dir,
+    refresh,
+)
 from processor.store.rocks import PartitionStore, store_path
 
 
@@ -83,3 +92,44 @@ def test_a_reader_goes_on_after_the_writer_reopens(tmp_path: Path) -> None:
     finally:
         reader.close()
         writer.close()
+
+
+def test_a_rebuilt_store_is_refused_by_its_reader_and_reopened_by_local_stores(
+    tmp_path: Path,
+) -> None:
+    path = store_path(tmp_path, 0)
+    writer = PartitionStore(path)
+    _write(writer, _state("old", 1), 1)
+    reader = open_reader(path)
+    local = LocalStores(tmp_path)
+    assert reader is not None
+    try:
+        assert [_listed(s) for s in local.refresh()] == [["old"]]
+        writer.close()
+        shutil.rmtree(path)  # what open_store does to a store of another format
+        writer = PartitionStore(path)
+        _write(writer, _state("new", 2), 1)
+        with pytest.raises(StoreReplacedError, match="removed or rebuilt"):
+            refresh(reader)
+        assert [_listed(s) for s in local.refresh()] == [["new"]]
+    finally:
+        reader.close()
+        local.close()
+        writer.close()
+
+
+def test_local_stores_open_the_stores_that_appear(tmp_path: Path) -> None:
+    local = LocalStores(tmp_path / "state")
+    writers = []
+    try:
+        assert local.refresh() == []
+        for partition in (1, 0):
+            writers.append(PartitionStore(store_path(tmp_path / "state", partition)))
+            _write(writers[-1], _state(f"in-{partition}", partition), 1)
+        stores = local.refresh()
+        assert [s.path.name for s in stores] == ["p0000", "p0001"]
+        assert [_listed(s) for s in stores] == [["in-0"], ["in-1"]]
+    finally:
+        local.close()
+        for writer in writers:
+            writer.close()
