@@ -65,9 +65,9 @@ from processor.model.decide import (
 from processor.model.state import RunState
 from processor.restore.catch_up import catch_up
 from processor.restore.parallel import catch_up_partitions, worker_count
-from processor.store.rocks import open_store, store_path, stored_facts_offset
+from processor.store.rocks import PartitionStore, open_store, store_path, stored_facts_offset
 from processor.store.staging import Staging
-from processor.telemetry import logs, tracing
+from processor.telemetry import logs, metrics, tracing
 from processor.transport.base import (
     Headers,
     Outbound,
@@ -138,6 +138,7 @@ class _Batch:
     effects: list[Outbound] = field(default_factory=list)
     traced: list[Traced] = field(default_factory=list)  # only while spans are on
     finished: list[RunState] = field(default_factory=list)  # runs that became terminal
+    tally: metrics.TransactionTally = field(default_factory=metrics.TransactionTally)
 
     def __bool__(self) -> bool:
         return bool(self.outbound or self.consumed or self.effects)
@@ -171,6 +172,15 @@ class ProcessorLoop:
             0.0  # monotonic seconds: the tick is wall time, due times use the clock
         )
         self.committed_batches = 0
+        # Read by the HTTP server's threads (whole values are swapped or updated in
+        # place under the GIL): the partitions being restored, the input positions
+        # committed, and the runs.facts position each store has applied.
+        self.restoring: frozenset[int] = frozenset()
+        self.input_positions: dict[TopicPartition, int] = {}
+        self.applied_facts: dict[int, int] = {}
+        # A Kafka transaction ends with a commit marker at the offset after its last
+        # record: the end of a runs.facts partition we alone write is one past that.
+        self._marker = 1 if transport.name == "kafka" else 0
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -231,6 +241,15 @@ class ProcessorLoop:
 
     def _on_assign(self, assigned: Sequence[TopicPartition]) -> None:
         partitions = sorted({tp.partition for tp in assigned} - set(self._stagings))
+        self.restoring = frozenset(partitions)  # not ready until every one is caught up
+        try:
+            self._restore(partitions)
+        finally:
+            self.restoring = frozenset()
+        if self._session is not None:
+            self.input_positions.update(self._session.committed_positions())
+
+    def _restore(self, partitions: list[int]) -> None:
         for partition in partitions:
             # A crashed writer's open transaction hides facts committed after it; catch
             # up only once the broker has aborted it, or decisions would be made twice.
@@ -251,12 +270,25 @@ class ProcessorLoop:
                         "partition %d: no store, rebuilding from runs.facts offset 0", partition
                     )
                 facts = TopicPartition(self._facts_topic, partition)
-                catch_up(store, self._reader, facts, native=self._config.native_fold)
+                self._catch_up(store, facts)
                 opened[partition] = Staging(store, keep_runs=self._config.keep_runs)
         finally:
             # All at once, so that ``owned_partitions`` (read by other threads) shows the
             # whole assignment; on a failure, the caught-up ones are closed with the rest.
             self._stagings.update(opened)
+
+    def _catch_up(self, store: PartitionStore, facts: TopicPartition) -> None:
+        """Catch ``store`` up to the end of its runs.facts partition, with progress."""
+        end = self._reader.end_offset(facts)
+        remaining = metrics.RESTORE_REMAINING.labels(str(facts.partition))
+        remaining.set(max(0, end - store.facts_offset()))
+        caught = catch_up(
+            store, self._reader, facts, native=self._config.native_fold, progress=remaining.dec
+        )
+        remaining.set(0)
+        metrics.RESTORE_FACTS.inc(caught.facts)
+        # Caught up to the end, and we are the partition's only writer: all of it is applied.
+        self.applied_facts[facts.partition] = max(end, store.facts_offset())
 
     def _restore_in_processes(self, partitions: Sequence[int]) -> None:
         """Catch up a big restore of several partitions in a pool of processes first.
@@ -283,6 +315,8 @@ class ProcessorLoop:
             ", ".join(map(str, sorted(ends))),
             workers,
         )
+        for partition, end in ends.items():
+            metrics.RESTORE_REMAINING.labels(str(partition)).set(end - starts[partition])
         folded, _ = catch_up_partitions(
             self._transport,
             self._reader,
@@ -306,7 +340,11 @@ class ProcessorLoop:
             if staging is not None:
                 staging.discard()
                 staging.store.close()
+                self.applied_facts.pop(partition, None)
                 logger.info("partition %d: revoked, store closed", partition)
+        gone = {tp.partition for tp in revoked}
+        for tp in [tp for tp in self.input_positions if tp.partition in gone]:
+            del self.input_positions[tp]
 
     # --- one iteration -------------------------------------------------------------------
 
@@ -333,6 +371,7 @@ class ProcessorLoop:
         if staging is None:  # not ours (any more); the new owner will read it
             return
         self._batch.consumed[record.position] = record.offset + 1
+        self._batch.tally.inputs += 1
         with logs.run_scope():  # what is logged about this input names its run (_run)
             self._handle_in_scope(record, staging, now)
 
@@ -409,7 +448,10 @@ class ProcessorLoop:
 
     def _fire_timers(self, now: int) -> None:
         for partition, staging in self._stagings.items():
-            for entry in staging.store.due(now, self._config.timer_batch):
+            due = staging.store.due(now, self._config.timer_batch)
+            metrics.TIMERS_DUE.labels(str(partition)).set(len(due))
+            metrics.TIMERS_FIRED.inc(len(due))
+            for entry in due:
                 with logs.run_scope():
                     state = _run(staging, entry.run_id)
                     decision = decide_timer(TimerFired(entry), state, self._context(now))
@@ -445,11 +487,21 @@ class ProcessorLoop:
         after = staging.run(run_id) if appended else None
         if after is None:
             return
+        self._tally_run(before, after)
         if after.terminal and (before is None or not before.terminal):
             self._batch.finished.append(after)
         if trace is not None and tracing.enabled():
             facts = tuple(staged.fact for staged in appended)
             self._batch.traced.append(Traced(trace, before, after, facts))
+
+    def _tally_run(self, before: RunState | None, after: RunState) -> None:
+        """Note a run that began or ended (recorded in the metrics once committed)."""
+        tally = self._batch.tally
+        if before is None:
+            tally.started.append(after.pipeline)
+        if after.terminal and (before is None or not before.terminal):
+            seconds = max(0, after.updated_ms - after.submitted_ms) / 1000
+            tally.finished.append((after.pipeline, after.status, seconds))
 
     def _effect(self, effect: Publish, trace: str | None) -> Outbound:
         topic = (
@@ -470,6 +522,7 @@ class ProcessorLoop:
             reason,
             detail,
         )
+        self._batch.tally.rejected.append(reason)
         refusal = rejected(record, reason, detail, now, run_id=run_id)
         key = run_id or (record.key or b"").decode(errors="replace")
         self._batch.outbound.append(self._outbound(TopicName.REJECTED, key, refusal))
@@ -502,6 +555,7 @@ class ProcessorLoop:
             #    acknowledgement; if we crash before 2 they are redone with the same key
             self._perform(batch.effects)
             # 1. produce facts + outbound messages inside the open transaction
+            began = time.perf_counter()
             session.begin()
             for record in batch.outbound:
                 session.produce(record)
@@ -527,6 +581,11 @@ class ProcessorLoop:
         for partition, staging in self._stagings.items():
             if staging.dirty or partition in ends:
                 staging.flush(ends.get(partition))
+        # 4. telemetry, once per transaction
+        metrics.record_transaction(time.perf_counter() - began, batch.tally)
+        self.input_positions.update(batch.consumed)
+        for partition, end in ends.items():
+            self.applied_facts[partition] = end + self._marker
         self.committed_batches += 1
         # 4. logs and spans of what was committed (spans with OpenTelemetry on)
         if batch.finished and logger.isEnabledFor(logging.INFO):

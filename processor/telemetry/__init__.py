@@ -1,2 +1,3 @@
-"""Telemetry at the edge: structured logs and OpenTelemetry spans (and, from the
-``http`` work, metrics). The pure core (facts, model, admission) never imports it."""
+"""Telemetry at the edge: Prometheus metrics (``metrics``), structured logs (``logs``)
+and OpenTelemetry spans (``tracing``). The pure core (facts, model, admission) never
+imports it."""

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from typing import Any
 
 from processor.facts import payload
 from processor.facts.models import SegmentResult, StepOutput, WorkItem
 from processor.telemetry import logs, tracing
+from processor.telemetry.metrics import observe_step
 from processor.worker.pipeline import Application, NonRetryableError, Step
 
 __all__ = ["execute"]
@@ -55,7 +57,7 @@ def execute(
         name = f"processor.step {step.spec.name}"
         with tracing.step_span(traceparent, name, **_attributes(item, index)) as span:
             try:
-                value = step.function(value)
+                value = _run_step(item.pipeline, step, value)
                 if step.spec.awaits is not None:
                     requests = _requests(value, step.spec.awaits.kind, step.spec.awaits.itemized)
                     return SegmentResult(
@@ -87,6 +89,15 @@ def _attributes(item: WorkItem, step: int) -> dict[str, str | int]:
         "attempt": item.attempt,
         "step": step,
     }
+
+
+def _run_step(pipeline: str, step: Step, value: Any) -> Any:
+    """Call the step function; record how long it took, whether it returned or raised."""
+    began = time.perf_counter()
+    try:
+        return step.function(value)
+    finally:
+        observe_step(pipeline, step.spec.name, time.perf_counter() - began)
 
 
 def _compensate(

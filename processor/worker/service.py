@@ -18,6 +18,7 @@ from processor.facts.rejection import rejected
 from processor.facts.topics import TopicName
 from processor.facts.traceparent import TRACEPARENT_HEADER, is_traceparent
 from processor.telemetry import logs
+from processor.telemetry.metrics import REJECTED
 from processor.transport.base import GroupConsumer, Outbound, Producer, Record, Transport
 from processor.transport.clock import Clock, wall_clock_ms
 from processor.transport.topology import Topology
@@ -101,6 +102,7 @@ class Worker:
         )
 
     def _rejected(self, record: Record, exc: FactDecodeError) -> Outbound:
+        REJECTED.labels(exc.reason).inc()
         refusal = rejected(record, exc.reason, exc.detail, self._clock())
         return Outbound(self._topology.name(TopicName.REJECTED), record.key or b"", encode(refusal))
 

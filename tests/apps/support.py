@@ -153,6 +153,8 @@ def subprocess_env(data_dir: Path) -> dict[str, str]:
     paths = [str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["PROCESSOR_DATA_DIR"] = str(data_dir)
+    # Tests run processors side by side: each serves HTTP on a free port of its own.
+    env["PROCESSOR_HTTP_PORT"] = "0"
     return env
 
 
@@ -188,6 +190,7 @@ class ProcessorProcess:
         self._log: IO[bytes] | None = None
         self._log_start = 0
         self.starts = 0
+        self.extra_env: dict[str, str] = {}  # on top of ``subprocess_env``, from the next start
 
     def start(self) -> None:
         assert self.proc is None, "already started"
@@ -207,7 +210,7 @@ class ProcessorProcess:
                 str(self.workers),
             ],
             cwd=REPO_ROOT,
-            env=subprocess_env(self.data_dir),
+            env={**subprocess_env(self.data_dir), **self.extra_env},
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
