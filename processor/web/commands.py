@@ -10,11 +10,11 @@ admission.rejected.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Header, Response
 
-from processor.clients.client import Client
+from processor.clients.client import Client, check_traceparent
 from processor.facts import tokens
 from processor.facts.models import CommandReply
 from processor.web.context import WebContext
@@ -50,7 +50,15 @@ def command_routes(router: APIRouter, context: WebContext, writer: Any) -> None:
         responses={200: {"model": SubmitAnswer}, 202: {"model": SubmitAnswer}},
         dependencies=[writer],
     )
-    def submit(body: SubmitBody, response: Response) -> dict[str, Any]:
+    def submit(
+        body: SubmitBody,
+        response: Response,
+        traceparent: Annotated[str | None, Header(description="W3C trace context")] = None,
+    ) -> dict[str, Any]:
+        try:
+            check_traceparent(traceparent)
+        except ValueError as exc:
+            raise ApiError(422, "invalid_traceparent", str(exc)) from None
         with context.client() as client:
             receipt = client.submit(
                 body.pipeline,
@@ -58,6 +66,7 @@ def command_routes(router: APIRouter, context: WebContext, writer: Any) -> None:
                 body.idempotency_key,
                 deadline_s=body.deadline_s,
                 wait_s=COMMAND_WAIT_S,
+                traceparent=traceparent,
             )
         if receipt.refusal:
             raise ApiError(422, receipt.refusal, receipt.detail or receipt.refusal)

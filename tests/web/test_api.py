@@ -73,6 +73,20 @@ def test_a_refused_submit_is_422_with_the_reason(served: Served) -> None:
     assert "no-such" in _error(answer, 422, "unknown_pipeline")
 
 
+def test_a_traceparent_header_goes_with_the_run(served: Served) -> None:
+    http = served.http()
+    trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    body = {"pipeline": "orders", "input": {"order_id": "t-1", "amount": 1}}
+    answer = http.post("/api/runs", json=body, headers={"traceparent": trace})
+    assert answer.status_code == 201, answer.text
+    run_id = answer.json()["run_id"]
+    history = http.get(f"/api/runs/{run_id}/history").json()["facts"]
+    submitted = next(fact for fact in history if fact["type"] == "RunSubmitted")
+    assert submitted["traceparent"] == trace
+    bad = http.post("/api/runs", json=body, headers={"traceparent": "00-not-a-trace"})
+    assert "traceparent" in _error(bad, 422, "invalid_traceparent")
+
+
 def test_one_run_and_an_unknown_run(served: Served) -> None:
     http = served.http(token=None)  # a GET that reveals no token is open on loopback
     run_id = submit(served.http(), "orders", {"order_id": "s-1", "amount": 1})["run_id"]
