@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -171,6 +172,22 @@ def test_the_runs_list_shows_each_run_with_its_status_and_filters_narrow_it(
         "the runs waiting on target approvals",
     )
     assert set(_run_statuses(browser).values()) == {"running"}
+
+    # A time range that starts tomorrow (typed as a datetime-local value) holds no run.
+    browser.find_element(By.ID, "filter-reset").click()
+    tomorrow = (datetime.now() + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%S")
+    browser.execute_script("document.getElementById('filter-since').value = arguments[0]", tomorrow)
+    browser.find_element(By.ID, "filter-apply").click()
+    _until(
+        browser,
+        lambda: (
+            _run_statuses(browser) == {}
+            and browser.find_element(By.ID, "runs-empty").is_displayed()
+        ),
+        "no run submitted from tomorrow on",
+    )
+    browser.find_element(By.ID, "filter-reset").click()
+    _until(browser, lambda: expected.keys() <= _run_statuses(browser).keys(), "every run again")
     _no_script_errors(browser)
 
 

@@ -381,11 +381,12 @@
       "tr",
       { "data-testid": "dlq-row", "data-run-id": record.run_id },
       el("td", {}, timeEl(record.failed_ms)),
-      el("td", {}, runLink(record.run_id)),
-      cell(`${record.pipeline} v${record.pipeline_version}`),
+      el("td", {}, record.run_id ? runLink(record.run_id) : "–"),
+      cell(record.pipeline ? `${record.pipeline} v${record.pipeline_version}` : null),
       cell(record.step),
       cell(record.attempts),
-      cell(`${record.error_type}: ${shortValue(record.error)}`),
+      // An undecodable record has only its error.
+      cell(record.error_type ? `${record.error_type}: ${shortValue(record.error)}` : shortValue(record.error)),
     );
   }
 
