@@ -64,6 +64,18 @@ DataDirOption = Annotated[
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (errors too, on stderr).")]
 AppOption = Annotated[str, typer.Option("--app", help="Pipelines to load, as module:attribute.")]
 WorkersOption = Annotated[int, typer.Option("--workers", min=0, help="Worker threads")]
+HttpPortOption = Annotated[
+    int | None,
+    typer.Option(
+        "--http-port",
+        min=0,
+        max=65535,
+        help="HTTP port [PROCESSOR_HTTP_PORT; run: 8700, worker: 8701; 0: any free port]",
+    ),
+]
+NoHttpFlag = Annotated[
+    bool, typer.Option("--no-http", help="Serve no HTTP (PROCESSOR_HTTP_ENABLED=false).")
+]
 _COMMON = (
     inspect.Parameter(
         "broker", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=BrokerOption
@@ -251,6 +263,14 @@ def _stop_on_signals(stop: threading.Event) -> None:
         signal.signal(sig, lambda *_: stop.set())
 
 
+def _http_wanted(inv: Invocation, no_http: bool) -> bool:
+    return not no_http and inv.settings().http_enabled
+
+
+def _serving(address: str) -> None:
+    typer.echo(f"http: serving on {address}", err=True)
+
+
 def _wait_assigned(host: Host, timeout_s: float) -> list[int]:
     """The partitions the processor owns once it has been assigned some (or at the timeout)."""
     deadline = time.monotonic() + timeout_s
@@ -266,8 +286,13 @@ def run(
     ctx: typer.Context,
     app: AppOption,
     workers: WorkersOption = 2,
+    http_port: HttpPortOption = None,
+    no_http: NoHttpFlag = False,
 ) -> None:
-    """Run the processor (and in-process workers) until interrupted."""
+    """Run the processor (and in-process workers) until interrupted.
+
+    Serves metrics, health, the JSON API and the inspector page over HTTP
+    (README, "HTTP API and metrics") unless --no-http."""
     inv = _inv(ctx)
     pipelines = _load_app(inv, app)
     deployment = inv.deployment()
@@ -275,6 +300,29 @@ def run(
     _stop_on_signals(host.stop_event)
     host.start()
     typer.echo(f"processor {host.instance_id} running ({workers} workers); Ctrl-C stops", err=True)
+    web = None
+    if _http_wanted(inv, no_http):
+        from processor.web.wiring import ProcessorWeb  # FastAPI costs other commands' start
+
+        web = ProcessorWeb(host, port=http_port)
+        try:
+            _serving(web.start())
+        except ProcessorError:
+            host.stop()
+            raise
+    try:
+        _run_until_stopped(inv, host, workers, web.address if web is not None else None)
+    finally:
+        if web is not None:
+            web.stop()
+    host.stop()
+    if host.errors:
+        inv.fail(f"stopped after an error: {host.errors[0]!r}")
+
+
+def _run_until_stopped(inv: Invocation, host: Host, workers: int, http: str | None) -> None:
+    """Say ready once partitions are assigned, then wait until stopped."""
+    deployment = host.deployment
     partitions = _wait_assigned(host, READY_WAIT_S)
     if not host.stop_event.is_set():
         broker = deployment.settings.broker or f"embedded:{deployment.settings.log_dir}"
@@ -285,11 +333,10 @@ def run(
             "partitions": partitions,
             "workers": workers,
         }
+        if http is not None:
+            ready["http"] = http
         inv.emit(ready, f"ready: {host.instance_id} on {broker}, partitions {partitions}")
     host.wait()
-    host.stop()
-    if host.errors:
-        inv.fail(f"stopped after an error: {host.errors[0]!r}")
 
 
 @_command()
@@ -300,8 +347,12 @@ def worker(
     threads: Annotated[
         int | None, typer.Option("--threads", hidden=True, help="Deprecated: --workers")
     ] = None,
+    http_port: HttpPortOption = None,
+    no_http: NoHttpFlag = False,
 ) -> None:
-    """Run workers only: consume segments.work, run steps, produce results."""
+    """Run workers only: consume segments.work, run steps, produce results.
+
+    Serves /healthz, /readyz and /metrics over HTTP unless --no-http."""
     from processor.worker.service import Worker
 
     inv = _inv(ctx)
@@ -322,14 +373,27 @@ def worker(
         for _ in range(workers)
     ]
     pool = [threading.Thread(target=w.run, args=(stop,), daemon=True) for w in runners]
+    web = None
+    if _http_wanted(inv, no_http):
+        from processor.web.wiring import WorkerWeb
+
+        web = WorkerWeb(inv.settings(), port=http_port)
+        _serving(web.start())
     for thread in pool:
         thread.start()
-    inv.emit({"ready": True, "workers": workers}, f"ready: {workers} workers")
-    while any(t.is_alive() for t in pool) and not stop.wait(0.5):
-        pass
-    stop.set()
-    for thread in pool:
-        thread.join(30)
+    ready: dict[str, Any] = {"ready": True, "workers": workers}
+    if web is not None:
+        ready["http"] = web.address
+    inv.emit(ready, f"ready: {workers} workers")
+    try:
+        while any(t.is_alive() for t in pool) and not stop.wait(0.5):
+            pass
+    finally:
+        stop.set()
+        for thread in pool:
+            thread.join(30)
+        if web is not None:
+            web.stop()
 
 
 @_command()

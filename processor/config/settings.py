@@ -11,8 +11,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from processor.errors import ConfigurationError
 
 __all__ = [
+    "HTTP_PORTS",
     "Settings",
     "default_of",
+    "http_port_of",
     "kafka_bootstrap",
     "librdkafka_security",
     "schema_registry_config",
@@ -120,6 +122,29 @@ class Settings(BaseSettings):
     schema_registry_ssl_certificate_location: str | None = None
     schema_registry_ssl_key_location: str | None = None
 
+    http_enabled: bool = Field(
+        default=True,
+        description="Serve metrics, health, the JSON API and the inspector page over HTTP "
+        "(processor run; processor worker serves metrics and health only)",
+    )
+    http_host: str = Field(
+        default="127.0.0.1",
+        description="Address the HTTP server binds; off loopback every /api route needs "
+        "the bearer token",
+    )
+    http_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="HTTP port; unset: 8700 for processor run, 8701 for processor worker; "
+        "0: any free port (printed at start)",
+    )
+    http_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token of the HTTP API (Authorization: Bearer <token>): required "
+        "for every POST and for GET /api/requests, and for every /api route off loopback",
+    )
+
     @field_validator("broker")
     @classmethod
     def _broker_url(cls, value: str | None) -> str | None:
@@ -141,6 +166,15 @@ class Settings(BaseSettings):
     @property
     def state_dir(self) -> Path:
         return self.data_dir / "state" / self.group
+
+
+#: ``http_port`` when it is unset, by command: the processor's, and a worker's.
+HTTP_PORTS = {"run": 8700, "worker": 8701}
+
+
+def http_port_of(settings: Settings, command: str) -> int:
+    """The HTTP port of ``command`` ("run" or "worker"): the setting, else its default."""
+    return settings.http_port if settings.http_port is not None else HTTP_PORTS[command]
 
 
 def default_of(name: str) -> Any:

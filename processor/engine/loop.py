@@ -60,8 +60,9 @@ from processor.model.decide import (
 from processor.model.state import RunState
 from processor.restore.catch_up import catch_up
 from processor.restore.parallel import catch_up_partitions, worker_count
-from processor.store.rocks import open_store, store_path, stored_facts_offset
+from processor.store.rocks import PartitionStore, open_store, store_path, stored_facts_offset
 from processor.store.staging import Staging
+from processor.telemetry import metrics
 from processor.transport.base import (
     Outbound,
     ProcessorSession,
@@ -127,6 +128,7 @@ class _Batch:
     outbound: list[Outbound] = field(default_factory=list)
     consumed: dict[TopicPartition, int] = field(default_factory=dict)
     effects: list[Outbound] = field(default_factory=list)
+    tally: metrics.TransactionTally = field(default_factory=metrics.TransactionTally)
 
     def __bool__(self) -> bool:
         return bool(self.outbound or self.consumed or self.effects)
@@ -160,6 +162,15 @@ class ProcessorLoop:
             0.0  # monotonic seconds: the tick is wall time, due times use the clock
         )
         self.committed_batches = 0
+        # Read by the HTTP server's threads (whole values are swapped or updated in
+        # place under the GIL): the partitions being restored, the input positions
+        # committed, and the runs.facts position each store has applied.
+        self.restoring: frozenset[int] = frozenset()
+        self.input_positions: dict[TopicPartition, int] = {}
+        self.applied_facts: dict[int, int] = {}
+        # A Kafka transaction ends with a commit marker at the offset after its last
+        # record: the end of a runs.facts partition we alone write is one past that.
+        self._marker = 1 if transport.name == "kafka" else 0
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -220,6 +231,15 @@ class ProcessorLoop:
 
     def _on_assign(self, assigned: Sequence[TopicPartition]) -> None:
         partitions = sorted({tp.partition for tp in assigned} - set(self._stagings))
+        self.restoring = frozenset(partitions)  # not ready until every one is caught up
+        try:
+            self._restore(partitions)
+        finally:
+            self.restoring = frozenset()
+        if self._session is not None:
+            self.input_positions.update(self._session.committed_positions())
+
+    def _restore(self, partitions: list[int]) -> None:
         for partition in partitions:
             # A crashed writer's open transaction hides facts committed after it; catch
             # up only once the broker has aborted it, or decisions would be made twice.
@@ -240,12 +260,25 @@ class ProcessorLoop:
                         "partition %d: no store, rebuilding from runs.facts offset 0", partition
                     )
                 facts = TopicPartition(self._facts_topic, partition)
-                catch_up(store, self._reader, facts, native=self._config.native_fold)
+                self._catch_up(store, facts)
                 opened[partition] = Staging(store, keep_runs=self._config.keep_runs)
         finally:
             # All at once, so that ``owned_partitions`` (read by other threads) shows the
             # whole assignment; on a failure, the caught-up ones are closed with the rest.
             self._stagings.update(opened)
+
+    def _catch_up(self, store: PartitionStore, facts: TopicPartition) -> None:
+        """Catch ``store`` up to the end of its runs.facts partition, with progress."""
+        end = self._reader.end_offset(facts)
+        remaining = metrics.RESTORE_REMAINING.labels(str(facts.partition))
+        remaining.set(max(0, end - store.facts_offset()))
+        caught = catch_up(
+            store, self._reader, facts, native=self._config.native_fold, progress=remaining.dec
+        )
+        remaining.set(0)
+        metrics.RESTORE_FACTS.inc(caught.facts)
+        # Caught up to the end, and we are the partition's only writer: all of it is applied.
+        self.applied_facts[facts.partition] = max(end, store.facts_offset())
 
     def _restore_in_processes(self, partitions: Sequence[int]) -> None:
         """Catch up a big restore of several partitions in a pool of processes first.
@@ -272,6 +305,8 @@ class ProcessorLoop:
             ", ".join(map(str, sorted(ends))),
             workers,
         )
+        for partition, end in ends.items():
+            metrics.RESTORE_REMAINING.labels(str(partition)).set(end - starts[partition])
         folded, _ = catch_up_partitions(
             self._transport,
             self._reader,
@@ -295,7 +330,11 @@ class ProcessorLoop:
             if staging is not None:
                 staging.discard()
                 staging.store.close()
+                self.applied_facts.pop(partition, None)
                 logger.info("partition %d: revoked, store closed", partition)
+        gone = {tp.partition for tp in revoked}
+        for tp in [tp for tp in self.input_positions if tp.partition in gone]:
+            del self.input_positions[tp]
 
     # --- one iteration -------------------------------------------------------------------
 
@@ -322,6 +361,7 @@ class ProcessorLoop:
         if staging is None:  # not ours (any more); the new owner will read it
             return
         self._batch.consumed[record.position] = record.offset + 1
+        self._batch.tally.inputs += 1
         try:
             decided = self._decide(self._inputs[record.topic], record, staging, now)
             if decided is not None:
@@ -387,7 +427,10 @@ class ProcessorLoop:
 
     def _fire_timers(self, now: int) -> None:
         for partition, staging in self._stagings.items():
-            for entry in staging.store.due(now, self._config.timer_batch):
+            due = staging.store.due(now, self._config.timer_batch)
+            metrics.TIMERS_DUE.labels(str(partition)).set(len(due))
+            metrics.TIMERS_FIRED.inc(len(due))
+            for entry in due:
                 state = staging.run(entry.run_id)
                 decision = decide_timer(TimerFired(entry), state, self._context(now))
                 self._append(staging, partition, entry.run_id, decision)
@@ -410,13 +453,27 @@ class ProcessorLoop:
         # whole or not at all (Staging.append is atomic too).
         emits = [self._emitted(emit) for emit in decision.emits]
         effects = [self._effect(effect) for effect in decision.effects]
+        before = staging.run(run_id)
         appended = staging.append(run_id, decision.expected_version, decision.facts)
+        if appended:
+            self._tally_run(before, staging.run(run_id))
         key = run_id.encode()
         self._batch.outbound.extend(
             Outbound(self._facts_topic, key, staged.encoded, (), partition) for staged in appended
         )
         self._batch.outbound.extend(emits)
         self._batch.effects.extend(effects)
+
+    def _tally_run(self, before: RunState | None, after: RunState | None) -> None:
+        """Note a run that began or ended (recorded in the metrics once committed)."""
+        if after is None:
+            return
+        tally = self._batch.tally
+        if before is None:
+            tally.started.append(after.pipeline)
+        if after.terminal and (before is None or not before.terminal):
+            seconds = max(0, after.updated_ms - after.submitted_ms) / 1000
+            tally.finished.append((after.pipeline, after.status, seconds))
 
     def _effect(self, effect: Publish) -> Outbound:
         topic = (
@@ -437,6 +494,7 @@ class ProcessorLoop:
             reason,
             detail,
         )
+        self._batch.tally.rejected.append(reason)
         refusal = rejected(record, reason, detail, now, run_id=run_id)
         key = run_id or (record.key or b"").decode(errors="replace")
         self._batch.outbound.append(self._outbound(TopicName.REJECTED, key, refusal))
@@ -465,6 +523,7 @@ class ProcessorLoop:
             #    acknowledgement; if we crash before 2 they are redone with the same key
             self._perform(batch.effects)
             # 1. produce facts + outbound messages inside the open transaction
+            began = time.perf_counter()
             session.begin()
             for record in batch.outbound:
                 session.produce(record)
@@ -490,6 +549,11 @@ class ProcessorLoop:
         for partition, staging in self._stagings.items():
             if staging.dirty or partition in ends:
                 staging.flush(ends.get(partition))
+        # 4. telemetry, once per transaction
+        metrics.record_transaction(time.perf_counter() - began, batch.tally)
+        self.input_positions.update(batch.consumed)
+        for partition, end in ends.items():
+            self.applied_facts[partition] = end + self._marker
         self.committed_batches += 1
 
     def _perform(self, effects: list[Outbound]) -> None:

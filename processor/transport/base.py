@@ -121,6 +121,10 @@ class ProcessorSession(Protocol):
 
     def abort(self) -> None: ...
 
+    def committed_positions(self) -> dict[TopicPartition, int]:
+        """The committed next offset of each assigned input partition that has one."""
+        ...
+
     def close(self) -> None: ...
 
 

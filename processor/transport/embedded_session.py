@@ -133,6 +133,10 @@ class EmbeddedSession(Closeable):
         self._buffer = None
         self._positions = {tp: self._committed.get(tp, 0) for tp in self._assigned}
 
+    def committed_positions(self) -> dict[TopicPartition, int]:
+        """The committed next offset of each assigned partition (for lag)."""
+        return {tp: self._committed.get(tp, 0) for tp in self._assigned}
+
     def close(self) -> None:
         """Discard any open transaction, revoke the assignment and close the connection."""
         if self._log.closed:

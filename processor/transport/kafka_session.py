@@ -290,6 +290,10 @@ class KafkaSession(Closeable):
                 raise self._failed("abort transaction", exc) from exc
         self._rewind()
 
+    def committed_positions(self) -> dict[TopicPartition, int]:
+        """The committed next offset of each assigned partition that has one (for lag)."""
+        return {tp: base for tp, base in self._baseline.items() if tp in self._assigned}
+
     def close(self) -> None:
         """Abort an open transaction, leave the group (``on_revoke`` runs) and close."""
         if self._closed:

@@ -116,6 +116,9 @@ class _Session(Closeable):
     def abort(self) -> None:
         self._inner.abort()
 
+    def committed_positions(self) -> dict[TopicPartition, int]:
+        return self._inner.committed_positions()
+
     def close(self) -> None:
         self._inner.close()
 

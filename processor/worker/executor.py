@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from typing import Any
 
 from processor.facts import payload
 from processor.facts.models import SegmentResult, StepOutput, WorkItem
+from processor.telemetry.metrics import STEP_SECONDS
 from processor.worker.pipeline import Application, NonRetryableError, Step
 
 __all__ = ["execute"]
@@ -45,7 +47,13 @@ def execute(item: WorkItem, app: Application, worker_id: str) -> SegmentResult:
     for index in range(item.first_step, spec.segment_end(item.first_step) + 1):
         step = pipeline.steps[index]
         try:
-            value = step.function(value)
+            began = time.perf_counter()
+            try:
+                value = step.function(value)
+            finally:
+                STEP_SECONDS.labels(item.pipeline, step.spec.name).observe(
+                    time.perf_counter() - began
+                )
             if step.spec.awaits is not None:
                 requests = _requests(value, step.spec.awaits.kind, step.spec.awaits.itemized)
                 return SegmentResult(

@@ -16,6 +16,7 @@ from processor.facts.codec import codec, encode
 from processor.facts.models import WorkItem
 from processor.facts.rejection import rejected
 from processor.facts.topics import TopicName
+from processor.telemetry.metrics import REJECTED
 from processor.transport.base import GroupConsumer, Outbound, Producer, Record, Transport
 from processor.transport.clock import Clock, wall_clock_ms
 from processor.transport.topology import Topology
@@ -93,5 +94,6 @@ class Worker:
         )
 
     def _rejected(self, record: Record, exc: FactDecodeError) -> Outbound:
+        REJECTED.labels(exc.reason).inc()
         refusal = rejected(record, exc.reason, exc.detail, self._clock())
         return Outbound(self._topology.name(TopicName.REJECTED), record.key or b"", encode(refusal))

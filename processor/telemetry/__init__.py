@@ -1,0 +1,1 @@
+"""Telemetry: Prometheus metrics (``metrics``), shared by the engine, workers and restore."""

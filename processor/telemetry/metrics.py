@@ -1,0 +1,141 @@
+"""The processor's Prometheus metrics: one registry, ``REGISTRY``, every name ``processor_*``.
+
+The hooks are cheap by design: the loop adds up what a transaction did while it
+decides (plain Python lists) and records it here once per committed transaction
+(``record_transaction``); gauges that need counting over the stores are computed
+at scrape time by a collector (``processor/web/collector.py``), so nothing is
+counted per fact. Every metric is described in README.md, "HTTP API and metrics".
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+
+__all__ = [
+    "REGISTRY",
+    "REJECTED",
+    "RESTORE_FACTS",
+    "RESTORE_REMAINING",
+    "RUNS_FINISHED",
+    "RUNS_STARTED",
+    "RUN_SECONDS",
+    "STEP_SECONDS",
+    "TIMERS_DUE",
+    "TIMERS_FIRED",
+    "TRANSACTION_INPUTS",
+    "TRANSACTION_SECONDS",
+    "TransactionTally",
+    "record_transaction",
+]
+
+# No ``*_created`` series: a timestamp per label set is noise on every scrape.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+# Runs last from milliseconds to days; steps from microseconds to minutes.
+_RUN_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600, 86400)
+_STEP_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120)
+_COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
+_INPUT_BUCKETS = (0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 5000)
+
+RUNS_STARTED = Counter(
+    "processor_runs_started",
+    "Runs created (RunSubmitted committed), by pipeline",
+    ["pipeline"],
+    registry=REGISTRY,
+)
+RUNS_FINISHED = Counter(
+    "processor_runs_finished",
+    "Runs that reached a terminal status, by pipeline and outcome "
+    "(succeeded, failed, cancelled, timed_out)",
+    ["pipeline", "outcome"],
+    registry=REGISTRY,
+)
+RUN_SECONDS = Histogram(
+    "processor_run_duration_seconds",
+    "Submit to result: from the run's submit time to its terminal fact, by pipeline and outcome",
+    ["pipeline", "outcome"],
+    buckets=_RUN_BUCKETS,
+    registry=REGISTRY,
+)
+STEP_SECONDS = Histogram(
+    "processor_step_duration_seconds",
+    "Time a worker spent in one step function, by pipeline and step",
+    ["pipeline", "step"],
+    buckets=_STEP_BUCKETS,
+    registry=REGISTRY,
+)
+TRANSACTION_SECONDS = Histogram(
+    "processor_transaction_commit_seconds",
+    "Latency of one processor transaction: produce facts and outbound records, commit "
+    "them with the consumed offsets",
+    buckets=_COMMIT_BUCKETS,
+    registry=REGISTRY,
+)
+TRANSACTION_INPUTS = Histogram(
+    "processor_transaction_inputs",
+    "Input records handled by one committed transaction",
+    buckets=_INPUT_BUCKETS,
+    registry=REGISTRY,
+)
+REJECTED = Counter(
+    "processor_rejected_inputs",
+    "Inputs refused to admission.rejected, by reason",
+    ["reason"],
+    registry=REGISTRY,
+)
+TIMERS_FIRED = Counter(
+    "processor_timers_fired",
+    "Due timers the timer scan turned into decisions",
+    registry=REGISTRY,
+)
+TIMERS_DUE = Gauge(
+    "processor_timers_due",
+    "Timers due (at or before now) at the last scan, by partition (at most timer_batch)",
+    ["partition"],
+    registry=REGISTRY,
+)
+RESTORE_REMAINING = Gauge(
+    "processor_restore_remaining_facts",
+    "Offsets of runs.facts still to fold into a partition's store while it is restored "
+    "(0 once caught up)",
+    ["partition"],
+    registry=REGISTRY,
+)
+RESTORE_FACTS = Counter(
+    "processor_restore_facts",
+    "Facts folded into partition stores by restores on assignment",
+    registry=REGISTRY,
+)
+
+
+@dataclass(slots=True)
+class TransactionTally:
+    """What one transaction did, gathered while deciding and recorded once it commits."""
+
+    inputs: int = 0
+    started: list[str] = field(default_factory=list)  # pipelines
+    finished: list[tuple[str, str, float]] = field(default_factory=list)  # pipeline, outcome, s
+    rejected: list[str] = field(default_factory=list)  # reasons
+
+
+def record_transaction(seconds: float, tally: TransactionTally) -> None:
+    """Record one committed transaction (its latency and what it did)."""
+    TRANSACTION_SECONDS.observe(seconds)
+    TRANSACTION_INPUTS.observe(tally.inputs)
+    _count(RUNS_STARTED, ((p,) for p in tally.started))
+    _count(REJECTED, ((r,) for r in tally.rejected))
+    if tally.finished:
+        _count(RUNS_FINISHED, ((p, o) for p, o, _ in tally.finished))
+        for pipeline, outcome, elapsed in tally.finished:
+            RUN_SECONDS.labels(pipeline, outcome).observe(elapsed)
+
+
+def _count(counter: Counter, labels: Iterable[Sequence[str]]) -> None:
+    """Add up label tuples first: one ``inc`` per distinct label set, not per item."""
+    for values, times in Tally(tuple(v) for v in labels).items():
+        counter.labels(*values).inc(times)

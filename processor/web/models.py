@@ -1,0 +1,129 @@
+"""Request bodies and response shapes of the JSON API (they make the OpenAPI document)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+__all__ = [
+    "CancelBody",
+    "CommandAnswer",
+    "CompletionBody",
+    "ErrorBody",
+    "Health",
+    "History",
+    "Queued",
+    "Ready",
+    "RedriveBody",
+    "Requests",
+    "RunList",
+    "RunStatus",
+    "SubmitAnswer",
+    "SubmitBody",
+    "TopicRecords",
+]
+
+_STRICT = ConfigDict(extra="forbid")
+_OPEN = ConfigDict(extra="allow")
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="A short code users can grep (unknown_run, unauthorized, ...)")
+    detail: str
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class Ready(BaseModel):
+    ready: bool
+    partitions: list[int] = []
+    reason: str | None = None
+
+
+class SubmitBody(BaseModel):
+    model_config = _STRICT
+
+    pipeline: str = Field(min_length=1)
+    input: JsonValue = Field(description="The run input, any JSON value")
+    idempotency_key: str | None = Field(
+        default=None, min_length=1, description="A retry with the same key returns the same run"
+    )
+    deadline_s: float | None = Field(
+        default=None, gt=0, description="Run deadline, seconds after the submit that creates it"
+    )
+
+
+class SubmitAnswer(BaseModel):
+    model_config = _OPEN
+
+    run_id: str
+    created: bool | None = Field(description="None: queued, no processor answered in time")
+    queued: bool | None = None
+
+
+class CancelBody(BaseModel):
+    model_config = _STRICT
+
+    reason: str = ""
+
+
+class RedriveBody(BaseModel):
+    model_config = _STRICT
+
+    from_step: int | None = Field(default=None, ge=0)
+
+
+class CommandAnswer(BaseModel):
+    model_config = _OPEN
+
+    run_id: str
+    accepted: bool | None = Field(description="None: queued, no processor answered in time")
+    detail: str | None = None
+
+
+class CompletionBody(BaseModel):
+    model_config = _STRICT
+
+    token: str = Field(min_length=1, description="The resume token of the boundary request")
+    outcome: Literal["succeeded", "failed"]
+    output: JsonValue = Field(default=None, description="The result, when succeeded")
+    error: str | None = Field(default=None, description="Why, when failed")
+    idempotency_key: str | None = Field(default=None, min_length=1)
+
+
+class Queued(BaseModel):
+    queued: bool
+
+
+class RunStatus(BaseModel):
+    """The shape of ``processor status --json``."""
+
+    model_config = _OPEN
+
+    run_id: str
+    pipeline: str
+    status: str
+    phase: str
+
+
+class RunList(BaseModel):
+    runs: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+class History(BaseModel):
+    run_id: str
+    facts: list[dict[str, Any]]
+    next_after: int | None
+
+
+class Requests(BaseModel):
+    requests: list[dict[str, Any]]
+
+
+class TopicRecords(BaseModel):
+    records: list[dict[str, Any]]
+    next_cursor: str | None
