@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -95,11 +95,29 @@ def client(served: ServedProcessor) -> Iterator[Client]:
         yield c
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item,
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Keep each phase's report on the test item, for the browser fixture's teardown."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
+
+
 @pytest.fixture
-def browser(chromium: Chromium, tmp_path: Path) -> Iterator[webdriver.Chrome]:
+def browser(
+    chromium: Chromium, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[webdriver.Chrome]:
     """A fresh headless Chromium (its own profile: no token left over from another test)."""
     driver = headless_chromium(chromium, tmp_path / "chromium-profile")
     try:
         yield driver
+        report = getattr(request.node, "report_call", None)
+        if report is not None and report.failed:
+            # What the page showed when the test gave up, for whoever reads the CI log.
+            driver.save_screenshot(str(tmp_path / "failure.png"))
+            print(f"screenshot: {tmp_path / 'failure.png'}")
+            print(driver.find_element("tag name", "body").text[:4000])
     finally:
         driver.quit()

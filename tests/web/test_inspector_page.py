@@ -218,6 +218,8 @@ def test_a_run_timeline_lists_its_facts_in_order_with_both_outcomes(
     assert _summary(browser, "execution") == state.execution
     assert _summary(browser, "recovery") == state.recovery
     assert "the supplier rejected the booking" in _summary(browser, "error")
+    browser.set_window_size(1400, 1500)  # the list and the run's summary and timeline
+    browser.execute_script("window.scrollTo(0, 0)")
     browser.save_screenshot(str(tmp_path / SHOT))
     assert (tmp_path / SHOT).stat().st_size > 10_000
     _no_script_errors(browser)
