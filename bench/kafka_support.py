@@ -88,6 +88,7 @@ def process_env(settings: Settings) -> dict[str, str]:
         "PROCESSOR_WORKER_GROUP": settings.worker_group,
         "PROCESSOR_RESUME_SECRET": SECRET,
         "PROCESSOR_PARTITIONS": str(settings.partitions),
+        "PROCESSOR_HTTP_PORT": "0",  # several processes side by side: each on a free port
     }
     if settings.schema_registry_url:
         env["PROCESSOR_SCHEMA_REGISTRY_URL"] = settings.schema_registry_url

@@ -381,10 +381,7 @@ def worker(
         _serving(web.start())
     for thread in pool:
         thread.start()
-    ready: dict[str, Any] = {"ready": True, "workers": workers}
-    if web is not None:
-        ready["http"] = web.address
-    inv.emit(ready, f"ready: {workers} workers")
+    inv.emit({"ready": True, "workers": workers}, f"ready: {workers} workers")
     try:
         while any(t.is_alive() for t in pool) and not stop.wait(0.5):
             pass

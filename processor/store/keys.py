@@ -1,7 +1,8 @@
 """Collision-free structured keys: length-prefixed strings, big-endian integers.
 
 Big-endian fixed-width integers sort numerically under RocksDB's bytewise order,
-so the due-work index iterates in due-time order and history in sequence order.
+so the due-work index iterates in due-time order and history in sequence order, and
+the runs index (its submit time inverted) newest submitted first.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import struct
 
 from processor.model.due import DueEntry, TimerKind
+from processor.model.listing import IndexEntry, IndexKind
 
 __all__ = [
     "decode_due",
@@ -16,6 +18,10 @@ __all__ = [
     "due_key",
     "history_key",
     "history_prefix",
+    "index_key",
+    "index_position",
+    "index_prefix",
+    "index_tail",
     "run_key",
     "string_key",
     "u64",
@@ -34,6 +40,15 @@ _KINDS: dict[int, TimerKind] = {
     7: "compensation_retry",
 }
 _KIND_CODES: dict[str, int] = {kind: code for code, kind in _KINDS.items()}
+_INDEX_KINDS: dict[IndexKind, int] = {
+    "all": 1,
+    "status": 2,
+    "pipeline": 3,
+    "pipeline_status": 4,
+    "waiting": 5,
+    "waiting_pipeline": 6,
+}
+_U64_MAX = 2**64 - 1
 
 
 def string_key(value: str) -> bytes:
@@ -74,3 +89,26 @@ def decode_due(key: bytes) -> DueEntry:
     run_id = key[12 : 12 + length].decode()
     kind, scope, ordinal = _DUE_TAIL.unpack_from(key, 12 + length)
     return DueEntry(due_ms, run_id, _KINDS[kind], scope, ordinal)
+
+
+def index_prefix(kind: IndexKind, parts: tuple[str, ...]) -> bytes:
+    """The common start of the runs-index rows of one kind and parts (one listing)."""
+    return bytes([_INDEX_KINDS[kind]]) + b"".join(string_key(part) for part in parts)
+
+
+def index_position(submitted_ms: int, run_id: str) -> bytes:
+    """Where a run sorts within a listing: its submit time inverted (newest first),
+    then its run id. The run id ends the key, so it needs no length: left raw, runs
+    submitted in the same millisecond sort by run id as strings do."""
+    return _U64.pack(_U64_MAX - max(submitted_ms, 0)) + run_id.encode()
+
+
+def index_key(entry: IndexEntry) -> bytes:
+    """(kind code, parts length-prefixed, inverted submit ms, run id)."""
+    return index_prefix(entry.kind, entry.parts) + index_position(entry.submitted_ms, entry.run_id)
+
+
+def index_tail(position: bytes) -> tuple[int, str]:
+    """(submitted ms, run id) of an ``index_position`` (a key without its prefix)."""
+    inverted = _U64.unpack_from(position, 0)[0]
+    return _U64_MAX - inverted, position[8:].decode()

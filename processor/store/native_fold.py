@@ -3,7 +3,7 @@
 Catch-up folds every fact of a partition; in Python, decoding and folding a fact
 costs several times reading it. The extension decodes a batch of encoded facts,
 folds them and puts into the WriteBatch the rows that ``Staging.fold_read`` and
-``flush`` would write (history chunks, runs, due-work changes), in one
+``flush`` would write (history chunks, runs, due-work and runs-index changes), in one
 call. It handles the current schemas of the fact types it declares (``covered_fact_types``:
 the kernel refuses to be built with any other) exactly and refuses (ValueError, before
 putting anything) whatever else: a fact of a type it does not cover (a new one, folded
@@ -30,11 +30,10 @@ from processor.store.rocks import PartitionStore
 
 __all__ = ["NativeFold", "covered_fact_types", "native_fold_available", "parse_fact_schemas"]
 
-#: The column families the compiled fold writes, in the order it takes them. It takes
-#: a fourth, for the idempotency-claim rows that stores before format 4 kept: those rows
-#: are put with ``_NO_FAMILY`` as their family, and dropped (``_without_claims``).
-_FAMILIES = ("history", "runs", "due")
-_NO_FAMILY = None
+#: The column families the compiled fold writes, in the order it takes them. An
+#: extension built for other families (an older build: a claims family where the index
+#: is now) declares others, or none, and is not used.
+_FAMILIES = ("history", "runs", "due", "index")
 
 logger = logging.getLogger(__name__)
 
@@ -54,9 +53,17 @@ class _Kernel(Protocol):
 
 def _extension() -> Any | None:
     try:
-        return importlib.import_module("processor_native")
+        extension = importlib.import_module("processor_native")
     except ImportError:
         return None
+    if tuple(getattr(extension, "FAMILIES", ())) != _FAMILIES:
+        logger.warning(
+            "processor_native writes other column families than %s (an older build); "
+            "folding in Python: reinstall native/",
+            _FAMILIES,
+        )
+        return None
+    return extension
 
 
 _EXTENSION = _extension()
@@ -131,8 +138,6 @@ class NativeFold:
         Python."""
         batch = self._store.batch()
         put, delete, families = batch.writer(_FAMILIES)
-        put = _without_claims(put)
-        families = (*families, _NO_FAMILY)
         try:
             started = self._kernel.fold_into(values, self._store.raw_runs_at, put, delete, families)
         except ValueError as exc:  # raised before it put anything
@@ -146,16 +151,3 @@ class NativeFold:
     def reset(self) -> None:
         """Forget the carried runs: the store was written by someone else meanwhile."""
         self._kernel.reset()
-
-
-_Put = Callable[[bytes, bytes, Any], None]
-
-
-def _without_claims(put: _Put) -> _Put:
-    """``put``, except for the claims rows the compiled fold still writes (no family)."""
-
-    def put_row(key: bytes, value: bytes, family: Any) -> None:
-        if family is not _NO_FAMILY:
-            put(key, value, family)
-
-    return put_row

@@ -6,6 +6,8 @@ Column families:
   history    (run id, first seq) -> a chunk of the run's facts, one per write
              (``store/history.py``): for ``history`` and conditional append
   due        (due ms, run id, kind, segment, generation) -> b"" : timers by due time
+  index      (kind, parts, inverted submitted ms, run id) -> b"" : the runs index
+             (``model/listing.py``, ``store/keys.py``): listings, newest first
   meta       b"facts_offset" -> next runs.facts offset reflected here
 
 The live loop writes with RocksDB's write-ahead log. Catch-up writes without it
@@ -36,6 +38,7 @@ from rocksdict import (
 
 from processor.errors import StoreFormatError
 from processor.model.due import DueEntry
+from processor.model.listing import IndexEntry
 from processor.model.state import RunState
 from processor.store import keys
 from processor.store.history import chunk_fact_keys, chunk_facts, encode_chunk
@@ -47,21 +50,22 @@ __all__ = [
     "StoreBatch",
     "open_existing",
     "open_store",
+    "partition_of",
     "store_path",
     "stored_facts_offset",
 ]
 
 logger = logging.getLogger(__name__)
 
-COLUMN_FAMILIES = ("runs", "history", "due", "meta")
+COLUMN_FAMILIES = ("runs", "history", "due", "index", "meta")
 _RdictKey = str | int | float | bytes | bool
 _FACTS_OFFSET = b"facts_offset"
 _FORMAT_VERSION = b"format_version"
-#: 4: no claims family (idempotency is the run id derived from the key, and the run's
-#: fingerprint); 3: runs without their default fields, history facts without their run
-#: id; 2: history in chunks of facts with their keys (1: a row per fact, a fact_keys
-#: family).
-FORMAT_VERSION = 4
+#: 5: the runs index family; 4: no claims family (idempotency is the run id derived
+#: from the key, and the run's fingerprint); 3: runs without their default fields,
+#: history facts without their run id; 2: history in chunks of facts with their keys
+#: (1: a row per fact, a fact_keys family).
+FORMAT_VERSION = 5
 
 
 # Memory bounds of one store (one partition). The column families share one block
@@ -100,9 +104,20 @@ def _options(cache: Cache, *, point_lookups: bool = False) -> Options:
 class PartitionStore:
     """Projections of the runs of one partition, on disk."""
 
-    def __init__(self, path: Path, *, read_only: bool = False, cache_mb: int = 16) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        read_only: bool = False,
+        cache_mb: int = 16,
+        secondary: Path | None = None,
+    ) -> None:
+        """Open (or create) the store at ``path``. ``read_only``: a snapshot as of now;
+        ``secondary``: a RocksDB secondary instance (its scratch files in that
+        directory) that ``catch_up`` moves on to what the writer has written since."""
         self.path = path
         _check_families(path)
+        read_only = read_only or secondary is not None
         if not read_only:  # the writer owns the scratch left by a crash in ``persist``
             shutil.rmtree(_checkpoint_path(path), ignore_errors=True)
         path.mkdir(parents=True, exist_ok=True)
@@ -110,11 +125,19 @@ class PartitionStore:
         opts = _options(cache)
         opts.set_db_write_buffer_size(_DB_WRITE_BUFFER_MB * 1024 * 1024)
         families = {name: _options(cache, point_lookups=name == "runs") for name in COLUMN_FAMILIES}
-        access = AccessType.read_only() if read_only else AccessType.read_write()
+        if secondary is not None:
+            # A secondary instance keeps every file open: RocksDB wants no limit there.
+            opts.set_max_open_files(-1)
+            access = AccessType.secondary(str(secondary))
+        elif read_only:
+            access = AccessType.read_only()
+        else:
+            access = AccessType.read_write()
         self._db = Rdict(str(path), options=opts, column_families=families, access_type=access)
         self._cf = {name: self._db.get_column_family(name) for name in COLUMN_FAMILIES}
         self._handles = {name: self._db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
         self._unpersisted = False  # written without the WAL since the last persist
+        self._secondary = secondary
         found = self._cf["meta"].get(_FORMAT_VERSION)
         if found is None and not read_only:
             self._cf["meta"][_FORMAT_VERSION] = keys.u64(FORMAT_VERSION)
@@ -172,6 +195,22 @@ class PartitionStore:
             found.append(entry)
             it.next()
         return found
+
+    def keys_from(self, family: str, start: bytes, prefix: bytes) -> Iterator[bytes]:
+        """The keys of ``family`` from ``start`` on (in key order) while they begin with
+        ``prefix``: one listing of the runs index."""
+        it = self._cf[family].iter()
+        it.seek(start)
+        while it.valid():
+            key = it.key()
+            if not key.startswith(prefix):
+                return
+            yield key
+            it.next()
+
+    def catch_up(self) -> None:
+        """A secondary instance: move on to what the writer has written since."""
+        self._db.try_catch_up_with_primary()
 
     def history(self, run_id: str) -> list[bytes]:
         """The encoded facts of one run, in sequence order."""
@@ -251,6 +290,8 @@ class PartitionStore:
         self._cf.clear()
         self._handles.clear()
         self._db.close()
+        if self._secondary is not None:  # a secondary's own files are scratch
+            shutil.rmtree(self._secondary, ignore_errors=True)
 
 
 _NO_WAL = WriteOptions()
@@ -287,6 +328,12 @@ def open_store(path: Path) -> PartitionStore:
 def store_path(state_dir: Path, partition: int) -> Path:
     """Where the store of ``partition`` lives under a state directory."""
     return state_dir / f"p{partition:04d}"
+
+
+def partition_of(path: Path) -> int | None:
+    """The partition whose store ``store_path`` puts at ``path`` (None: not one of those)."""
+    name = path.name
+    return int(name[1:]) if name.startswith("p") and name[1:].isdigit() else None
 
 
 def open_existing(path: Path) -> PartitionStore | None:
@@ -337,6 +384,12 @@ class StoreBatch:
 
     def delete_due(self, entry: DueEntry) -> None:
         self.raw.delete(keys.due_key(entry), self._h["due"])
+
+    def put_index(self, entry: IndexEntry) -> None:
+        self.raw.put(keys.index_key(entry), b"", self._h["index"])
+
+    def delete_index(self, entry: IndexEntry) -> None:
+        self.raw.delete(keys.index_key(entry), self._h["index"])
 
     def set_facts_offset(self, offset: int) -> None:
         self.raw.put(_FACTS_OFFSET, keys.u64(offset), self._h["meta"])

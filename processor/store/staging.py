@@ -16,6 +16,7 @@ from processor.facts.codec import encode
 from processor.facts.models import FactHeader
 from processor.model.due import due_entries
 from processor.model.journal import plan_append
+from processor.model.listing import index_entries
 from processor.model.reduce import fold, journal_facts, reduce
 from processor.model.state import RunState
 from processor.store.rocks import PartitionStore, StoreBatch
@@ -166,6 +167,7 @@ class Staging:
             if after is not None and after is not before:
                 batch.put_run(after)
                 _write_due_changes(batch, before, after)
+                _write_index_changes(batch, before, after)
                 started += before is None
         if facts_offset is not None:
             batch.set_facts_offset(facts_offset)
@@ -221,3 +223,11 @@ def _write_due_changes(batch: StoreBatch, before: RunState | None, after: RunSta
         batch.delete_due(entry)
     for entry in new - old:
         batch.put_due(entry)
+
+
+def _write_index_changes(batch: StoreBatch, before: RunState | None, after: RunState) -> None:
+    old, new = index_entries(before), index_entries(after)
+    for entry in old - new:
+        batch.delete_index(entry)
+    for entry in new - old:
+        batch.put_index(entry)

@@ -34,7 +34,7 @@ __all__ = [
 
 # No ``*_created`` series: a timestamp per label set is noise on every scrape.
 disable_created_metrics()  # type: ignore[no-untyped-call]
-REGISTRY = CollectorRegistry(auto_describe=True)
+REGISTRY = CollectorRegistry()  # collectors are described when scraped, not registered
 
 # Runs last from milliseconds to days; steps from microseconds to minutes.
 _RUN_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600, 86400)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from processor.clients.client import Client, status_dict
 from processor.facts import tokens
 from processor.facts.models import CommandReply
+from processor.store.listing import MAX_LIMIT, RunQuery, list_runs
 from processor.web.auth import require_token, require_token_off_loopback
 from processor.web.context import WebContext
 from processor.web.errors import ApiError
@@ -27,12 +28,16 @@ from processor.web.models import (
     CompletionBody,
     ErrorBody,
     Queued,
+    RunList,
     RunStatus,
     SubmitAnswer,
     SubmitBody,
 )
 
-__all__ = ["COMMAND_WAIT_S", "api_router"]
+__all__ = ["COMMAND_WAIT_S", "DEFAULT_LIMIT", "api_router"]
+
+#: Items of a page when the request gives no ``limit``.
+DEFAULT_LIMIT = 50
 
 #: How long a submit or a cancel waits for the processor's reply before answering
 #: "queued" (the command is durable in runs.commands by then).
@@ -63,6 +68,32 @@ def _client(context: WebContext) -> AbstractContextManager[Client]:
 
 
 def _run_routes(router: APIRouter, context: WebContext, reader: Any) -> None:
+    @router.get(
+        "/runs",
+        summary="List runs, newest submitted first, by status, pipeline, time and target",
+        response_model=RunList,
+        responses={400: {"model": ErrorBody}},
+        dependencies=[reader],
+    )
+    def runs(
+        *,
+        status: Annotated[str | None, Query(description="running, succeeded, ...")] = None,
+        pipeline: str | None = None,
+        since: Annotated[int | None, Query(ge=0, description="Submitted at or after (ms)")] = None,
+        until: Annotated[int | None, Query(ge=0, description="Submitted before (epoch ms)")] = None,
+        target: Annotated[str | None, Query(description="Waiting at a boundary on it")] = None,
+        cursor: Annotated[str | None, Query(description="next_cursor of a page")] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
+    ) -> RunList:
+        query = RunQuery(status, pipeline, since, until, target)
+        assert context.stores is not None
+        try:
+            with context.stores.fresh() as stores:
+                page = list_runs(stores, query, cursor, limit)
+        except ValueError as exc:
+            raise _bad_query(str(exc)) from exc
+        return RunList(runs=[run.as_dict() for run in page.runs], next_cursor=page.next_cursor)
+
     @router.get(
         "/runs/{run_id}",
         summary="One run's status (as of the end of runs.facts)",
@@ -128,6 +159,11 @@ def _command_routes(router: APIRouter, context: WebContext, writer: Any) -> None
         with _client(context) as client:
             _send_completion(client, body)
         return Queued(queued=True)
+
+
+def _bad_query(message: str) -> ApiError:
+    """A refused query: a bad cursor, or a filter the listing does not know."""
+    return ApiError(400, "bad_cursor" if "cursor" in message else "bad_query", message)
 
 
 def _send_completion(client: Client, body: CompletionBody) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily
@@ -18,10 +19,15 @@ from prometheus_client.registry import Collector
 from processor.engine.loop import ProcessorLoop
 from processor.errors import TransportError
 from processor.facts.topics import TopicName
+from processor.store.census import unknown_attempts, waiting_by_target
 from processor.transport.base import Reader, TopicPartition
 from processor.transport.topology import Topology
+from processor.web.stores import StoreReaders
 
-__all__ = ["LoopCollector"]
+__all__ = ["CENSUS_CAP", "LoopCollector", "StoreCollector"]
+
+#: Index rows a scrape walks at most per partition for each count (README).
+CENSUS_CAP = 100_000
 
 logger = logging.getLogger(__name__)
 
@@ -79,3 +85,32 @@ class LoopCollector(Collector):
     def close(self) -> None:
         with self._lock:
             self._reader.close()
+
+
+class StoreCollector(Collector):
+    """Runs waiting at a boundary by target, and open Unknown attempts, counted over
+    the runs index of the stores (at most ``CENSUS_CAP`` rows per partition each)."""
+
+    def __init__(self, stores: StoreReaders) -> None:
+        self._stores = stores
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        waiting = GaugeMetricFamily(
+            "processor_runs_waiting",
+            "Runs with an open interaction at a boundary, by target",
+            labels=["target"],
+        )
+        unknown = GaugeMetricFamily(
+            "processor_unknown_attempts",
+            "Runs whose attempt's outcome is unknown: waiting for an operator (processor resolve)",
+        )
+        targets: Counter[str] = Counter()
+        open_unknown = 0
+        with self._stores.fresh() as stores:
+            for store in stores:
+                targets.update(waiting_by_target(store, CENSUS_CAP))
+                open_unknown += unknown_attempts(store, CENSUS_CAP)
+        for target, count in sorted(targets.items()):
+            waiting.add_metric([target], count)
+        unknown.add_metric([], open_unknown)
+        yield from (waiting, unknown)

@@ -13,6 +13,7 @@ from pydantic import SecretStr
 from processor.clients.client import Client
 from processor.facts.keyring import KeyRing
 from processor.transport.deployment import Deployment
+from processor.web.stores import StoreReaders
 
 __all__ = ["STATIC_DIR", "ClientPool", "Readiness", "WebContext"]
 
@@ -66,7 +67,8 @@ class WebContext:
     """The running process as the app sees it.
 
     ``deployment`` is None in a worker: its app serves /healthz, /readyz and
-    /metrics only.
+    /metrics only. ``stores`` reads the processor's partition stores (secondary
+    instances); ``clients`` sends commands and completions.
     """
 
     bind_host: str
@@ -76,11 +78,16 @@ class WebContext:
     keys: KeyRing | None = None
     static_dir: Path = STATIC_DIR
     clients: ClientPool | None = None
+    stores: StoreReaders | None = None
 
     def __post_init__(self) -> None:
         if self.deployment is not None and self.clients is None:
             self.clients = ClientPool(self.deployment)
+        if self.deployment is not None and self.stores is None:
+            self.stores = StoreReaders(self.deployment.settings.state_dir)
 
     def close(self) -> None:
         if self.clients is not None:
             self.clients.close()
+        if self.stores is not None:
+            self.stores.close()

@@ -66,8 +66,17 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     errors: list[dict[str, Any]] = list(exc.errors())
     if any(e.get("type") == "json_invalid" for e in errors):
         return JSONResponse(error_body("malformed_json", "the body is not valid JSON"), 400)
+    media = request.headers.get("content-type", "")
+    if request.method == "POST" and "json" not in media and _body_refused(errors):
+        detail = "send the body as JSON (Content-Type: application/json)"
+        return JSONResponse(error_body("unsupported_media_type", detail), 415)
     parts = [f"{_where(e.get('loc', ()))}: {e.get('msg', 'invalid')}" for e in errors[:5]]
     return JSONResponse(error_body("invalid_request", "; ".join(parts)), 422)
+
+
+def _body_refused(errors: list[dict[str, Any]]) -> bool:
+    """Whether the body as a whole was refused (what FastAPI says of a non-JSON body)."""
+    return any(tuple(e.get("loc", ())) == ("body",) for e in errors)
 
 
 def _where(loc: Any) -> str:

@@ -61,7 +61,6 @@ class SubmitAnswer(BaseModel):
 
     run_id: str
     created: bool | None = Field(description="None: queued, no processor answered in time")
-    queued: bool | None = None
 
 
 class CancelBody(BaseModel):

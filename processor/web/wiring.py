@@ -15,7 +15,7 @@ from processor.engine.host import Host
 from processor.facts.keyring import KeyRing
 from processor.telemetry.metrics import REGISTRY
 from processor.web.app import create_app
-from processor.web.collector import LoopCollector
+from processor.web.collector import LoopCollector, StoreCollector
 from processor.web.context import Readiness, WebContext
 from processor.web.server import HttpServer
 
@@ -51,8 +51,10 @@ class ProcessorWeb:
             deployment=deployment,
             keys=KeyRing(resume_keys(settings)),
         )
-        self._collector = LoopCollector(
-            lambda: host.loop, deployment.transport.reader(), deployment.topology
+        assert self.context.stores is not None
+        self._collectors = (
+            LoopCollector(lambda: host.loop, deployment.transport.reader(), deployment.topology),
+            StoreCollector(self.context.stores),
         )
         self._server = HttpServer(
             create_app(self.context),
@@ -67,7 +69,8 @@ class ProcessorWeb:
 
     def start(self) -> str:
         """Register the scrape-time gauges and serve; return the address."""
-        REGISTRY.register(self._collector)
+        for collector in self._collectors:
+            REGISTRY.register(collector)
         try:
             return self._server.start()
         except BaseException:
@@ -79,9 +82,10 @@ class ProcessorWeb:
         self._release()
 
     def _release(self) -> None:
-        with contextlib.suppress(KeyError):  # never registered
-            REGISTRY.unregister(self._collector)
-        self._collector.close()
+        for collector in self._collectors:
+            with contextlib.suppress(KeyError):  # never registered
+                REGISTRY.unregister(collector)
+        self._collectors[0].close()
         self.context.close()
 
 

@@ -153,6 +153,8 @@ def subprocess_env(data_dir: Path) -> dict[str, str]:
     paths = [str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["PROCESSOR_DATA_DIR"] = str(data_dir)
+    # Tests run processors side by side: each serves HTTP on a free port of its own.
+    env["PROCESSOR_HTTP_PORT"] = "0"
     return env
 
 

@@ -94,6 +94,7 @@ class KafkaSpace:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         env.update({f"PROCESSOR_{k.upper()}": str(v) for k, v in self._fields(data_dir).items()})
+        env["PROCESSOR_HTTP_PORT"] = "0"  # processors side by side: each on a free port
         return env
 
     def settings(self, data_dir: Path) -> Settings:

@@ -19,7 +19,7 @@ from processor.facts.models import StepCompleted
 from processor.model.reduce import fold
 from processor.restore.catch_up import catch_up
 from processor.store.history import chunk_fact_keys, chunk_facts, encode_chunk
-from processor.store.rocks import COLUMN_FAMILIES, PartitionStore, open_store
+from processor.store.rocks import COLUMN_FAMILIES, FORMAT_VERSION, PartitionStore, open_store
 from processor.transport.base import TopicPartition
 from processor.transport.topology import Topology
 from tests.store_support import TOPIC, simulated_log, store_contents
@@ -110,11 +110,24 @@ def test_a_format_3_store_with_its_claims_family_is_rebuilt(tmp_path: Path) -> N
     store = open_store(tmp_path / "p0000")
     try:
         assert store.facts_offset() == 0  # emptied: catch-up rebuilds it from offset 0
-        assert store._cf["meta"].get(b"format_version") == (4).to_bytes(8, "big")
+        assert store._cf["meta"].get(b"format_version") == FORMAT_VERSION.to_bytes(8, "big")
     finally:
         store.close()
     assert set(Rdict.list_cf(str(tmp_path / "p0000"))) == {"default", *COLUMN_FAMILIES}
     assert "claims" not in COLUMN_FAMILIES
+
+
+def test_a_format_4_store_without_the_runs_index_is_rebuilt(tmp_path: Path) -> None:
+    _old_store(tmp_path / "p0000", ["runs", "history", "due", "meta"], 4)
+    with pytest.raises(StoreFormatError, match=r"another format.*due, history, meta, runs\)"):
+        PartitionStore(tmp_path / "p0000", read_only=True)
+    store = open_store(tmp_path / "p0000")
+    try:
+        assert store.facts_offset() == 0  # emptied: catch-up rebuilds it, index and all
+        assert store._cf["meta"].get(b"format_version") == (5).to_bytes(8, "big")
+    finally:
+        store.close()
+    assert "index" in set(Rdict.list_cf(str(tmp_path / "p0000")))
 
 
 def test_a_later_format_version_is_refused(tmp_path: Path) -> None:

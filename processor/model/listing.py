@@ -1,0 +1,59 @@
+"""The runs index: the listing rows a run has, derived from its state (like ``due.py``).
+
+Each row names one way of finding the run: among all runs, by status, by pipeline,
+by pipeline and status, and, while it waits at a boundary with an open interaction,
+by that interaction's target (alone and with the pipeline). The store orders each
+kind's rows newest submitted first (``store/keys.py``), so a listing is a range read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from processor.model.state import RunState
+
+__all__ = ["IndexEntry", "IndexKind", "index_entries", "waiting_targets"]
+
+IndexKind = Literal["all", "status", "pipeline", "pipeline_status", "waiting", "waiting_pipeline"]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class IndexEntry:
+    """One row of the runs index.
+
+    ``parts`` are what the kind lists by, in key order: () for ``all``, (status,),
+    (pipeline,), (pipeline, status), (target,) or (target, pipeline).
+    """
+
+    kind: IndexKind
+    parts: tuple[str, ...]
+    submitted_ms: int
+    run_id: str
+
+
+def waiting_targets(state: RunState) -> tuple[str, ...]:
+    """The targets of the run's open interactions at its current boundary, sorted, each
+    once (none unless it is suspended there and not terminal)."""
+    if state.terminal or state.phase != "suspended":
+        return ()
+    open_ = {i.target for i in state.boundary_interactions() if i.status == "open"}
+    return tuple(sorted(open_))
+
+
+def index_entries(state: RunState | None) -> frozenset[IndexEntry]:
+    """Every index row of the run (none before it is submitted)."""
+    if state is None:
+        return frozenset()
+    at, run_id = state.submitted_ms, state.run_id
+    pipeline, status = state.pipeline, state.status
+    rows = [
+        IndexEntry("all", (), at, run_id),
+        IndexEntry("status", (status,), at, run_id),
+        IndexEntry("pipeline", (pipeline,), at, run_id),
+        IndexEntry("pipeline_status", (pipeline, status), at, run_id),
+    ]
+    for target in waiting_targets(state):
+        rows.append(IndexEntry("waiting", (target,), at, run_id))
+        rows.append(IndexEntry("waiting_pipeline", (target, pipeline), at, run_id))
+    return frozenset(rows)
