@@ -18,20 +18,23 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from pydantic import ValidationError
 
-from processor.clients.client import Client, SubmitReceipt, fact_dict, new_submit, status_dict
+from processor.clients.client import Client, SubmitReceipt, new_submit, status_dict
 from processor.config.settings import Settings
 from processor.engine.host import Host
 from processor.errors import ProcessorError, SchemaRefusedError
-from processor.facts.codec import decode_fact
 from processor.facts.models import CommandReply
 from processor.facts.payload import InvalidPayloadError, dumps, loads
 from processor.facts.topics import TopicName
 from processor.transport.deployment import Deployment, ensure_topics
+
+if TYPE_CHECKING:
+    from processor.facts.keyring import KeyRing
+    from processor.store.rocks import PartitionStore
 
 __all__ = ["main"]
 
@@ -264,7 +267,12 @@ def _stop_on_signals(stop: threading.Event) -> None:
 
 
 def _http_wanted(inv: Invocation, no_http: bool) -> bool:
-    return not no_http and inv.settings().http_enabled
+    """Whether to serve HTTP; without it nothing can scrape metrics: record none."""
+    from processor.telemetry.metrics import set_recording
+
+    wanted = not no_http and inv.settings().http_enabled
+    set_recording(wanted)
+    return wanted
 
 
 def _serving(address: str) -> None:
@@ -453,16 +461,46 @@ def status(ctx: typer.Context, run_id: Annotated[str, typer.Argument(help="Run i
 
 
 @_command()
-def history(ctx: typer.Context, run_id: Annotated[str, typer.Argument(help="Run id")]) -> None:
-    """Show a run's facts in order (up to the end of runs.facts)."""
+def history(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="Run id")],
+    after: Annotated[
+        int | None, typer.Option(min=0, help="Only facts after this seq (a page's next_after)")
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option(min=1, max=1000, help="Facts per page (at most 1,000)")
+    ] = None,
+) -> None:
+    """Show a run's facts in order (up to the end of runs.facts), a page of 1,000 at most.
+
+    With --after or --limit, --json prints the page: ``{"run_id", "facts", "next_after"}``;
+    without them it prints the first page's facts as a list."""
+    from processor.clients.pages import MAX_PAGE, history_page
+
     inv = _inv(ctx)
     _existing_or_no_run(inv, run_id)
-    facts = [decode_fact(raw) for raw in inv.client().current(run_id).history]
+    facts = inv.client().current(run_id).history
     if not facts:
         inv.fail(f"no run {run_id}", code=EXIT_NOT_FOUND)
-    rows = [fact_dict(f) for f in facts]
+    page = history_page(facts, after or 0, limit or MAX_PAGE)
+    rows = page.facts
     text = "\n".join(f"{r['seq']:>4} {r['type']:<24} {r['fact_key']}" for r in rows)
-    inv.emit(rows, text)
+    more = _next_page_hint("history", run_id, "--after", page.next_after)
+    if after is None and limit is None:  # today's output, capped at one page
+        inv.emit(rows, text)
+        if more:
+            typer.echo(more, err=True)
+        return
+    shown = {"run_id": run_id, **page.as_dict()}
+    inv.emit(shown, "\n".join(filter(None, (text, more))))
+
+
+def _next_page_hint(command: str, argument: str | None, option: str, value: object) -> str:
+    """The line that says how to read the next page ('' on the last one)."""
+    if value is None:
+        return ""
+    words = ["processor", command, *([argument] if argument else []), option, str(value)]
+    return "more: " + " ".join(words)
 
 
 @_command()
@@ -625,6 +663,38 @@ def resolve(
 
 
 @_command()
+def redrive(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="Run id of a failed run")],
+    from_step: Annotated[
+        int | None,
+        typer.Option(help="Step index to run again from (0 .. the failed step; default: it)"),
+    ] = None,
+    reason: Annotated[str, typer.Option(help="Why, kept in the RunRedriven fact")] = "",
+    operator: Annotated[str, typer.Option(help="Who, kept in the RunRedriven fact")] = "",
+    command_id: Annotated[
+        str | None, typer.Option(help="Your command id; the same id again redrives once")
+    ] = None,
+    wait: Annotated[float, typer.Option(help="Seconds to wait for the processor")] = 30.0,
+) -> None:
+    """Redrive a failed run: a new attempt of its failed step, or from --from-step.
+
+    Refused (exit 1, with the reason: not_failed, compensated, deadline_elapsed,
+    bad_step, unknown_run) for a run that cannot be redriven."""
+    inv = _inv(ctx)
+    _existing_or_no_run(inv, run_id)
+    reply = inv.client().redrive(
+        run_id, from_step, operator=operator, reason=reason, command_id=command_id, wait_s=wait
+    )
+    shown = _reply_or_exit(inv, reply, wait)
+    shown["replayed"] = not shown["accepted"]  # the command id was applied before
+    text = f"{run_id}: redriven from step {shown.get('from_step')}" + (
+        "" if shown["accepted"] else " (already applied; nothing changed)"
+    )
+    inv.emit(shown, text)
+
+
+@_command()
 def complete(
     ctx: typer.Context,
     token: Annotated[str, typer.Argument(help="Resume token from the boundary request")],
@@ -668,25 +738,141 @@ def complete(
     inv.emit(shown, f"sent {sent.outcome} for {claims.interaction} of {claims.run_id}")
 
 
+PAGE_SIZE = 100  # the default page of ``rejected`` and ``dlq``
+CursorOption = Annotated[
+    str | None, typer.Option("--cursor", help="Where to go on: a page's next_cursor")
+]
+PageLimitOption = Annotated[
+    int | None, typer.Option("--limit", min=1, max=1000, help="Records per page [100]")
+]
+
+
+def _topic_page(
+    inv: Invocation, topic: TopicName, cursor: str | None, limit: int | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of ``topic`` (nothing where nothing has run); a bad cursor exits 2."""
+    from processor.clients.pages import CursorError, read_topic_page
+
+    deployment = inv.existing()  # where nothing has run, the topic holds nothing
+    if deployment is None:
+        return [], None
+    try:
+        page = read_topic_page(
+            deployment.transport,
+            deployment.topology.name(topic),
+            cursor,
+            limit or PAGE_SIZE,
+        )
+    except CursorError as exc:
+        inv.fail(f"--{exc}", code=EXIT_USAGE)
+    return page.records, page.next_cursor
+
+
+def _emit_page(
+    inv: Invocation,
+    command: str,
+    rows: list[dict[str, Any]],
+    next_cursor: str | None,
+    text: str,
+    paged: bool,
+) -> None:
+    """A page: its records as a list (as before paging existed) or, asked for a page
+    (--cursor, --limit), ``{"records", "next_cursor"}``; the next page's command last."""
+    more = _next_page_hint(command, None, "--cursor", next_cursor)
+    if paged:
+        inv.emit(
+            {"records": rows, "next_cursor": next_cursor}, "\n".join(filter(None, (text, more)))
+        )
+        return
+    inv.emit(rows, text)
+    if more:
+        typer.echo(more, err=True)
+
+
 @_command()
 def rejected(
     ctx: typer.Context,
-    limit: Annotated[int, typer.Option(help="Show at most this many, newest last")] = 100,
-    reason: Annotated[str | None, typer.Option(help="Only this reason")] = None,
+    cursor: CursorOption = None,
+    limit: PageLimitOption = None,
+    reason: Annotated[str | None, typer.Option(help="Only this reason (of the page read)")] = None,
 ) -> None:
-    """List refused input kept in admission.rejected: reason, source, time, run id."""
-    from processor.clients.rejected import rejected_records
-
+    """List refused input kept in admission.rejected, a page at a time: reason, source,
+    time, run id. Partition by partition, oldest first; never reads the whole topic."""
     inv = _inv(ctx)
-    deployment = inv.existing()  # where nothing has run, nothing was rejected
-    found = rejected_records(deployment) if deployment is not None else []
+    found, next_cursor = _topic_page(inv, TopicName.REJECTED, cursor, limit)
     rows = [r for r in found if reason in (None, r["reason"])]
-    rows = rows[-limit:] if limit > 0 else rows
     text = "\n".join(
         f"{r['time']}  {r['reason']:<22} {r['source']:<40} run={r['run_id'] or '-'}  {r['detail']}"
         for r in rows
     )
-    inv.emit(rows, text or "no rejected input")
+    paged = cursor is not None or limit is not None
+    _emit_page(inv, "rejected", rows, next_cursor, text or "no rejected input", paged)
+
+
+@_command()
+def dlq(ctx: typer.Context, cursor: CursorOption = None, limit: PageLimitOption = None) -> None:
+    """List the dead letters of runs.dlq (runs that failed for good), a page at a time."""
+    inv = _inv(ctx)
+    rows, next_cursor = _topic_page(inv, TopicName.DLQ, cursor, limit)
+    text = "\n".join(
+        f"{r.get('time', '-')}  {r['run_id'] or '-'}  {r.get('pipeline', '-')} "
+        f"step={r.get('step', '-')} attempts={r.get('attempts', '-')}  {r['error']}"
+        for r in rows
+    )
+    paged = cursor is not None or limit is not None
+    _emit_page(inv, "dlq", rows, next_cursor, text or "no dead letters", paged)
+
+
+@_command()
+def requests(
+    ctx: typer.Context,
+    run: Annotated[str | None, typer.Option("--run", help="Only this run's")] = None,
+    target: Annotated[str | None, typer.Option(help="Only requests to this target")] = None,
+) -> None:
+    """List pending requests (open interactions of waiting runs) with their resume tokens.
+
+    Reads the local stores: run it where ``processor run`` runs. A token goes to
+    ``processor complete``."""
+    from processor.clients.pages import pending_requests
+
+    inv = _inv(ctx)
+    deployment = inv.existing()
+    if deployment is None:
+        inv.emit([], "no pending requests")
+        return
+    stores = _local_stores(deployment)
+    try:
+        found = pending_requests(stores, _resume_key_ring(inv), run, target)
+    finally:
+        for store in stores:
+            store.close()
+    rows = [r.as_dict() for r in found]
+    text = "\n".join(
+        f"{r['run_id']}  boundary={r['boundary']} item={r['item_index']} {r['kind']} "
+        f"target={r['target']} deadline_ms={r['deadline_ms']}\n  token: {r['token']}"
+        for r in rows
+    )
+    inv.emit(rows, text or "no pending requests")
+
+
+def _local_stores(deployment: Deployment) -> list[PartitionStore]:
+    """The local stores of every partition that has one, as readers beside the processor."""
+    from processor.store.readers import open_reader
+    from processor.store.rocks import store_path
+
+    state_dir = deployment.settings.state_dir
+    found = (
+        open_reader(store_path(state_dir, partition))
+        for partition in range(deployment.topology.partitions)
+    )
+    return [store for store in found if store is not None]
+
+
+def _resume_key_ring(inv: Invocation) -> KeyRing:
+    from processor.config.resume_secret import resume_keys
+    from processor.facts.keyring import KeyRing
+
+    return KeyRing(resume_keys(inv.settings()))
 
 
 @_command(topics_cli, "apply")

@@ -34,7 +34,14 @@ from processor.config.settings import Settings
 from processor.errors import ConfigurationError, StoreFormatError, UnknownRunError, WaitTimeoutError
 from processor.facts import payload
 from processor.facts.codec import codec, decode_fact, decode_facts, encode
-from processor.facts.models import CancelRun, CommandReply, FactHeader, ResolveAttempt, SubmitRun
+from processor.facts.models import (
+    CancelRun,
+    CommandReply,
+    FactHeader,
+    RedriveRun,
+    ResolveAttempt,
+    SubmitRun,
+)
 from processor.facts.topics import TopicName
 from processor.model.reduce import fold
 from processor.model.state import RunState
@@ -53,7 +60,7 @@ from processor.transport.deployment import Deployment, ensure_topics
 from processor.transport.partitioner import partition_for
 from processor.transport.topology import Topology
 
-Command = SubmitRun | CancelRun | ResolveAttempt
+Command = SubmitRun | CancelRun | ResolveAttempt | RedriveRun
 
 __all__ = [
     "Client",
@@ -299,6 +306,30 @@ class Client(Closeable):
         )
         return self.request(command, wait_s)
 
+    def redrive(
+        self,
+        run_id: str,
+        from_step: int | None = None,
+        *,
+        operator: str = "",
+        reason: str = "",
+        command_id: str | None = None,
+        wait_s: float = 30.0,
+    ) -> CommandReply | None:
+        """Give a failed run a new attempt from its failed step (or ``from_step``, a step
+        index from 0 to the failed step); refused with a reason for a run that is not
+        failed. Sending the same ``command_id`` again redrives once and gets the same
+        response (``created`` false the second time)."""
+        command = RedriveRun(
+            command_id=command_id or str(uuid.uuid4()),
+            run_id=run_id,
+            from_step=from_step,
+            operator=operator,
+            reason=reason,
+            requested_ms=wall_clock_ms(),
+        )
+        return self.request(command, wait_s)
+
     def _store(self, run_id: str) -> PartitionStore | None:
         """The local store of the run's partition, read-only; None if there is none, or
         if it is in another format (``current`` then reads the facts from the log)."""
@@ -472,6 +503,7 @@ def status_dict(state: RunState) -> dict[str, Any]:
         "stop_detail": state.stop.detail,
         "execution": state.execution,
         "recovery": state.recovery,
+        "redrives": len(state.redrives),
         "unknown_attempt": state.unknown.model_dump() if state.unknown else None,
         "compensation": _compensation(state),
         "version": state.version,

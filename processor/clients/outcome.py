@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from processor.facts import payload
-from processor.facts.models import FactHeader, RunFailed, RunStopped, RunSucceeded
+from processor.facts.models import FactHeader, RunFailed, RunRedriven, RunStopped, RunSucceeded
 
 __all__ = ["RunResult", "terminal_result"]
 
@@ -35,9 +35,13 @@ class RunResult:
 
 
 def terminal_result(facts: Iterable[FactHeader]) -> RunResult | None:
-    """The outcome recorded by the last terminal fact among ``facts``; None while running."""
+    """The outcome recorded by the last terminal fact among ``facts``; None while running
+    (a redrive after a terminal fact makes the run running again)."""
     found = None
     for fact in facts:
+        if isinstance(fact, RunRedriven):
+            found = None
+            continue
         result = _result(fact)
         if result is not None:
             found = result

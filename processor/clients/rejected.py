@@ -1,4 +1,7 @@
-"""Read-side helpers for operators: what is in admission.rejected."""
+"""Read-side helpers for operators: the shape of a record of admission.rejected.
+
+Pages of the topic are read by ``processor.clients.pages.read_topic_page``.
+"""
 
 from __future__ import annotations
 
@@ -8,28 +11,12 @@ from typing import Any
 from processor.errors import FactDecodeError
 from processor.facts.codec import codec
 from processor.facts.models import Rejected
-from processor.facts.topics import TopicName
-from processor.transport.base import TopicPartition
-from processor.transport.deployment import Deployment
 
-__all__ = ["rejected_records"]
+__all__ = ["rejected_dict"]
 
 
-def rejected_records(deployment: Deployment) -> list[dict[str, Any]]:
-    """Every record of admission.rejected, oldest first."""
-    topic = deployment.topology.name(TopicName.REJECTED)
-    reader = deployment.transport.reader()
-    rows: list[dict[str, Any]] = []
-    try:
-        for partition in range(deployment.topology.partitions):
-            for records in reader.read(TopicPartition(topic, partition), 0):
-                rows.extend(_row(r.value) for r in records)
-    finally:
-        reader.close()
-    return sorted(rows, key=lambda r: r["rejected_ms"])
-
-
-def _row(value: bytes | None) -> dict[str, Any]:
+def rejected_dict(value: bytes | None) -> dict[str, Any]:
+    """One record of admission.rejected as ``processor rejected`` shows it."""
     try:
         item = codec().decode_as(value, Rejected)
     except FactDecodeError as exc:

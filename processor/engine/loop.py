@@ -38,6 +38,7 @@ from processor.facts.models import (
     AvroModel,
     BoundaryRequest,
     CancelRun,
+    RedriveRun,
     ResolveAttempt,
     SegmentResult,
     SubmitRun,
@@ -52,6 +53,7 @@ from processor.model.decide import (
     Publish,
     TimerFired,
     decide_cancel,
+    decide_redrive,
     decide_resolve,
     decide_result,
     decide_submit,
@@ -391,6 +393,8 @@ class ProcessorLoop:
                     return command.run_id, decide_cancel(command, state, ctx)
                 case ResolveAttempt():
                     return command.run_id, decide_resolve(command, state, ctx)
+                case RedriveRun():
+                    return command.run_id, decide_redrive(command, state, ctx)
         if topic is TopicName.RESULTS:
             result = codec().decode_as(record.value, SegmentResult)
             if not self._routed_here(record, result.run_id):
@@ -598,10 +602,10 @@ def _exception_text(exc: BaseException) -> str:
     return text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 3] + "..."
 
 
-def _decode_command(value: bytes | None) -> SubmitRun | CancelRun | ResolveAttempt:
-    """runs.commands carries three command types; anything else is the wrong schema."""
+def _decode_command(value: bytes | None) -> SubmitRun | CancelRun | ResolveAttempt | RedriveRun:
+    """runs.commands carries four command types; anything else is the wrong schema."""
     command = codec().decode(value)
-    if not isinstance(command, SubmitRun | CancelRun | ResolveAttempt):
+    if not isinstance(command, SubmitRun | CancelRun | ResolveAttempt | RedriveRun):
         detail = f"expected a command on runs.commands, got {type(command).__name__}"
         raise FactDecodeError("wrong_schema", detail, value)
     return command

@@ -13,12 +13,14 @@ __all__ = [
     "boundary_continued",
     "boundary_dispatched",
     "boundary_suspended",
+    "in_redrive",
     "interaction_admitted",
     "interaction_dispatched",
     "interaction_id",
     "interaction_timed_out",
     "publication_completed",
     "publication_prepared",
+    "redriven",
     "retry_scheduled",
     "segment_completed",
     "step_completed",
@@ -107,3 +109,16 @@ def compensation_failed(step: int, generation: int) -> str:
 
 def compensation_done(step: int) -> str:
     return f"compensate/{step}/done"
+
+
+def redriven(redrive: int) -> str:
+    return f"redriven/{redrive}"
+
+
+def in_redrive(redrive: int, key: str) -> str:
+    """``key`` as a fact of the run after its ``redrive``-th redrive (0: none yet).
+
+    A redrive runs steps again, and the run ends again: those facts must not meet the
+    keys of the facts they repeat, which conditional append would drop as duplicates.
+    """
+    return key if redrive == 0 else f"redrive/{redrive}/{key}"

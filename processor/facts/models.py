@@ -35,11 +35,13 @@ __all__ = [
     "DeadLetter",
     "FactHeader",
     "InteractionTimedOut",
+    "RedriveRun",
     "Rejected",
     "ResolveAttempt",
     "RetryScheduled",
     "RunFailed",
     "RunOutcome",
+    "RunRedriven",
     "RunStopRequested",
     "RunStopped",
     "RunSubmitted",
@@ -264,6 +266,24 @@ class RunStopped(FactHeader):
     detail: str
 
 
+class RunRedriven(FactHeader):
+    redrive: int
+    command_id: str
+    operator: str
+    reason: str
+    from_step: int
+    failed_step: int
+    previous_execution: str
+    previous_recovery: str
+    previous_error: str | None = None
+    previous_error_type: str | None = None
+    previous_segment: int
+    previous_attempt: int
+    previous_generation: int
+    previous_attempts: int
+    response: str
+
+
 FACT_TYPES: tuple[type[FactHeader], ...] = (
     RunSubmitted,
     SegmentAttemptStarted,
@@ -290,6 +310,7 @@ FACT_TYPES: tuple[type[FactHeader], ...] = (
     CompensationStepSkipped,
     CompensationAttemptFailed,
     RunStopped,
+    RunRedriven,
 )
 
 
@@ -322,6 +343,15 @@ class ResolveAttempt(AvroModel):
     action: str
     output: bytes | None = None
     error: str | None = None
+
+
+class RedriveRun(AvroModel):
+    command_id: str
+    run_id: str
+    from_step: int | None = None
+    operator: str = ""
+    reason: str = ""
+    requested_ms: int
 
 
 class WorkItem(AvroModel):
@@ -445,4 +475,5 @@ MESSAGE_TYPES: tuple[type[AvroModel], ...] = (
     CheckpointHandoff,
     CancelRun,
     ResolveAttempt,
+    RedriveRun,
 )

@@ -6,7 +6,8 @@ already passed commits its consequence in the same decision).
 
 Entry points, one per kind of input: ``decide_submit`` (runs.commands; operator
 commands are in ``operator``), ``decide_result`` (segments.results),
-``decide_timer`` (the due-work index). Admission of boundary completions is in
+``decide_timer`` (the due-work index); ``decide_redrive`` (a failed run again) is in
+``redrive``. Admission of boundary completions is in
 ``processor.admission.admit``.
 """
 
@@ -38,6 +39,7 @@ from processor.model.decision import (
 from processor.model.due import ATTEMPT_TIMERS, DueEntry
 from processor.model.operator import decide_cancel, decide_resolve, response
 from processor.model.pipeline_spec import PipelineSpec
+from processor.model.redrive import decide_redrive
 from processor.model.state import COMPENSATE, FORWARD, AttemptKind, RunState
 from processor.model.transitions import (
     finish_success,
@@ -58,6 +60,7 @@ __all__ = [
     "TimerFired",
     "apply_plan",
     "decide_cancel",
+    "decide_redrive",
     "decide_resolve",
     "decide_result",
     "decide_submit",

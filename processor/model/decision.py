@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypedDict
 
+from processor.facts import keys
 from processor.facts.json_wire import Wire
 from processor.facts.keyring import KeyRing
 from processor.facts.models import AvroModel, CommandReply, FactHeader, RunOutcome
@@ -149,7 +150,12 @@ class FactMaker:
 
     def header(self, fact_key: str) -> Header:
         """The header of the next fact, named ``fact_key``: build it with typed fields,
-        ``Fact(**maker.header(key), field=...)``, and ``add`` it at once."""
+        ``Fact(**maker.header(key), field=...)``, and ``add`` it at once.
+
+        After a redrive the key is scoped by the run's redrive count (``keys.in_redrive``)."""
+        folded = self._folded
+        if folded is not None and folded.redrives:
+            fact_key = keys.in_redrive(len(folded.redrives), fact_key)
         return {
             "run_id": self.run_id,
             "seq": self.base_version + len(self.facts) + 1,

@@ -27,6 +27,7 @@ from processor.facts.models import (
     InteractionTimedOut,
     RetryScheduled,
     RunFailed,
+    RunRedriven,
     RunStopped,
     RunStopRequested,
     RunSubmitted,
@@ -42,6 +43,7 @@ from processor.facts.models import (
 from processor.facts.trusted import assemble, evolve
 from processor.model.state import (
     FAILED,
+    RUNNING,
     SUCCEEDED,
     Boundary,
     ForwardAttempt,
@@ -471,4 +473,35 @@ def _(fact: RunStopped, state: RunState) -> dict[str, object]:
         "recovery": fact.recovery,
         "phase": "idle",
         "attempt": attempt,
+    }
+
+
+@_changes.register
+def _(fact: RunRedriven, state: RunState) -> dict[str, object]:
+    # Running again from ``from_step``: the steps before it keep their outputs, the
+    # failure is cleared (the fact keeps it), the retry budget starts afresh.
+    kept = {step: out for step, out in state.step_outputs.items() if step < fact.from_step}
+    last_output = kept[fact.from_step - 1] if fact.from_step > 0 else state.input
+    attempt = evolve(
+        state.attempt,
+        {"next_step": fact.from_step, "step_attempts": 0, "expires_ms": None, "retry_due_ms": None},
+    )
+    recorded = RecordedResolution(fingerprint=f"redrive/{fact.redrive}", response=fact.response)
+    return {
+        "status": RUNNING,
+        "phase": "idle",
+        "execution": None,
+        "recovery": None,
+        "result": None,
+        "error": None,
+        "error_type": None,
+        "failed_step": None,
+        "failed_attempts": 0,
+        "attempt": attempt,
+        "completed_steps": tuple(s for s in state.completed_steps if s < fact.from_step),
+        "step_outputs": kept,
+        "last_output": last_output,
+        "unknown": None,
+        "stop": Stop(),
+        "redrives": {**state.redrives, fact.command_id: recorded},
     }

@@ -108,7 +108,8 @@ class UnknownAttempt(BaseModel):
 
 
 class RecordedResolution(BaseModel):
-    """An operator command already applied: a repeat returns the same response."""
+    """An operator command already applied (a resolution, a redrive): a repeat returns
+    the same response."""
 
     model_config = _CONFIG
 
@@ -220,6 +221,9 @@ class RunState(BaseModel):
     compensation: Compensation = Compensation()
     execution: str | None = None  # Completed | Failed | Cancelled | TimedOut, once terminal
     recovery: str | None = None  # NotRequired | Compensated | PartiallyCompensated | ...
+    # Redrives applied, by RedriveRun command id: a repeat gets the recorded reply. Their
+    # number also scopes the fact keys of the run's later facts (``keys.in_redrive``).
+    redrives: dict[str, RecordedResolution] = {}
 
     @property
     def terminal(self) -> bool:

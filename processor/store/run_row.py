@@ -94,6 +94,9 @@ class RunRow(BaseModel):
     compensation_failed: bool = False
     execution: str | None = None  # Completed | Failed | Cancelled | TimedOut, once terminal
     recovery: str | None = None  # NotRequired | Compensated | PartiallyCompensated | ...
+    # Not in native/src/state.rs: the compiled fold cannot read a redriven run's row, so
+    # it declines the batches that touch one and Python folds them (store/native_fold.py).
+    redrives: dict[str, RecordedResolution] = {}
 
 
 #: Each part of RunState: its model and (row field, part field) of each of its fields.

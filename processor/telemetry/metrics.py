@@ -29,7 +29,10 @@ __all__ = [
     "TRANSACTION_INPUTS",
     "TRANSACTION_SECONDS",
     "TransactionTally",
+    "observe_step",
     "record_transaction",
+    "recording",
+    "set_recording",
 ]
 
 # No ``*_created`` series: a timestamp per label set is noise on every scrape.
@@ -123,8 +126,34 @@ class TransactionTally:
     rejected: list[str] = field(default_factory=list)  # reasons
 
 
+class _Switch:
+    on = True
+
+
+_RECORDING = _Switch()
+
+
+def set_recording(on: bool) -> None:
+    """Record the per-transaction and per-step metrics (on by default), or not: a
+    process that serves no /metrics (``--no-http``) skips the work."""
+    _RECORDING.on = on
+
+
+def recording() -> bool:
+    """Whether the per-transaction and per-step metrics are recorded."""
+    return _RECORDING.on
+
+
+def observe_step(pipeline: str, step: str, seconds: float) -> None:
+    """Record one step function's duration (in a worker)."""
+    if _RECORDING.on:
+        STEP_SECONDS.labels(pipeline, step).observe(seconds)
+
+
 def record_transaction(seconds: float, tally: TransactionTally) -> None:
     """Record one committed transaction (its latency and what it did)."""
+    if not _RECORDING.on:
+        return
     TRANSACTION_SECONDS.observe(seconds)
     TRANSACTION_INPUTS.observe(tally.inputs)
     _count(RUNS_STARTED, ((p,) for p in tally.started))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,6 +85,11 @@ class WebContext:
             self.clients = ClientPool(self.deployment)
         if self.deployment is not None and self.stores is None:
             self.stores = StoreReaders(self.deployment.settings.state_dir)
+
+    def client(self) -> AbstractContextManager[Client]:
+        """Borrow a client for one request (a processor's context only)."""
+        assert self.clients is not None, "a worker's app has no clients"
+        return self.clients.client()
 
     def close(self) -> None:
         if self.clients is not None:

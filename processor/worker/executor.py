@@ -9,7 +9,7 @@ from typing import Any
 
 from processor.facts import payload
 from processor.facts.models import SegmentResult, StepOutput, WorkItem
-from processor.telemetry.metrics import STEP_SECONDS
+from processor.telemetry.metrics import observe_step
 from processor.worker.pipeline import Application, NonRetryableError, Step
 
 __all__ = ["execute"]
@@ -47,13 +47,7 @@ def execute(item: WorkItem, app: Application, worker_id: str) -> SegmentResult:
     for index in range(item.first_step, spec.segment_end(item.first_step) + 1):
         step = pipeline.steps[index]
         try:
-            began = time.perf_counter()
-            try:
-                value = step.function(value)
-            finally:
-                STEP_SECONDS.labels(item.pipeline, step.spec.name).observe(
-                    time.perf_counter() - began
-                )
+            value = _run_step(item.pipeline, step, value)
             if step.spec.awaits is not None:
                 requests = _requests(value, step.spec.awaits.kind, step.spec.awaits.itemized)
                 return SegmentResult(
@@ -73,6 +67,15 @@ def execute(item: WorkItem, app: Application, worker_id: str) -> SegmentResult:
             )
         outputs.append(StepOutput(step=index, output=encoded))
     return SegmentResult(**common, steps=tuple(outputs), outcome="completed")
+
+
+def _run_step(pipeline: str, step: Step, value: Any) -> Any:
+    """Call the step function; record how long it took, whether it returned or raised."""
+    began = time.perf_counter()
+    try:
+        return step.function(value)
+    finally:
+        observe_step(pipeline, step.spec.name, time.perf_counter() - began)
 
 
 def _compensate(item: WorkItem, step: Step, common: dict[str, Any]) -> SegmentResult:

@@ -20,10 +20,15 @@ journal as ``CompensationStepCompleted`` facts (and what it skipped as
   ``approvals``, then ``finish``.
 - ``survey``: an itemized await on target ``approvals`` (one question per item),
   then ``tally``.
+- ``mend``: ``intake``, ``check``, ``send``; ``check`` raises a retryable error
+  (``MEND_RETRY``: a small budget) until the file named by the input's ``gate``
+  exists, so the run fails, and a redrive after the file is created succeeds. Each
+  step adds its name to the value's ``trail``.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from processor.model.pipeline_spec import RetryPolicy
@@ -36,6 +41,7 @@ __all__ = [
     "COMPENSATION_RETRY",
     "COMPENSATION_TIMEOUT_S",
     "FORWARD_RETRY",
+    "MEND_RETRY",
     "PAYMENT_TIMEOUT_S",
     "STEP_TIMEOUT_S",
     "TIMED_DEADLINE_S",
@@ -220,4 +226,31 @@ def expected_survey_result(answers: list[Any]) -> dict[str, Any]:
     return {"answers": answers}
 
 
-app = Application([booking, payment, timed, approval, survey])
+# --- mend: fails until its gate file exists (for redrive) ---------------------------------
+
+MEND_RETRY = RetryPolicy(max_attempts=3, initial_backoff_ms=10, multiplier=1.0, max_backoff_ms=10)
+mend = Pipeline("mend")
+
+
+def _trail(value: dict[str, Any], step: str) -> dict[str, Any]:
+    return {**value, "trail": [*value.get("trail", []), step]}
+
+
+@mend.step(retry=MEND_RETRY, timeout_s=STEP_TIMEOUT_S)
+def intake(value: dict[str, Any]) -> dict[str, Any]:
+    return _trail(value, "intake")
+
+
+@mend.step(retry=MEND_RETRY, timeout_s=STEP_TIMEOUT_S)
+def check(value: dict[str, Any]) -> dict[str, Any]:
+    if not Path(value["gate"]).exists():
+        raise TransientError(f"gate {value['gate']} is closed")
+    return _trail(value, "check")
+
+
+@mend.step(retry=MEND_RETRY, timeout_s=STEP_TIMEOUT_S)
+def send(value: dict[str, Any]) -> dict[str, Any]:
+    return _trail(value, "send")
+
+
+app = Application([booking, payment, timed, approval, survey, mend])

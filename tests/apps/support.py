@@ -190,6 +190,7 @@ class ProcessorProcess:
         self._log: IO[bytes] | None = None
         self._log_start = 0
         self.starts = 0
+        self.extra_env: dict[str, str] = {}  # on top of ``subprocess_env``, from the next start
 
     def start(self) -> None:
         assert self.proc is None, "already started"
@@ -209,7 +210,7 @@ class ProcessorProcess:
                 str(self.workers),
             ],
             cwd=REPO_ROOT,
-            env=subprocess_env(self.data_dir),
+            env={**subprocess_env(self.data_dir), **self.extra_env},
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,

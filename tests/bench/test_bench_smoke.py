@@ -94,6 +94,16 @@ def test_lifecycle_embedded(tmp_path: Path) -> None:
     assert out["facts_per_run"] > 1
 
 
+def test_http_overhead(tmp_path: Path) -> None:
+    out = bench(
+        "http_overhead.py", tmp_path, "--runs", "20", "--rounds", "2", "--scrape-interval", "0.05"
+    )
+    assert (out["runs"], out["rounds"]) == (20, 2)
+    assert len(out["on_rounds"]) == len(out["off_rounds"]) == 2
+    assert out["on_runs_per_s"] > 0 and out["off_runs_per_s"] > 0
+    assert out["ratio"] > 0 and out["paired_ratio"] > 0
+
+
 def test_memory_embedded(tmp_path: Path) -> None:
     out = bench(
         "memory_embedded.py",

@@ -20,6 +20,7 @@ from processor.facts.models import (
     CancelRun,
     CommandReply,
     FactHeader,
+    RedriveRun,
     Rejected,
     ResolveAttempt,
     SegmentResult,
@@ -219,6 +220,20 @@ class Control:
 
         return self.drive(step, f"run {run_id} terminal")
 
+    def play_timed(self, run_id: str, until: Any, what: str, step_ms: int = 50) -> Any:
+        """Play the worker for the run's items, moving the fake clock on by ``step_ms``
+        each round (so retry backoffs pass), until ``until()`` holds."""
+
+        def step() -> Any:
+            self._collect()
+            for item in [i for i in self.pending if i.run_id == run_id]:
+                self.pending.remove(item)
+                self.result(item)
+            self.advance_to(self.now + step_ms)
+            return until()
+
+        return self.drive(step, what)
+
     def submit_many(self, runs: list[tuple[str, Any]]) -> list[str]:
         """Submit (pipeline, input) pairs in one flush; return their run ids, not waiting."""
         commands = [new_submit(pipeline, value) for pipeline, value in runs]
@@ -314,17 +329,41 @@ class Control:
         )
         return command, self.h.produce_model(TopicName.COMMANDS, run_id, command)
 
-    def reply(self, command: CancelRun | ResolveAttempt) -> CommandReply:
+    def reply(self, command: CancelRun | ResolveAttempt | RedriveRun) -> CommandReply:
         """Drive until the processor's reply to ``command`` is on runs.replies."""
+        return self.replies_to(command, 1)[0]
 
-        def find() -> CommandReply | None:
+    def replies_to(
+        self, command: CancelRun | ResolveAttempt | RedriveRun, count: int
+    ) -> list[CommandReply]:
+        """Drive until ``count`` replies to ``command`` are on runs.replies; return them."""
+
+        def find() -> list[CommandReply] | None:
             self.replies.extend(decode_records(self._replies.new(), CommandReply))
-            for reply in self.replies:
-                if reply.command_id == command.command_id:
-                    return reply
-            return None
+            found = [r for r in self.replies if r.command_id == command.command_id]
+            return found if len(found) >= count else None
 
-        return self.drive(find, f"the reply to {type(command).__name__} {command.command_id}")
+        what = f"{count} replies to {type(command).__name__} {command.command_id}"
+        return self.drive(find, what)
+
+    def redrive(
+        self,
+        run_id: str,
+        from_step: int | None = None,
+        *,
+        command_id: str | None = None,
+        operator: str = "",
+        reason: str = "",
+    ) -> tuple[RedriveRun, Record]:
+        command = RedriveRun(
+            command_id=command_id or str(uuid.uuid4()),
+            run_id=run_id,
+            from_step=from_step,
+            operator=operator,
+            reason=reason,
+            requested_ms=self.now,
+        )
+        return command, self.h.produce_model(TopicName.COMMANDS, run_id, command)
 
     def rejection(self, record: Record) -> Rejected:
         """Drive until ``record`` is refused on admission.rejected; return the refusal."""

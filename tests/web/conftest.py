@@ -1,98 +1,51 @@
-"""A real ``processor run`` with its HTTP server, and a headless Chromium to look at it."""
+"""Fixtures of the HTTP tests: a real ``processor run`` on each transport."""
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 import pytest
 from selenium import webdriver
 
-from processor.clients.client import Client
-from processor.config.settings import Settings
-from tests.apps.support import REPO_ROOT, subprocess_env, wait_until
 from tests.web.browser import Chromium, headless_chromium, require_chromium
+from tests.web.support import Served, serve
 
-APP = "tests.apps.control_pipelines:app"
-TOKEN = "inspector-test-token-0123456789"
-SERVING = re.compile(r"http: serving on (http://\S+)")
+TRANSPORTS = ["embedded", pytest.param("kafka", marks=pytest.mark.kafka)]
 
 
-@dataclass
-class ServedProcessor:
-    """``processor run`` on the embedded log, its HTTP server on a free port."""
+@pytest.fixture(scope="module", params=TRANSPORTS)
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
+    """One processor per module and transport, shared by the module's tests."""
+    running = serve(request.param, tmp_path_factory.mktemp(f"web-{request.param}"))
+    try:
+        yield running
+    finally:
+        running.close()
 
-    data_dir: Path
-    log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
-    base_url: str = ""
-    _log: IO[bytes] | None = None
 
-    def start(self) -> None:
-        env = subprocess_env(self.data_dir)
-        env["PROCESSOR_HTTP_PORT"] = "0"  # any free port: read back from the log
-        env["PROCESSOR_HTTP_TOKEN"] = TOKEN
-        self._log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "processor", "run", "--app", APP, "--workers", "2"],
-            cwd=REPO_ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-        url = wait_until(self._served_url, 60, "the processor to print its HTTP address", 0.2)
-        self.base_url = url.rstrip("/") + "/"
+@pytest.fixture(params=TRANSPORTS)
+def fresh(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[Served]:
+    """A processor of the test's own (its metrics start at zero)."""
+    from pathlib import Path
 
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace")
+    assert isinstance(tmp_path, Path)
+    running = serve(request.param, tmp_path)
+    try:
+        yield running
+    finally:
+        running.close()
 
-    def _served_url(self) -> str | None:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise AssertionError(f"processor exited:\n{self.log_text()[-3000:]}")
-        found = SERVING.search(self.log_text())
-        return found.group(1) if found else None
 
-    def stop(self) -> int:
-        assert self.proc is not None
-        self.proc.terminate()
-        try:
-            return self.proc.wait(60)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait(30)
-            if self._log is not None:
-                self._log.close()
+# --- the browser (tests/web/test_inspector_page.py) ----------------------------------------
 
 
 @pytest.fixture(scope="session")
 def chromium() -> Chromium:
+    """Debian's Chromium and chromedriver (skipped without them, failed under CI=true)."""
     return require_chromium()
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedProcessor]:
-    root = tmp_path_factory.mktemp("inspector")
-    processor = ServedProcessor(root / "data", root / "processor.log")
-    processor.start()
-    try:
-        yield processor
-    finally:
-        code = processor.stop()
-    assert code == 0, processor.log_text()[-3000:]
-
-
-@pytest.fixture(scope="module")
-def client(served: ServedProcessor) -> Iterator[Client]:
-    with Client(settings=Settings(data_dir=served.data_dir)) as c:
-        yield c
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

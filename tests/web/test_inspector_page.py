@@ -7,8 +7,10 @@ the page's own live refresh (no reload), waited for with a deadline.
 
 from __future__ import annotations
 
+import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,9 +22,9 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from processor.clients.client import Client
+from processor.config.settings import Settings
 from processor.model.state import RunState
-from tests.apps.support import wait_until
-from tests.web.conftest import TOKEN, ServedProcessor
+from tests.apps.support import ProcessorProcess, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -36,6 +38,9 @@ return Array.from(document.querySelectorAll(arguments[0])).map(
   (row) => Object.assign({text: row.innerText}, row.dataset));
 """
 SHOT = "inspector.png"
+APP = "tests.apps.control_pipelines:app"  # awaits, compensation, failures
+TOKEN = "inspector-test-token-" + uuid.uuid4().hex[:8]
+SERVING = re.compile(r"http: serving on (http://\S+)")
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -58,8 +63,8 @@ def _run_statuses(driver: webdriver.Chrome) -> dict[str, str]:
     return {row["runId"]: row["status"] for row in _rows(driver, "#runs-body tr")}
 
 
-def _open(driver: webdriver.Chrome, served: ServedProcessor) -> None:
-    driver.get(served.base_url)
+def _open(driver: webdriver.Chrome, inspected: Inspected) -> None:
+    driver.get(inspected.base_url)
     _until(
         driver,
         lambda: driver.find_element(By.TAG_NAME, "body").get_attribute("data-refreshed"),
@@ -123,6 +128,42 @@ def _summary(driver: webdriver.Chrome, key: str) -> str:
 # --- fixtures ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Inspected:
+    """A ``processor run`` on the embedded log, and the address of its page."""
+
+    process: ProcessorProcess
+    data_dir: Path
+    base_url: str
+
+
+def _address(process: ProcessorProcess) -> str | None:
+    process.check_alive()
+    found = SERVING.search(process.log_text())
+    return found.group(1) if found else None
+
+
+@pytest.fixture(scope="module")
+def inspected(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inspected]:
+    root = tmp_path_factory.mktemp("inspector")
+    process = ProcessorProcess(root / "data", root / "processor.log", app=APP, workers=2)
+    process.extra_env = {"PROCESSOR_HTTP_TOKEN": TOKEN}  # HTTP on a free port: support.py
+    process.start()
+    try:
+        url = wait_until(lambda: _address(process), 120, "the HTTP address", max_pause_s=0.2)
+        yield Inspected(process, root / "data", url.rstrip("/") + "/")
+        process.check_alive()
+        assert process.stop() == 0, process.log_text()[-3000:]
+    finally:
+        process.close()
+
+
+@pytest.fixture(scope="module")
+def client(inspected: Inspected) -> Iterator[Client]:
+    with Client(settings=Settings(data_dir=inspected.data_dir)) as c:
+        yield c
+
+
 @pytest.fixture(scope="module")
 def runs(client: Client) -> dict[str, str]:
     """One run that succeeded, one that failed, one waiting at an await, by name."""
@@ -141,9 +182,9 @@ def runs(client: Client) -> dict[str, str]:
 
 
 def test_the_runs_list_shows_each_run_with_its_status_and_filters_narrow_it(
-    served: ServedProcessor, runs: dict[str, str], browser: webdriver.Chrome
+    inspected: Inspected, runs: dict[str, str], browser: webdriver.Chrome
 ) -> None:
-    _open(browser, served)
+    _open(browser, inspected)
     expected = {run_id: status for status, run_id in runs.items()}
     expected[runs["waiting"]] = "running"
     _until(
@@ -192,7 +233,7 @@ def test_the_runs_list_shows_each_run_with_its_status_and_filters_narrow_it(
 
 
 def test_a_run_timeline_lists_its_facts_in_order_with_both_outcomes(
-    served: ServedProcessor,
+    inspected: Inspected,
     client: Client,
     runs: dict[str, str],
     browser: webdriver.Chrome,
@@ -200,7 +241,7 @@ def test_a_run_timeline_lists_its_facts_in_order_with_both_outcomes(
 ) -> None:
     failed = runs["failed"]
     journal = [type(fact).__name__ for fact in client.history(failed)]
-    _open(browser, served)
+    _open(browser, inspected)
     _until(browser, lambda: failed in _run_statuses(browser), "the failed run in the list")
     link = browser.find_element(By.CSS_SELECTOR, f'#runs-body tr[data-run-id="{failed}"] a')
     link.click()  # by the link in the list this time
@@ -226,12 +267,12 @@ def test_a_run_timeline_lists_its_facts_in_order_with_both_outcomes(
 
 
 def test_user_values_are_shown_as_text_never_as_markup(
-    served: ServedProcessor, client: Client, browser: webdriver.Chrome
+    inspected: Inspected, client: Client, browser: webdriver.Chrome
 ) -> None:
     markup = "<img id=injected src=x>"  # no quotes: JSON shows them escaped
     run_id = _submit(client, "booking", {"id": markup})
     _run_state(client, run_id, lambda s: s.status == "succeeded", "to succeed")
-    _open(browser, served)
+    _open(browser, inspected)
     _show_run(browser, run_id)
     _until(browser, lambda: markup in _summary(browser, "result"), "the markup as text")
     assert browser.find_elements(By.ID, "injected") == []
@@ -239,11 +280,11 @@ def test_user_values_are_shown_as_text_never_as_markup(
 
 
 def test_a_pending_interaction_shows_its_token_and_a_completion_succeeds_the_run(
-    served: ServedProcessor, client: Client, browser: webdriver.Chrome, tmp_path: Path
+    inspected: Inspected, client: Client, browser: webdriver.Chrome, tmp_path: Path
 ) -> None:
     run_id = _submit(client, "approval", {"n": 11})
     _run_state(client, run_id, _suspended, "to wait at its await")
-    _open(browser, served)
+    _open(browser, inspected)
     message = browser.find_element(By.ID, "requests-message").text
     assert "bearer token" in message
     assert _rows(browser, "#requests-body tr") == []
@@ -279,9 +320,9 @@ def test_a_pending_interaction_shows_its_token_and_a_completion_succeeds_the_run
 
 
 def test_a_wrong_token_is_refused_on_the_page(
-    served: ServedProcessor, browser: webdriver.Chrome
+    inspected: Inspected, browser: webdriver.Chrome
 ) -> None:
-    _open(browser, served)
+    _open(browser, inspected)
     browser.find_element(By.ID, "token-input").send_keys(f"not-{uuid.uuid4()}")
     browser.find_element(By.ID, "token-save").click()
     _until(
@@ -293,11 +334,11 @@ def test_a_wrong_token_is_refused_on_the_page(
 
 
 def test_a_cancelled_run_is_shown_cancelled_with_its_stop_reason(
-    served: ServedProcessor, client: Client, browser: webdriver.Chrome
+    inspected: Inspected, client: Client, browser: webdriver.Chrome
 ) -> None:
     run_id = _submit(client, "approval", {"n": 12})
     _run_state(client, run_id, _suspended, "to wait at its await")
-    _open(browser, served)
+    _open(browser, inspected)
     _show_run(browser, run_id)
     assert _summary(browser, "status") == "running"
 
@@ -323,9 +364,9 @@ def test_a_cancelled_run_is_shown_cancelled_with_its_stop_reason(
 
 
 def test_dead_letters_list_the_failed_run(
-    served: ServedProcessor, runs: dict[str, str], browser: webdriver.Chrome
+    inspected: Inspected, runs: dict[str, str], browser: webdriver.Chrome
 ) -> None:
-    _open(browser, served)
+    _open(browser, inspected)
     row = _until(
         browser,
         lambda: next(
@@ -338,9 +379,9 @@ def test_dead_letters_list_the_failed_run(
 
 
 def test_a_forged_completion_is_listed_among_the_rejected_inputs(
-    served: ServedProcessor, client: Client, browser: webdriver.Chrome
+    inspected: Inspected, client: Client, browser: webdriver.Chrome
 ) -> None:
-    _open(browser, served)
+    _open(browser, inspected)
 
     def forged_rows() -> int:
         return sum(r["reason"] == "invalid_token" for r in _rows(browser, "#rejected-body tr"))

@@ -1,0 +1,129 @@
+"""The write routes of the JSON API: submit, cancel, redrive, completions.
+
+Writes go through the same paths as every other producer: a submit, a cancel or
+a redrive is a command on runs.commands (``Client``); a completion is produced to
+boundary.completions (``Client.complete``) and the processor's admission stage
+decides on it like on any external system's: a forged one ends in
+admission.rejected.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, Response
+
+from processor.clients.client import Client
+from processor.facts import tokens
+from processor.facts.models import CommandReply
+from processor.web.context import WebContext
+from processor.web.errors import ApiError
+from processor.web.models import (
+    CancelBody,
+    CommandAnswer,
+    CompletionBody,
+    ErrorBody,
+    Queued,
+    RedriveBody,
+    SubmitAnswer,
+    SubmitBody,
+)
+
+__all__ = ["COMMAND_WAIT_S", "command_answer", "command_routes"]
+
+#: How long a submit or a cancel waits for the processor's reply before answering
+#: "queued" (the command is durable in runs.commands by then).
+COMMAND_WAIT_S = 10.0
+
+# Refusals of a command that are about the request or the run's existence; the others
+# (not_failed, run_terminal, ...) are about the run's state: 409.
+_REFUSAL_STATUS = {"unknown_run": 404, "bad_step": 422}
+
+
+def command_routes(router: APIRouter, context: WebContext, writer: Any) -> None:
+    @router.post(
+        "/runs",
+        summary="Submit a run (201 created, 200 existing; 202 queued without an answer)",
+        status_code=201,
+        response_model=SubmitAnswer,
+        responses={200: {"model": SubmitAnswer}, 202: {"model": SubmitAnswer}},
+        dependencies=[writer],
+    )
+    def submit(body: SubmitBody, response: Response) -> dict[str, Any]:
+        with context.client() as client:
+            receipt = client.submit(
+                body.pipeline,
+                body.input,
+                body.idempotency_key,
+                deadline_s=body.deadline_s,
+                wait_s=COMMAND_WAIT_S,
+            )
+        if receipt.refusal:
+            raise ApiError(422, receipt.refusal, receipt.detail or receipt.refusal)
+        response.status_code = {True: 201, False: 200, None: 202}[receipt.created]
+        return receipt.as_dict()
+
+    @router.post(
+        "/runs/{run_id}/cancel",
+        summary="Cancel a run (stop intent; the running attempt settles, steps are compensated)",
+        status_code=202,
+        response_model=CommandAnswer,
+        responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody}},
+        dependencies=[writer],
+    )
+    def cancel(run_id: str, body: CancelBody | None = None) -> dict[str, Any]:
+        reason = body.reason if body is not None else ""
+        with context.client() as client:
+            reply = client.cancel(run_id, reason, wait_s=COMMAND_WAIT_S)
+        return command_answer(run_id, reply)
+
+    @router.post(
+        "/runs/{run_id}/redrive",
+        summary="Re-drive a failed run: a new attempt of its failed segment (or from_step)",
+        status_code=202,
+        response_model=CommandAnswer,
+        responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody}},
+        dependencies=[writer],
+    )
+    def redrive(run_id: str, body: RedriveBody | None = None) -> dict[str, Any]:
+        from_step = body.from_step if body is not None else None
+        with context.client() as client:
+            reply = client.redrive(run_id, from_step, operator="http", wait_s=COMMAND_WAIT_S)
+        return command_answer(run_id, reply)
+
+    @router.post(
+        "/completions",
+        summary="Complete an await: produced to boundary.completions, admitted like any other",
+        status_code=202,
+        response_model=Queued,
+        dependencies=[writer],
+    )
+    def complete(body: CompletionBody) -> Queued:
+        if tokens.parse(body.token) is None:
+            raise ApiError(422, "invalid_token", "not a resume token")
+        with context.client() as client:
+            _send_completion(client, body)
+        return Queued(queued=True)
+
+
+def _send_completion(client: Client, body: CompletionBody) -> None:
+    if body.outcome == "failed":
+        if not body.error:
+            raise ApiError(422, "invalid_request", "error: required when the outcome is failed")
+        client.fail(body.token, body.error, body.idempotency_key)
+        return
+    if body.error is not None:
+        raise ApiError(422, "invalid_request", "error: only when the outcome is failed")
+    client.complete(body.token, body.output, body.idempotency_key)
+
+
+def command_answer(run_id: str, reply: CommandReply | None) -> dict[str, Any]:
+    """A command's reply as the API answers it (a refusal as an error)."""
+    if reply is None:
+        return {"run_id": run_id, "accepted": None, "queued": True}
+    if reply.refusal:
+        status = _REFUSAL_STATUS.get(reply.refusal, 409)
+        raise ApiError(status, reply.refusal, reply.detail or reply.refusal)
+    response: dict[str, Any] = json.loads(reply.response) if reply.response else {}
+    return {"run_id": reply.run_id, "accepted": reply.created, "detail": reply.detail, **response}
