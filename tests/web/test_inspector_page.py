@@ -105,6 +105,14 @@ def _enter_token(driver: webdriver.Chrome) -> None:
     )
 
 
+def _token_of(driver: webdriver.Chrome, run_id: str) -> str | None:
+    """The resume token the pending interactions table shows for a run, if any."""
+    cells = driver.find_elements(
+        By.CSS_SELECTOR, f'#requests-body tr[data-run-id="{run_id}"] [data-testid="request-token"]'
+    )
+    return cells[0].text if cells else None
+
+
 def _show_run(driver: webdriver.Chrome, run_id: str) -> None:
     """Open a run by the search box, as a user pasting a run id would."""
     search = driver.find_element(By.ID, "search-run-id")
@@ -298,10 +306,9 @@ def test_a_pending_interaction_shows_its_token_and_a_completion_succeeds_the_run
         f"the pending interaction of run {run_id}",
     )
     assert request["target"] == "approvals"
-    token = browser.find_element(
-        By.CSS_SELECTOR, f'#requests-body tr[data-run-id="{run_id}"] [data-testid="request-token"]'
-    ).text
-    assert len(token) > 20
+    token = _token_of(browser, run_id)
+    assert token is not None
+    assert token.startswith("v2.")
     browser.save_screenshot(str(tmp_path / "pending.png"))
 
     client.complete(token, {"approved_by": "page test"})
@@ -379,17 +386,24 @@ def test_dead_letters_list_the_failed_run(
 
 
 def test_a_forged_completion_is_listed_among_the_rejected_inputs(
-    inspected: Inspected, client: Client, browser: webdriver.Chrome
+    inspected: Inspected, client: Client, runs: dict[str, str], browser: webdriver.Chrome
 ) -> None:
+    waiting = runs["waiting"]
     _open(browser, inspected)
+    _enter_token(browser)
+    token = _until(browser, lambda: _token_of(browser, waiting), f"the token of run {waiting}")
 
     def forged_rows() -> int:
         return sum(r["reason"] == "invalid_token" for r in _rows(browser, "#rejected-body tr"))
 
     before = forged_rows()
-    client.complete(f"forged-{uuid.uuid4()}", {"approved": True})
+    mac_at = token.rindex(".") + 1  # a token of the right shape whose signature is wrong
+    forged = token[:mac_at] + ("A" if token[mac_at] != "A" else "B") + token[mac_at + 1 :]
+    client.complete(forged, {"approved": "by a forger"})
     _until(
         browser,
         lambda: forged_rows() == before + 1,
         "the forged completion among the rejected inputs, as invalid_token",
     )
+    assert _token_of(browser, waiting) == token  # the run still waits for the real one
+    _no_script_errors(browser)

@@ -251,11 +251,13 @@
   }
 
   function factRow(fact) {
-    const shown = new Set([...HEADER_FIELDS, ...ATTEMPT_FIELDS, ...BOUNDARY_FIELDS]);
+    const columns = new Set([...HEADER_FIELDS, ...ATTEMPT_FIELDS, ...BOUNDARY_FIELDS]);
     const details = el("ul", { class: "details" });
     for (const [name, value] of Object.entries(fact)) {
-      if (shown.has(name) || value === null || value === undefined) continue;
-      details.append(el("li", {}, el("span", { class: "field" }, name), " ", shortValue(value)));
+      if (columns.has(name) || value === null || value === undefined) continue;
+      // Fields named *_ms are epoch milliseconds (deadlines, expiries): shown as times.
+      const shown = name.endsWith("_ms") && typeof value === "number" ? formatTime(value) : shortValue(value);
+      details.append(el("li", {}, el("span", { class: "field" }, name), " ", shown));
     }
     return el(
       "tr",
