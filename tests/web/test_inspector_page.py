@@ -153,8 +153,17 @@ def _address(process: ProcessorProcess) -> str | None:
 
 @pytest.fixture(scope="module")
 def inspected(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inspected]:
-    root = tmp_path_factory.mktemp("inspector")
-    process = ProcessorProcess(root / "data", root / "processor.log", app=APP, workers=2)
+    yield from _serve(tmp_path_factory.mktemp("inspector"), workers=2)
+
+
+@pytest.fixture(scope="module")
+def unattended(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inspected]:
+    """A processor without workers: an effectful attempt times out into Unknown."""
+    yield from _serve(tmp_path_factory.mktemp("unattended"), workers=0)
+
+
+def _serve(root: Path, workers: int) -> Iterator[Inspected]:
+    process = ProcessorProcess(root / "data", root / "processor.log", app=APP, workers=workers)
     process.extra_env = {"PROCESSOR_HTTP_TOKEN": TOKEN}  # HTTP on a free port: support.py
     process.start()
     try:
@@ -406,4 +415,48 @@ def test_a_forged_completion_is_listed_among_the_rejected_inputs(
         "the forged completion among the rejected inputs, as invalid_token",
     )
     assert _token_of(browser, waiting) == token  # the run still waits for the real one
+    _no_script_errors(browser)
+
+
+def test_an_unknown_attempt_is_shown_waiting_for_an_operator_until_resolved(
+    unattended: Inspected, browser: webdriver.Chrome
+) -> None:
+    with Client(settings=Settings(data_dir=unattended.data_dir)) as client:
+        run_id = _submit(client, "payment", {"id": "pay-1", "amount": 5})
+        # No worker runs the effectful step: at its timeout its outcome is Unknown.
+        _run_state(client, run_id, lambda s: s.unknown is not None, "to have an Unknown attempt")
+        state = client.status(run_id)
+        assert state is not None
+        assert state.unknown is not None
+        unknown = state.unknown
+        _open(browser, unattended)
+        _show_run(browser, run_id)
+        banner = _until(
+            browser,
+            lambda: (b := browser.find_element(By.ID, "unknown-attempt")).is_displayed() and b,
+            "the Unknown attempt",
+        )
+        assert "Waiting for an operator" in banner.text
+        assert (
+            f"--segment {unknown.segment} --attempt {unknown.attempt} "
+            f"--generation {unknown.generation}" in banner.text
+        )
+        reply = client.resolve(
+            run_id,
+            segment=unknown.segment,
+            attempt=unknown.attempt,
+            generation=unknown.generation,
+            idempotency_key="page-test",
+            action="succeed",
+            output={"id": "pay-1", "authorized": 5},
+        )
+        assert reply is not None
+        assert reply.refusal is None, reply
+    _until(
+        browser,
+        lambda: not browser.find_element(By.ID, "unknown-attempt").is_displayed(),
+        "the Unknown attempt resolved",
+    )
+    facts = [r["factType"] for r in _rows(browser, "#timeline-body tr")]
+    assert facts.index("AttemptOutcomeUnknown") < facts.index("AttemptResolved")
     _no_script_errors(browser)
