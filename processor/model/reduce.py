@@ -503,5 +503,8 @@ def _(fact: RunRedriven, state: RunState) -> dict[str, object]:
         "last_output": last_output,
         "unknown": None,
         "stop": Stop(),
+        # The failed attempt's open interactions are abandoned: a late completion of one
+        # is refused (unknown_interaction); a boundary reached again gets new ones.
+        "interactions": {k: i for k, i in state.interactions.items() if i.status != "open"},
         "redrives": {**state.redrives, fact.command_id: recorded},
     }

@@ -23,11 +23,12 @@ journal as ``CompensationStepCompleted`` facts (and what it skipped as
 - ``mend``: ``intake``, ``check``, ``send``; ``check`` raises a retryable error
   (``MEND_RETRY``: a small budget) until the file named by the input's ``gate``
   exists, so the run fails, and a redrive after the file is created succeeds. Each
-  step adds its name to the value's ``trail``.
+  step adds its name to the value's ``trail``; ``send`` takes ``send_s`` seconds.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -250,6 +251,7 @@ def check(value: dict[str, Any]) -> dict[str, Any]:
 
 @mend.step(retry=MEND_RETRY, timeout_s=STEP_TIMEOUT_S)
 def send(value: dict[str, Any]) -> dict[str, Any]:
+    time.sleep(value.get("send_s", 0))  # a slow last step: redriven runs stay in flight
     return _trail(value, "send")
 
 

@@ -12,6 +12,8 @@ from processor.clients.client import status_dict
 from processor.clients.outcome import terminal_result
 from processor.facts.codec import codec
 from processor.facts.models import (
+    BoundaryCompletion,
+    BoundaryRequest,
     FactHeader,
     RunFailed,
     RunOutcome,
@@ -23,7 +25,8 @@ from processor.facts.models import (
 )
 from processor.facts.topics import TopicName
 from processor.model.state import RunState
-from tests.apps.control_pipelines import MEND_RETRY
+from processor.transport.base import Record
+from tests.apps.control_pipelines import MEND_RETRY, expected_survey_result
 from tests.apps.support import read_topic
 from tests.control.control_support import Control
 
@@ -231,3 +234,41 @@ def test_the_client_redrives_and_waits_for_the_new_outcome(
         assert client.wait(run_id, timeout_s=10).status == "succeeded"
     finally:
         client.close()
+
+
+def _answer(ctl: Control, request: BoundaryRequest, outcome: str, value: object) -> Record:
+    completion = BoundaryCompletion(
+        token=request.resume_token,
+        idempotency_key=f"k-{request.interaction}-{outcome}",
+        outcome=outcome,  # type: ignore[arg-type]
+        payload=json.dumps(value).encode() if outcome == "success" else b"",
+        error="declined" if outcome == "failure" else None,
+    )
+    return ctl.h.produce_model(TopicName.COMPLETIONS, request.run_id, completion)
+
+
+def test_a_run_failed_at_an_await_asks_again_with_new_interactions(ctl: Control) -> None:
+    run_id = ctl.submit("survey", {"n": 7, "items": 2})
+    ctl.complete(ctl.work(run_id))
+    ctl.drive(lambda: len(ctl.requests_of(run_id)) == 2, "both questions asked")
+    first, second = ctl.requests_of(run_id)
+    ctl.consumed(_answer(ctl, first, "failure", None))
+    failed = ctl.terminal(run_id)
+    assert (failed.status, failed.failed_step, failed.recovery) == ("failed", 0, "NotRequired")
+
+    command, _ = ctl.redrive(run_id)
+    assert ctl.reply(command).created is True
+    ctl.complete(ctl.work(run_id))  # the await step again: a new boundary
+    asked = ctl.drive(
+        lambda: (found := ctl.requests_of(run_id)[2:]) and len(found) == 2 and found,
+        "the questions asked again",
+    )
+    assert {r.boundary for r in asked} == {failed.boundary.number + 1}
+    assert {r.resume_token for r in asked}.isdisjoint({first.resume_token, second.resume_token})
+    late = _answer(ctl, second, "success", "late")  # the failed attempt's open question
+    assert ctl.rejection(late).reason == "unknown_interaction"
+    for index, request in enumerate(asked):
+        ctl.consumed(_answer(ctl, request, "success", index))
+    state = finish(ctl, run_id)
+    assert state.status == "succeeded"
+    assert json.loads(state.result or b"") == expected_survey_result([0, 1])

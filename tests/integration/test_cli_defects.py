@@ -33,7 +33,7 @@ def _error(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return shown
 
 
-@pytest.mark.parametrize("command", ["status", "history", "cancel"])
+@pytest.mark.parametrize("command", ["status", "history", "cancel", "redrive"])
 def test_a_query_where_nothing_has_run_says_no_run_and_creates_nothing(
     tmp_path: Path, command: str
 ) -> None:
