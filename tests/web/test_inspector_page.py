@@ -296,6 +296,22 @@ def test_user_values_are_shown_as_text_never_as_markup(
     _no_script_errors(browser)
 
 
+def test_searching_an_unknown_run_id_says_so(
+    inspected: Inspected, browser: webdriver.Chrome
+) -> None:
+    _open(browser, inspected)
+    missing = f"no-such-run-{uuid.uuid4()}"
+    browser.find_element(By.ID, "search-run-id").send_keys(missing)
+    browser.find_element(By.ID, "search-go").click()
+    _until(
+        browser,
+        lambda: browser.find_element(By.ID, "detail-none").text == f"No run with id {missing}.",
+        "that there is no such run",
+    )
+    assert not browser.find_element(By.ID, "detail-body").is_displayed()
+    assert not browser.find_element(By.ID, "error-banner").is_displayed()
+
+
 def test_a_pending_interaction_shows_its_token_and_a_completion_succeeds_the_run(
     inspected: Inspected, client: Client, browser: webdriver.Chrome, tmp_path: Path
 ) -> None:

@@ -407,7 +407,16 @@
   function showError(exc) {
     const banner = $("error-banner");
     banner.hidden = !exc;
-    banner.textContent = exc ? `Could not reach the processor: ${exc.message}` : "";
+    if (!exc) {
+      banner.textContent = "";
+    } else if (exc instanceof ApiError && exc.status === 401) {
+      // Off loopback every API route needs the bearer token.
+      banner.textContent = `The processor asks for the bearer token (PROCESSOR_HTTP_TOKEN): enter it above. ${exc.message}`;
+    } else if (exc instanceof ApiError) {
+      banner.textContent = `The processor answered ${exc.status}: ${exc.message}`;
+    } else {
+      banner.textContent = `Could not reach the processor: ${exc.message}`;
+    }
   }
 
   /** Refresh every part once; one failing part does not stop the others. */
