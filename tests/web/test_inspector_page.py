@@ -390,8 +390,11 @@ def test_a_cancelled_run_is_shown_cancelled_with_its_stop_reason(
         "the stop reason",
     )
     _until(browser, lambda: _summary(browser, "execution") == "Cancelled", "the execution outcome")
-    facts = {r["factType"] for r in _rows(browser, "#timeline-body tr")}
-    assert "RunStopRequested" in facts
+    _until(
+        browser,
+        lambda: "RunStopRequested" in {r["factType"] for r in _rows(browser, "#timeline-body tr")},
+        "the stop intent in the timeline",
+    )
     _no_script_errors(browser)
 
 
@@ -473,6 +476,14 @@ def test_an_unknown_attempt_is_shown_waiting_for_an_operator_until_resolved(
         lambda: not browser.find_element(By.ID, "unknown-attempt").is_displayed(),
         "the Unknown attempt resolved",
     )
-    facts = [r["factType"] for r in _rows(browser, "#timeline-body tr")]
+    # The summary is redrawn before the new facts arrive: wait for them too.
+    facts = _until(
+        browser,
+        lambda: (
+            "AttemptResolved" in (t := [r["factType"] for r in _rows(browser, "#timeline-body tr")])
+            and t
+        ),
+        "the resolution in the timeline",
+    )
     assert facts.index("AttemptOutcomeUnknown") < facts.index("AttemptResolved")
     _no_script_errors(browser)
