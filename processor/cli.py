@@ -34,7 +34,6 @@ from processor.transport.deployment import Deployment, ensure_topics
 
 if TYPE_CHECKING:
     from processor.facts.keyring import KeyRing
-    from processor.store.rocks import PartitionStore
 
 __all__ = ["main"]
 
@@ -485,7 +484,7 @@ def history(
     page = history_page(facts, after or 0, limit or MAX_PAGE)
     rows = page.facts
     text = "\n".join(f"{r['seq']:>4} {r['type']:<24} {r['fact_key']}" for r in rows)
-    more = _next_page_hint("history", run_id, "--after", page.next_after)
+    more = _next_page_hint("--after", page.next_after)
     if after is None and limit is None:  # today's output, capped at one page
         inv.emit(rows, text)
         if more:
@@ -495,12 +494,71 @@ def history(
     inv.emit(shown, "\n".join(filter(None, (text, more))))
 
 
-def _next_page_hint(command: str, argument: str | None, option: str, value: object) -> str:
+def _next_page_hint(option: str, value: object) -> str:
     """The line that says how to read the next page ('' on the last one)."""
-    if value is None:
-        return ""
-    words = ["processor", command, *([argument] if argument else []), option, str(value)]
-    return "more: " + " ".join(words)
+    return "" if value is None else f"next page: {option} {value}"
+
+
+_SINCE_HELP = (
+    "epoch ms, an ISO-8601 time (UTC without an offset) or a duration back from now "
+    "(90s, 10m, 2h, 1d)"
+)
+
+
+@_command()
+def runs(
+    ctx: typer.Context,
+    status_: Annotated[
+        str | None,
+        typer.Option("--status", help="running, succeeded, failed, cancelled or timed_out"),
+    ] = None,
+    pipeline: Annotated[str | None, typer.Option(help="Only runs of this pipeline")] = None,
+    since: Annotated[str | None, typer.Option(help=f"Submitted at or after: {_SINCE_HELP}")] = None,
+    until: Annotated[str | None, typer.Option(help=f"Submitted before: {_SINCE_HELP}")] = None,
+    target: Annotated[
+        str | None, typer.Option(help="Only runs waiting at a boundary on this target")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="Runs per page, 1 to 1000")] = 50,
+    cursor: Annotated[
+        str | None, typer.Option(help="Go on after a page: the cursor it printed")
+    ] = None,
+) -> None:
+    """List runs from the local stores' runs index, newest submitted first, a page at a time."""
+    from processor.clients.moments import parse_moment
+    from processor.store.listing import RunQuery, list_runs
+    from processor.store.readers import open_readers
+
+    inv = _inv(ctx)
+    now_ms = int(time.time() * 1000)
+    try:
+        query = RunQuery(
+            status=status_,
+            pipeline=pipeline,
+            since_ms=None if since is None else parse_moment(since, now_ms),
+            until_ms=None if until is None else parse_moment(until, now_ms),
+            target=target,
+        )
+        stores = open_readers(inv.settings().state_dir)
+        try:
+            page = list_runs(stores, query, cursor, limit)
+        finally:
+            for store in stores:
+                store.close()
+    except ValueError as exc:
+        inv.fail(str(exc), code=EXIT_USAGE)
+    shown = [run.as_dict() for run in page.runs]
+    lines = [
+        f"{r['run_id']}  {r['pipeline']:<16} {r['status']:<10} {r['phase']:<10} "
+        f"{_iso(r['submitted_ms'])}  {','.join(r['waiting_on']) or '-'}"
+        for r in shown
+    ]
+    if page.next_cursor is not None:
+        lines.append(f"next page: --cursor {page.next_cursor}")
+    inv.emit({"runs": shown, "next_cursor": page.next_cursor}, "\n".join(lines) or "no runs")
+
+
+def _iso(epoch_ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch_ms / 1000))
 
 
 @_command()
@@ -770,7 +828,6 @@ def _topic_page(
 
 def _emit_page(
     inv: Invocation,
-    command: str,
     rows: list[dict[str, Any]],
     next_cursor: str | None,
     text: str,
@@ -778,7 +835,7 @@ def _emit_page(
 ) -> None:
     """A page: its records as a list (as before paging existed) or, asked for a page
     (--cursor, --limit), ``{"records", "next_cursor"}``; the next page's command last."""
-    more = _next_page_hint(command, None, "--cursor", next_cursor)
+    more = _next_page_hint("--cursor", next_cursor)
     if paged:
         inv.emit(
             {"records": rows, "next_cursor": next_cursor}, "\n".join(filter(None, (text, more)))
@@ -806,7 +863,7 @@ def rejected(
         for r in rows
     )
     paged = cursor is not None or limit is not None
-    _emit_page(inv, "rejected", rows, next_cursor, text or "no rejected input", paged)
+    _emit_page(inv, rows, next_cursor, text or "no rejected input", paged)
 
 
 @_command()
@@ -820,7 +877,7 @@ def dlq(ctx: typer.Context, cursor: CursorOption = None, limit: PageLimitOption 
         for r in rows
     )
     paged = cursor is not None or limit is not None
-    _emit_page(inv, "dlq", rows, next_cursor, text or "no dead letters", paged)
+    _emit_page(inv, rows, next_cursor, text or "no dead letters", paged)
 
 
 @_command()
@@ -834,13 +891,14 @@ def requests(
     Reads the local stores: run it where ``processor run`` runs. A token goes to
     ``processor complete``."""
     from processor.clients.pages import pending_requests
+    from processor.store.readers import open_readers
 
     inv = _inv(ctx)
     deployment = inv.existing()
     if deployment is None:
         inv.emit([], "no pending requests")
         return
-    stores = _local_stores(deployment)
+    stores = open_readers(deployment.settings.state_dir)
     try:
         found = pending_requests(stores, _resume_key_ring(inv), run, target)
     finally:
@@ -853,19 +911,6 @@ def requests(
         for r in rows
     )
     inv.emit(rows, text or "no pending requests")
-
-
-def _local_stores(deployment: Deployment) -> list[PartitionStore]:
-    """The local stores of every partition that has one, as readers beside the processor."""
-    from processor.store.readers import open_reader
-    from processor.store.rocks import store_path
-
-    state_dir = deployment.settings.state_dir
-    found = (
-        open_reader(store_path(state_dir, partition))
-        for partition in range(deployment.topology.partitions)
-    )
-    return [store for store in found if store is not None]
 
 
 def _resume_key_ring(inv: Invocation) -> KeyRing:

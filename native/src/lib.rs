@@ -38,8 +38,12 @@ enum Family {
     History = 0,
     Runs = 1,
     Due = 2,
-    Claims = 3,
+    Index = 3,
 }
+
+/// The column families ``fold_into`` takes, in order (``native_fold._FAMILIES``): the
+/// Python side uses a build only if it declares the families it expects.
+const FAMILIES: [&str; 4] = ["history", "runs", "due", "index"];
 
 /// One row to write: its key and value are ranges of ``Rows::bytes``.
 struct Row {
@@ -195,7 +199,7 @@ impl Kernel {
     /// Fold a batch of encoded facts (None values, which are no facts, left out) and
     /// put its rows with ``put(key, value, family)`` and ``delete(key, family)`` (a
     /// WriteBatch's methods); return how many runs began in it. ``families`` are the
-    /// history, runs, due and claims column families. ``load(run_keys)`` answers the
+    /// history, runs, due and index column families (``FAMILIES``). ``load(run_keys)`` answers the
     /// stored JSON (or None) of the runs not carried, by their keys. Raises ValueError
     /// before writing anything, and forgets the carried runs, for any value or stored
     /// run not handled exactly here.
@@ -368,6 +372,7 @@ fn fold_runs<'a>(
     let mut folded = FxHashMap::default();
     folded.reserve(batch.runs.len());
     let (mut new, mut old_due, mut new_due) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut old_index, mut new_index) = (rows::IndexKeys::default(), rows::IndexKeys::default());
     for (run, run_id) in batch.runs.keys().enumerate() {
         let members = &order[starts[run]..starts[run + 1]];
         let run_facts = &facts[starts[run]..starts[run + 1]];
@@ -377,6 +382,7 @@ fn fold_runs<'a>(
         };
         let was_new = state.is_none();
         rows::due_entries(state.as_deref(), &mut old_due);
+        rows::index_keys(state.as_deref(), &mut old_index);
         reduce::journal_facts(run_facts, state.as_deref(), &mut new);
         if let Some(&first) = new.first() {
             rows.put(
@@ -402,15 +408,21 @@ fn fold_runs<'a>(
             for entry in rows::due_difference(&new_due, &old_due) {
                 rows.put(Family::Due, |out| rows::due_key(run_id, entry, out), |_| {})?;
             }
-            if let (Some(claim), true) = (&state.idempotency_key, was_new) {
-                let fingerprint = state.fingerprint.as_deref();
+            rows::index_keys(Some(state), &mut new_index);
+            for key in old_index.difference(&new_index) {
+                rows.delete(Family::Index, |out| {
+                    out.extend_from_slice(key);
+                    Ok(())
+                })?;
+            }
+            for key in new_index.difference(&old_index) {
                 rows.put(
-                    Family::Claims,
+                    Family::Index,
                     |out| {
-                        rows::string_key(claim, out);
+                        out.extend_from_slice(key);
                         Ok(())
                     },
-                    |out| rows::claim_value(&state.run_id, fingerprint, out),
+                    |_| {},
                 )?;
             }
         }
@@ -464,5 +476,6 @@ fn by_run(runs: impl Iterator<Item = usize> + Clone, count: usize) -> (Vec<usize
 #[pymodule]
 fn processor_native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Kernel>()?;
+    module.add("FAMILIES", FAMILIES)?;
     Ok(())
 }

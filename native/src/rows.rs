@@ -1,7 +1,8 @@
 //! The store rows of ``processor/store``: keys as ``keys.py`` builds them, timers as
-//! ``model/due.py`` derives them, claims as ``StoreBatch.put_claim`` writes them.
+//! ``model/due.py`` derives them, runs-index rows as ``model/listing.py`` does.
 
 use crate::state::RunState;
+use std::ops::Range;
 
 pub type Error = String;
 
@@ -114,39 +115,89 @@ pub fn due_key(run_id: &str, entry: &Due, out: &mut Vec<u8>) -> Result<(), Error
     Ok(())
 }
 
-/// The claims row's value: Python's ``json.dumps({"run_id": ..., "fingerprint": ...})``.
-pub fn claim_value(run_id: &str, fingerprint: Option<&str>, value: &mut Vec<u8>) {
-    let mut out = String::from("{\"run_id\": ");
-    python_json_string(run_id, &mut out);
-    out.push_str(", \"fingerprint\": ");
-    match fingerprint {
-        Some(text) => python_json_string(text, &mut out),
-        None => out.push_str("null"),
-    }
-    out.push('}');
-    value.extend_from_slice(out.as_bytes());
+/// The runs-index rows of a run, as their keys: one buffer, a range per key, sorted.
+#[derive(Default)]
+pub struct IndexKeys {
+    bytes: Vec<u8>,
+    keys: Vec<Range<usize>>,
 }
 
-/// A JSON string as ``json.dumps`` writes it by default (``ensure_ascii=True``).
-fn python_json_string(text: &str, out: &mut String) {
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            ' '..='~' => out.push(c),
-            _ => {
-                let mut units = [0u16; 2];
-                for unit in c.encode_utf16(&mut units) {
-                    out.push_str(&format!("\\u{unit:04x}"));
-                }
-            }
-        }
+impl IndexKeys {
+    pub fn key(&self, index: usize) -> &[u8] {
+        &self.bytes[self.keys[index].clone()]
     }
-    out.push('"');
+
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    fn contains(&self, key: &[u8]) -> bool {
+        self.keys
+            .binary_search_by(|range| self.bytes[range.clone()].cmp(key))
+            .is_ok()
+    }
+
+    /// The keys of ``self`` not in ``other``.
+    pub fn difference<'k>(&'k self, other: &'k IndexKeys) -> impl Iterator<Item = &'k [u8]> {
+        (0..self.len())
+            .map(|index| self.key(index))
+            .filter(|key| !other.contains(key))
+    }
+}
+
+// ``keys._INDEX_KINDS``.
+const ALL: u8 = 1;
+const STATUS: u8 = 2;
+const PIPELINE: u8 = 3;
+const PIPELINE_STATUS: u8 = 4;
+const WAITING: u8 = 5;
+const WAITING_PIPELINE: u8 = 6;
+
+/// ``listing.index_entries``, each as ``keys.index_key`` builds it, sorted.
+pub fn index_keys(state: Option<&RunState>, out: &mut IndexKeys) {
+    out.bytes.clear();
+    out.keys.clear();
+    let Some(s) = state else { return };
+    let (pipeline, status) = (s.pipeline.as_str(), s.status.as_str());
+    let mut tail = Vec::with_capacity(8 + s.run_id.len());
+    let inverted = u64::MAX - u64::try_from(s.submitted_ms.max(0)).unwrap_or(0);
+    tail.extend_from_slice(&inverted.to_be_bytes());
+    tail.extend_from_slice(s.run_id.as_bytes());
+    let mut push = |kind: u8, parts: &[&str]| {
+        let start = out.bytes.len();
+        out.bytes.push(kind);
+        for part in parts {
+            string_key(part, &mut out.bytes);
+        }
+        out.bytes.extend_from_slice(&tail);
+        out.keys.push(start..out.bytes.len());
+    };
+    push(ALL, &[]);
+    push(STATUS, &[status]);
+    push(PIPELINE, &[pipeline]);
+    push(PIPELINE_STATUS, &[pipeline, status]);
+    for target in waiting_targets(s) {
+        push(WAITING, &[target]);
+        push(WAITING_PIPELINE, &[target, pipeline]);
+    }
+    let bytes = &out.bytes;
+    out.keys
+        .sort_unstable_by(|a, b| bytes[a.clone()].cmp(&bytes[b.clone()]));
+}
+
+/// ``listing.waiting_targets``: the targets of the open interactions of the current
+/// boundary, sorted, each once (none unless suspended and not terminal).
+fn waiting_targets(s: &RunState) -> Vec<&str> {
+    if s.terminal() || s.phase != "suspended" {
+        return Vec::new();
+    }
+    let mut targets: Vec<&str> = s
+        .interactions
+        .values()
+        .filter(|i| i.boundary == s.boundary && i.status == "open")
+        .map(|i| i.target.as_str())
+        .collect();
+    targets.sort_unstable();
+    targets.dedup();
+    targets
 }

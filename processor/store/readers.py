@@ -10,13 +10,15 @@ the HTTP API read the processor's stores this way while it runs.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
+import weakref
 from pathlib import Path
 
-from processor.store.rocks import PartitionStore
+from processor.store.rocks import PartitionStore, partition_of
 
-__all__ = ["open_reader", "readers_dir", "refresh"]
+__all__ = ["LocalStores", "open_reader", "open_readers", "readers_dir", "refresh"]
 
 
 def readers_dir(path: Path) -> Path:
@@ -43,6 +45,88 @@ def open_reader(path: Path) -> PartitionStore | None:
         raise
 
 
+#: Each reader's view of its writer's files when it last caught up (``_files``).
+_CAUGHT_UP_AT: weakref.WeakKeyDictionary[PartitionStore, frozenset[tuple[str, int, int]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def refresh(store: PartitionStore) -> None:
-    """Move a reader on to what the writer has written since it opened (or last refreshed)."""
+    """Move a reader on to what the writer has written since it opened (or last refreshed).
+
+    A catch-up costs milliseconds even when nothing changed (it reads the writer's
+    manifest and write-ahead log); it is skipped when none of those files changed.
+    """
+    files = _files(store.path)
+    if _CAUGHT_UP_AT.get(store) == files:
+        return
     store.catch_up()
+    _CAUGHT_UP_AT[store] = files
+
+
+def _files(path: Path) -> frozenset[tuple[str, int, int]]:
+    """(name, size, modification time) of the files a catch-up reads: the write-ahead
+    logs, the manifest and CURRENT. Every write, flush or compaction changes one."""
+    found = set()
+    with os.scandir(path) as entries:
+        for entry in entries:
+            name = entry.name
+            if name.endswith(".log") or name.startswith("MANIFEST-") or name == "CURRENT":
+                stat = entry.stat()
+                found.add((name, stat.st_size, stat.st_mtime_ns))
+    return frozenset(found)
+
+
+def open_readers(state_dir: Path) -> list[PartitionStore]:
+    """A reader of every partition store under ``state_dir``, in partition order."""
+    readers: list[PartitionStore] = []
+    try:
+        for path in _store_paths(state_dir):
+            reader = open_reader(path)
+            if reader is not None:
+                readers.append(reader)
+    except BaseException:
+        for reader in readers:
+            reader.close()
+        raise
+    return readers
+
+
+class LocalStores:
+    """Readers of every partition store under a state directory, kept open: ``refresh``
+    catches them up and opens the stores that appeared since (a partition assigned
+    later). For a server that answers many queries; not thread-safe."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self._readers: dict[Path, PartitionStore] = {}
+
+    def refresh(self) -> list[PartitionStore]:
+        """The readers, caught up with their writers, in partition order."""
+        for reader in self._readers.values():
+            refresh(reader)
+        for path in _store_paths(self.state_dir):
+            if path not in self._readers:
+                opened = open_reader(path)
+                if opened is not None:
+                    self._readers[path] = opened
+        return [self._readers[path] for path in sorted(self._readers, key=_partition_key)]
+
+    def close(self) -> None:
+        for reader in self._readers.values():
+            reader.close()
+        self._readers.clear()
+
+
+def _store_paths(state_dir: Path) -> list[Path]:
+    """The partition stores' directories under ``state_dir``, in partition order."""
+    if not state_dir.is_dir():
+        return []
+    found = [
+        path for path in state_dir.iterdir() if path.is_dir() and partition_of(path) is not None
+    ]
+    return sorted(found, key=_partition_key)
+
+
+def _partition_key(path: Path) -> int:
+    return partition_of(path) or 0

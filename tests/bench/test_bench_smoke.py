@@ -134,6 +134,18 @@ def test_replay_embedded(tmp_path: Path) -> None:
 
 
 @pytest.mark.kafka
+def test_http_runs_query(tmp_path: Path) -> None:
+    out = bench("http_runs_query.py", tmp_path, "--runs", "300", "--queries", "2", "--limit", "50")
+    assert out["runs"] == 300
+    # 300 runs: 180 succeeded, 75 failed, 45 running, so every first page is full.
+    assert {s: f["runs_on_page"] for s, f in out["by_status"].items()} == {
+        "succeeded": 50,
+        "failed": 50,
+        "running": 45,
+    }
+    assert out["median_ms"] > 0
+
+
 def test_kafka_read_throughput(tmp_path: Path, bootstrap: str) -> None:
     out = bench(
         "kafka_read_throughput.py",

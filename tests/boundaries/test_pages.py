@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
+
 from processor.clients.client import Client, fact_dict
 from processor.clients.external import CompletionClient
 from processor.clients.pages import history_page, pending_requests, read_topic_page
@@ -113,6 +115,38 @@ def test_pending_requests_carry_the_issued_tokens_and_complete_the_run(
     play(h, lambda: status(h, scalar) == "succeeded", "the completed run to succeed")
     assert _pending(h, run_id=scalar) == []
     assert len(_pending(h, run_id=fanned)) == 3
+
+
+def test_pending_requests_read_the_index_not_every_run(
+    harness: LoopHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = harness
+    waiting, _ = run_until_suspended(h, "scalar", {"n": 2})
+    done, (request,) = run_until_suspended(h, "scalar", {"n": 3})
+    h.produce_model(
+        TopicName.COMPLETIONS,
+        done,
+        BoundaryCompletion(
+            token=request.resume_token, idempotency_key="k", outcome="success", payload=b"1"
+        ),
+    )
+    finish(h, done)
+    asked: list[list[str]] = []
+    real = PartitionStore.runs
+
+    def runs(self: PartitionStore, run_ids: Any) -> Any:
+        asked.append(list(run_ids))
+        return real(self, run_ids)
+
+    def no_scan(self: PartitionStore, family: str) -> Any:
+        raise AssertionError(f"pending requests walked the {family} family")
+
+    monkeypatch.setattr(PartitionStore, "runs", runs)
+    monkeypatch.setattr(PartitionStore, "items", no_scan)
+    assert [p.run_id for p in _pending(h)] == [waiting]
+    # Only the waiting run's state was read: the finished one is not in the index's
+    # waiting rows.
+    assert [run_id for ids in asked for run_id in ids] == [waiting]
 
 
 def test_a_token_of_a_removed_key_is_not_shown(harness: LoopHarness) -> None:

@@ -87,7 +87,7 @@ def test_history_pages_follow_next_after_to_the_whole_history(data_dir: Path) ->
 
     text = cli(data_dir, "history", run_id, "--limit", "3")
     assert text.returncode == 0
-    assert text.stdout.strip().splitlines()[-1] == f"more: processor history {run_id} --after 3"
+    assert text.stdout.strip().splitlines()[-1] == "next page: --after 3"
 
 
 @pytest.mark.parametrize("args", [("--limit", "0"), ("--limit", "1001"), ("--after", "-1")])

@@ -395,8 +395,11 @@ def test_every_fact_type_folds_to_the_same_rows(
     transport = _log(tmp_path, [encode(fact) for fact in facts])
     expected = _reference(transport, tmp_path / "python", batch_size)
     assert expected["due"] and expected["runs"]
-    # Runs with an idempotency key: the compiled fold puts a claims row for each, which
-    # is dropped, as the Python fold writes none (stores have no claims family).
+    # The runs index: every run's rows, and the rows of a run waiting at a boundary.
+    waiting = keys.index_prefix("waiting", ("t",))
+    assert len(expected["index"]) > 4 * len(expected["runs"])
+    assert any(key.startswith(waiting) for key, _ in expected["index"])
+    # Runs with an idempotency key (before format 4, they had claims rows: none now).
     assert any(isinstance(fact, RunSubmitted) and fact.idempotency_key for fact in facts)
     counting = _Counting(monkeypatch)
     rebuilt = _catch_up(transport, tmp_path / "native", [(10**9, True)], batch_size)

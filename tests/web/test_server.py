@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -172,3 +173,29 @@ def test_no_http_serves_nothing(tmp_path: Path) -> None:
         proc.terminate()
         _, err = proc.communicate(timeout=60)
     assert "http: serving" not in err
+
+
+def test_run_prints_its_address_and_puts_it_in_the_ready_line(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "processor", "--data-dir", str(data_dir), "run"),
+            *("--app", APP, "--workers", "0", "--http-port", "0", "--json"),
+        ],
+        cwd=REPO_ROOT,
+        env=subprocess_env(data_dir),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        address = _line_starting(proc.stderr, "http: serving on ").split()[-1]
+        ready = json.loads(_line_starting(proc.stdout, "{"))
+        assert ready["http"] == address
+        assert httpx.get(f"{address}/readyz").json()["partitions"] == ready["partitions"]
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+    assert proc.returncode == 0
