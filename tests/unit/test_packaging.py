@@ -78,6 +78,14 @@ def test_the_wheel_holds_the_topics_and_the_type_marker(wheel: zipfile.ZipFile) 
     assert wheel.read("processor/topics/topics.toml") == declared
 
 
+def test_the_wheel_holds_the_inspector_page(wheel: zipfile.ZipFile) -> None:
+    static = REPO_ROOT / "processor" / "web" / "static"
+    files = sorted(p.name for p in static.iterdir() if p.is_file())
+    assert {"index.html", "app.js", "style.css"} <= set(files)
+    for name in files:
+        assert wheel.read(f"processor/web/static/{name}") == (static / name).read_bytes()
+
+
 def test_the_wheel_declares_the_package_version_and_license(wheel: zipfile.ZipFile) -> None:
     (meta_name,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
     metadata = email.message_from_bytes(wheel.read(meta_name))
