@@ -25,9 +25,7 @@ from pydantic import ValidationError
 
 from processor.clients.client import (
     Client,
-    SubmitReceipt,
     check_traceparent,
-    new_submit,
     status_dict,
 )
 from processor.config.settings import Settings
@@ -452,24 +450,13 @@ def submit(
     except ValueError as exc:
         inv.fail(f"--traceparent: {exc}", code=EXIT_USAGE)
     ensure_topics(inv.deployment())
-    # Relative, as given: a retry with the same --deadline-s is the same submit.
-    after_ms = None if deadline_s is None else round(deadline_s * 1000)
-    with tracing.submit_span(traceparent, pipeline=pipeline) as span:
-        command = new_submit(
-            pipeline,
-            value,
-            idempotency_key,
-            deadline_after_ms=after_ms,
-            traceparent=span.traceparent,
-        )
-        span.annotate(run_id=command.run_id)
-        reply = inv.client().request(command, wait)
-        if reply is not None and reply.refusal:
-            span.fail(reply.refusal, reply.detail or "")
-    receipt = (
-        SubmitReceipt(command.run_id, None)
-        if reply is None
-        else SubmitReceipt(reply.run_id, reply.created, reply.refusal, reply.detail)
+    receipt = inv.client().submit(
+        pipeline,
+        value,
+        idempotency_key,
+        deadline_s=deadline_s,
+        wait_s=wait,
+        traceparent=traceparent,
     )
     if receipt.refusal:
         inv.emit(receipt.as_dict(), f"refused: {receipt.refusal}: {receipt.detail}")
