@@ -307,7 +307,12 @@ class LocalEnvironment:
     def wait_pending(
         self, run_id: str | None = None, *, target: str | None = None, timeout_s: float = 10.0
     ) -> list[PendingRequest]:
-        """Wait until there is at least one open request (of ``run_id``, to ``target``)."""
+        """Wait until there is at least one open request (of ``run_id``, to ``target``).
+
+        Raises:
+            AssertionError: the run ended without opening one.
+            TimeoutError: none opened within ``timeout_s``.
+        """
         deadline = time.monotonic() + timeout_s
         pause = 0.002
         while not (found := self.pending(run_id, target=target)):

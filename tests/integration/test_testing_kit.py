@@ -174,3 +174,12 @@ def test_a_run_deadline_passed_with_advance_times_the_run_out(env: LocalEnvironm
     stops = [f for f in env.history_dicts(run_id) if f["type"] == "RunStopRequested"]
     assert [(f["reason"], f["time_ms"]) for f in stops] == [("timed_out", START + 300_000)]
     assert env.pending(run_id) == []
+
+
+def test_an_await_failed_through_the_kit_fails_the_run(env: LocalEnvironment) -> None:
+    run_id = env.submit("approval", {"ask": "budget"})
+    env.fail(run_id, "rejected by the approver")
+    result = env.wait(run_id)
+    assert result.status == "failed" and "rejected by the approver" in (result.error or "")
+    with pytest.raises(AssertionError, match="ended"):
+        env.wait_pending(run_id, timeout_s=1)  # a run that ended has no request to wait for
