@@ -52,6 +52,8 @@ _EXPORTS: dict[str, str] = {
     "UnknownPipelineError": "processor.errors",
     "UnknownRunError": "processor.errors",
     "WaitTimeoutError": "processor.errors",
+    "LocalEnvironment": "processor.testing",
+    "ManualClock": "processor.testing",
 }
 
 # A literal list, so that type checkers know what the package re-exports.
@@ -63,6 +65,8 @@ __all__ = [
     "ConfigurationError",
     "FactDecodeError",
     "FencedError",
+    "LocalEnvironment",
+    "ManualClock",
     "NonRetryableError",
     "Pipeline",
     "ProcessorError",
@@ -99,6 +103,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
         WaitTimeoutError,
     )
     from processor.model.pipeline_spec import CheckpointSpec, RetryPolicy
+    from processor.testing import LocalEnvironment, ManualClock
     from processor.worker.pipeline import Application, NonRetryableError, Pipeline
     from processor.worker.trigger import Trigger, TriggerRecord
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -38,6 +39,9 @@ class Host:
     triggers: TriggerStage | None = None  # when the application declares triggers
     errors: list[BaseException] = field(default_factory=list)
     _claim: InstanceClaim | None = None
+    #: Called after each processor round with the monotonic time it started (the test
+    #: kit waits on it: a round begun after the clock moved has seen the new time).
+    on_round: Callable[[float], None] | None = None
 
     def start(self) -> None:
         settings = self.deployment.settings
@@ -68,6 +72,7 @@ class Host:
                 self.deployment.topology,
                 group=settings.worker_group,
                 worker_id=f"{self.instance_id}-w{index}",
+                clock=self.clock,  # work item expiry is stamped with the processor's clock
             )
             self._spawn(worker.worker_id, _runner(worker, self.stop_event))
 
@@ -91,7 +96,10 @@ class Host:
         try:
             while not self.stop_event.is_set():
                 try:
+                    started = time.monotonic()
                     self.loop.run_once()
+                    if self.on_round is not None:
+                        self.on_round(started)
                     pause = 0.1
                 except TransportError as exc:  # the log is unavailable: wait and resume
                     logger.warning("processor: %s; retrying in %.1fs", exc, pause)
