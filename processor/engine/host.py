@@ -68,6 +68,7 @@ class Host:
                 self.deployment.topology,
                 group=settings.worker_group,
                 worker_id=f"{self.instance_id}-w{index}",
+                max_payload_bytes=settings.max_payload_bytes,
             )
             self._spawn(worker.worker_id, _runner(worker, self.stop_event))
 

@@ -53,10 +53,13 @@ class Served:
             self._space.delete_topics()
 
 
-def serve(transport: str, tmp_path: Path, *, workers: int = 2) -> Served:
-    """Start ``processor run`` on ``transport`` with HTTP on a free port and the test token."""
+def serve(
+    transport: str, tmp_path: Path, *, workers: int = 2, env: dict[str, str] | None = None
+) -> Served:
+    """Start ``processor run`` on ``transport`` with HTTP on a free port and the test token
+    (and the settings ``env`` adds, ``PROCESSOR_*`` variables)."""
     data_dir, log = tmp_path / "data", tmp_path / "processor.log"
-    env = {"PROCESSOR_HTTP_TOKEN": TOKEN}
+    env = {"PROCESSOR_HTTP_TOKEN": TOKEN, **(env or {})}
     if transport == "embedded":
         process = ProcessorProcess(data_dir, log, app=APP, workers=workers)
         served = Served(process, Deployment.from_settings(Settings(data_dir=data_dir)), transport)
