@@ -32,7 +32,7 @@ from processor.config.settings import Settings
 from processor.engine.host import Host
 from processor.errors import ProcessorError, SchemaRefusedError
 from processor.facts.models import CommandReply
-from processor.facts.payload import InvalidPayloadError, dumps, loads
+from processor.facts.payload import InvalidPayloadError, PayloadTooLarge, dumps, loads
 from processor.facts.topics import TopicName
 from processor.telemetry import tracing
 from processor.telemetry.logs import LOG_FORMATS, configure_logging
@@ -149,7 +149,10 @@ class Invocation:
         if self._client is None:
             deployment = self.deployment()
             self._client = Client(
-                deployment.transport, deployment.topology, deployment.settings.state_dir
+                deployment.transport,
+                deployment.topology,
+                deployment.settings.state_dir,
+                max_payload_bytes=deployment.settings.max_payload_bytes,
             )
         return self._client
 
@@ -402,6 +405,7 @@ def worker(
             pipelines,
             deployment.topology,
             group=deployment.settings.worker_group,
+            max_payload_bytes=deployment.settings.max_payload_bytes,
         )
         for _ in range(workers)
     ]
@@ -450,14 +454,17 @@ def submit(
     except ValueError as exc:
         inv.fail(f"--traceparent: {exc}", code=EXIT_USAGE)
     ensure_topics(inv.deployment())
-    receipt = inv.client().submit(
-        pipeline,
-        value,
-        idempotency_key,
-        deadline_s=deadline_s,
-        wait_s=wait,
-        traceparent=traceparent,
-    )
+    try:
+        receipt = inv.client().submit(
+            pipeline,
+            value,
+            idempotency_key,
+            deadline_s=deadline_s,
+            wait_s=wait,
+            traceparent=traceparent,
+        )
+    except PayloadTooLarge as exc:  # refused before anything was produced
+        inv.fail(f"--input: payload_too_large: {exc}", code=EXIT_USAGE)
     if receipt.refusal:
         inv.emit(receipt.as_dict(), f"refused: {receipt.refusal}: {receipt.detail}")
         raise typer.Exit(EXIT_ERROR)
@@ -810,12 +817,18 @@ def complete(
         except InvalidPayloadError as exc:
             inv.fail(f"--payload: {exc}", code=EXIT_USAGE)
     deployment = inv.deployment()
-    client = CompletionClient(deployment.transport, deployment.topology)
+    client = CompletionClient(
+        deployment.transport,
+        deployment.topology,
+        max_payload_bytes=deployment.settings.max_payload_bytes,
+    )
     try:
         if fail is not None:
             sent = client.send(token, "failure", b"", fail, idempotency_key)
         else:
             sent = client.send(token, "success", body, None, idempotency_key)
+    except PayloadTooLarge as exc:  # refused before anything was produced
+        inv.fail(f"--payload: payload_too_large: {exc}", code=EXIT_USAGE)
     finally:
         client.close()
     shown = {

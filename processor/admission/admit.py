@@ -38,6 +38,9 @@ START_INTERACTION = keys.interaction_id(0, 0)
 
 def admit(arrival: Arrival, state: RunState | None, ctx: Context) -> Decision:
     """Admit one completion or handoff into its boundary, or refuse it with a reason."""
+    too_large = payload.oversize(arrival.payload, ctx.max_payload_bytes, _what_payload(arrival))
+    if too_large is not None:  # refused whole, kept in admission.rejected
+        return Decision.refuse("payload_too_large", too_large)
     if arrival.start_pipeline is not None:
         return _admit_start(arrival, state, ctx)
     if state is None:
@@ -76,6 +79,10 @@ def admit(arrival: Arrival, state: RunState | None, ctx: Context) -> Decision:
     _admitted(maker, arrival, interaction_id, interaction)
     apply_plan(maker, spec, plan_continuation(maker.current))
     return maker.decision()
+
+
+def _what_payload(arrival: Arrival) -> str:
+    return "completion payload" if arrival.source == "await" else "handoff payload"
 
 
 def _what(arrival: Arrival) -> str:

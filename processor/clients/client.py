@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from processor.clients.external import CompletionClient
 from processor.clients.outcome import RunResult, terminal_result
-from processor.config.settings import Settings
+from processor.config.settings import Settings, default_of
 from processor.errors import ConfigurationError, StoreFormatError, UnknownRunError, WaitTimeoutError
 from processor.facts import payload
 from processor.facts.codec import codec, decode_fact, decode_facts, encode
@@ -175,6 +175,7 @@ class Client(Closeable):
         state_dir: Path | None = None,
         *,
         settings: Settings | None = None,
+        max_payload_bytes: int | None = None,
     ) -> None:
         parts = (transport, topology, state_dir)
         self._deployment: Deployment | None = None
@@ -191,6 +192,13 @@ class Client(Closeable):
         self._transport = transport
         self._topology = topology
         self._state_dir = state_dir
+        # The client refuses an oversized payload before producing it; without a limit
+        # given, the settings' (or the default) one.
+        self._max_payload_bytes = max_payload_bytes or (
+            self._deployment.settings.max_payload_bytes
+            if self._deployment is not None
+            else default_of("max_payload_bytes")
+        )
         self._producer: Producer | None = None
         self._completions: CompletionClient | None = None
 
@@ -244,6 +252,9 @@ class Client(Closeable):
             traceparent: a W3C traceparent (the caller's trace): the run's work,
                 requests, results and outcome carry it, and its spans (with
                 OpenTelemetry on) belong to that trace. ValueError if malformed.
+
+        Raises ``PayloadTooLarge`` (a ValueError), producing nothing, if the input's
+        canonical JSON is over the payload limit (``PROCESSOR_MAX_PAYLOAD_BYTES``).
         """
         if deadline_s is not None and deadline_ms is not None:
             raise ValueError("give deadline_s or deadline_ms, not both")
@@ -259,6 +270,7 @@ class Client(Closeable):
                 traceparent=span.traceparent,
             )
             span.annotate(run_id=command.run_id)
+            payload.check_size(command.input, self._max_payload_bytes, "run input")
             reply = self.request(command, wait_s)
             if reply is not None and reply.refusal:
                 span.fail(reply.refusal, reply.detail or "")
@@ -293,7 +305,9 @@ class Client(Closeable):
         if self._completions is None:
             if self._deployment is not None:
                 ensure_topics(self._deployment)
-            self._completions = CompletionClient(self._transport, self._topology)
+            self._completions = CompletionClient(
+                self._transport, self._topology, max_payload_bytes=self._max_payload_bytes
+            )
         return self._completions
 
     def cancel(self, run_id: str, reason: str = "", *, wait_s: float = 30.0) -> CommandReply | None:

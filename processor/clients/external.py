@@ -34,8 +34,13 @@ AfterAnswer = Callable[[BoundaryRequest, BoundaryCompletion, "CompletionClient"]
 class CompletionClient:
     """Produces completions for resume tokens."""
 
-    def __init__(self, transport: Transport, topology: Topology) -> None:
+    def __init__(
+        self, transport: Transport, topology: Topology, *, max_payload_bytes: int | None = None
+    ) -> None:
+        """``max_payload_bytes``: a payload over it raises ``PayloadTooLarge`` before
+        anything is produced (the processor refuses it too: ``payload_too_large``)."""
         self._topic = topology.name(TopicName.COMPLETIONS)
+        self._max_payload_bytes = max_payload_bytes
         self._transport = transport
         self._producer: Producer | None = None
 
@@ -60,6 +65,7 @@ class CompletionClient:
         claims = tokens.parse(token)
         if claims is None:
             raise ProcessorError("not a resume token")
+        payload.check_size(body, self._max_payload_bytes, "completion payload")
         completion = BoundaryCompletion(
             token=token,
             idempotency_key=idempotency_key or _default_key(token, outcome, body, error),

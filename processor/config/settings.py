@@ -42,6 +42,13 @@ class Settings(BaseSettings):
     topic_prefix: str = Field(default="", description="Prefix of every physical topic name")
     partitions: int = Field(default=4, ge=1, description="Partitions of topics created by us")
     max_batch: int = Field(default=500, ge=1, description="Input records per transaction")
+    max_payload_bytes: int = Field(
+        default=512 * 1024,
+        ge=1,
+        description="Largest run input, step output or completion payload (canonical JSON "
+        "bytes); larger ones are refused (payload_too_large). Below Kafka's default 1 MiB "
+        "message.max.bytes, to leave room for the fact or message that carries the payload",
+    )
     poll_timeout_ms: int = Field(default=50, ge=1)
     timer_interval_ms: int = Field(default=100, ge=1, description="Due-work scan period")
     timer_batch: int = Field(default=1000, ge=1, description="Due timers fired per scan")

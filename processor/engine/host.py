@@ -73,6 +73,7 @@ class Host:
                 group=settings.worker_group,
                 worker_id=f"{self.instance_id}-w{index}",
                 clock=self.clock,  # work item expiry is stamped with the processor's clock
+                max_payload_bytes=settings.max_payload_bytes,
             )
             self._spawn(worker.worker_id, _runner(worker, self.stop_event))
 

@@ -109,6 +109,8 @@ class LoopConfig:
     parallel_restore_min_facts: int
     # Restore folds with the compiled fold when it is installed (store/native_fold.py).
     native_fold: bool
+    # The largest run input or completion payload admitted (payload_too_large beyond).
+    max_payload_bytes: int
 
     @staticmethod
     def from_settings(settings: Settings, *, instance_id: str, resume_keys: KeyRing) -> LoopConfig:
@@ -126,6 +128,7 @@ class LoopConfig:
             stable_wait_s=settings.stable_wait_ms / 1000,
             parallel_restore_min_facts=settings.parallel_restore_min_facts,
             native_fold=settings.native_fold,
+            max_payload_bytes=settings.max_payload_bytes,
         )
 
 
@@ -364,7 +367,7 @@ class ProcessorLoop:
         return len(records)
 
     def _context(self, now: int) -> Context:
-        return Context(self._catalog, now, self._config.resume_keys)
+        return Context(self._catalog, now, self._config.resume_keys, self._config.max_payload_bytes)
 
     def _handle(self, record: Record, now: int) -> None:
         staging = self._stagings.get(record.partition)

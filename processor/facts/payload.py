@@ -24,10 +24,13 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_INT_DIGITS",
     "InvalidPayloadError",
+    "PayloadTooLarge",
     "canonical_json",
+    "check_size",
     "derive_run_id",
     "dumps",
     "loads",
+    "oversize",
     "submit_fingerprint",
 ]
 
@@ -39,6 +42,24 @@ _RUN_NAMESPACE = uuid.UUID("6f1c2d0e-8a6b-4b55-9a53-3c1f4f0e2a10")
 
 class InvalidPayloadError(ValueError):
     """Bytes that are not a JSON document."""
+
+
+class PayloadTooLarge(InvalidPayloadError):  # noqa: N818 - the error type users see
+    """A payload over the configured limit (``max_payload_bytes``): refused, never cut."""
+
+
+def oversize(data: bytes, limit: int | None, what: str) -> str | None:
+    """Why ``data`` is over ``limit`` bytes (None: within it, or no limit), for a refusal."""
+    if limit is None or len(data) <= limit:
+        return None
+    return f"{what} is {len(data)} bytes, over the limit of {limit} bytes"
+
+
+def check_size(data: bytes, limit: int | None, what: str) -> None:
+    """Raise ``PayloadTooLarge`` if ``data`` is over ``limit`` bytes."""
+    problem = oversize(data, limit, what)
+    if problem is not None:
+        raise PayloadTooLarge(problem)
 
 
 def dumps(value: Any) -> bytes:

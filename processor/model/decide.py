@@ -87,6 +87,9 @@ def decide_submit(command: SubmitRun, existing: RunState | None, ctx: Context) -
         canonical_input = canonical_json(command.input)
     except InvalidPayloadError as exc:
         return refuse(reply, "invalid_input", str(exc))
+    too_large = payload.oversize(canonical_input, ctx.max_payload_bytes, "run input")
+    if too_large is not None:
+        return refuse(reply, "payload_too_large", too_large)
     fingerprint = None
     if command.idempotency_key is not None:
         if command.run_id != derive_run_id(command.idempotency_key):

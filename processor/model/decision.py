@@ -55,6 +55,9 @@ class Context:
     now: int
     # Signs resume tokens and checkpoint handoffs; the loop passes the configured ring.
     resume_keys: KeyRing = _UNCONFIGURED_KEYS
+    # The largest run input or completion payload admitted (the loop passes the
+    # configured one); None: no limit.
+    max_payload_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

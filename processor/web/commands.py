@@ -10,12 +10,14 @@ admission.rejected.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Response
 
 from processor.clients.client import Client, check_traceparent
-from processor.facts import tokens
+from processor.facts import payload, tokens
 from processor.facts.models import CommandReply
 from processor.web.context import WebContext
 from processor.web.errors import ApiError
@@ -39,6 +41,8 @@ COMMAND_WAIT_S = 10.0
 # Refusals of a command that are about the request or the run's existence; the others
 # (not_failed, run_terminal, ...) are about the run's state: 409.
 _REFUSAL_STATUS = {"unknown_run": 404, "bad_step": 422}
+#: A run input or completion over the payload limit (refused by the client or the processor).
+TOO_LARGE = "payload_too_large"
 
 
 def command_routes(router: APIRouter, context: WebContext, writer: Any) -> None:
@@ -47,7 +51,11 @@ def command_routes(router: APIRouter, context: WebContext, writer: Any) -> None:
         summary="Submit a run (201 created, 200 existing; 202 queued without an answer)",
         status_code=201,
         response_model=SubmitAnswer,
-        responses={200: {"model": SubmitAnswer}, 202: {"model": SubmitAnswer}},
+        responses={
+            200: {"model": SubmitAnswer},
+            202: {"model": SubmitAnswer},
+            413: {"model": ErrorBody},
+        },
         dependencies=[writer],
     )
     def submit(
@@ -59,7 +67,7 @@ def command_routes(router: APIRouter, context: WebContext, writer: Any) -> None:
             check_traceparent(traceparent)
         except ValueError as exc:
             raise ApiError(422, "invalid_traceparent", str(exc)) from None
-        with context.client() as client:
+        with context.client() as client, _payload_limit():
             receipt = client.submit(
                 body.pipeline,
                 body.input,
@@ -69,7 +77,8 @@ def command_routes(router: APIRouter, context: WebContext, writer: Any) -> None:
                 traceparent=traceparent,
             )
         if receipt.refusal:
-            raise ApiError(422, receipt.refusal, receipt.detail or receipt.refusal)
+            status = 413 if receipt.refusal == TOO_LARGE else 422
+            raise ApiError(status, receipt.refusal, receipt.detail or receipt.refusal)
         response.status_code = {True: 201, False: 200, None: 202}[receipt.created]
         return receipt.as_dict()
 
@@ -106,14 +115,24 @@ def command_routes(router: APIRouter, context: WebContext, writer: Any) -> None:
         summary="Complete an await: produced to boundary.completions, admitted like any other",
         status_code=202,
         response_model=Queued,
+        responses={413: {"model": ErrorBody}},
         dependencies=[writer],
     )
     def complete(body: CompletionBody) -> Queued:
         if tokens.parse(body.token) is None:
             raise ApiError(422, "invalid_token", "not a resume token")
-        with context.client() as client:
+        with context.client() as client, _payload_limit():
             _send_completion(client, body)
         return Queued(queued=True)
+
+
+@contextmanager
+def _payload_limit() -> Iterator[None]:
+    """A payload the client refused before producing it: 413 with the sizes."""
+    try:
+        yield
+    except payload.PayloadTooLarge as exc:
+        raise ApiError(413, TOO_LARGE, str(exc)) from None
 
 
 def _send_completion(client: Client, body: CompletionBody) -> None:

@@ -49,7 +49,12 @@ class ClientPool:
             client = self._idle.get_nowait()
         except queue.Empty:
             d = self._deployment
-            client = Client(d.transport, d.topology, d.settings.state_dir)
+            client = Client(
+                d.transport,
+                d.topology,
+                d.settings.state_dir,
+                max_payload_bytes=d.settings.max_payload_bytes,
+            )
             self._all.append(client)
         try:
             yield client

@@ -19,10 +19,18 @@ logger = logging.getLogger(__name__)
 
 
 def execute(
-    item: WorkItem, app: Application, worker_id: str, traceparent: str | None = None
+    item: WorkItem,
+    app: Application,
+    worker_id: str,
+    traceparent: str | None = None,
+    max_payload_bytes: int | None = None,
 ) -> SegmentResult:
     """Execute the item's steps until the segment ends or a step raises; each step in
-    a span of the run's trace (``traceparent``) while OpenTelemetry is on."""
+    a span of the run's trace (``traceparent``) while OpenTelemetry is on.
+
+    A step output (or await request) over ``max_payload_bytes`` fails the attempt,
+    not retryably, with ``PayloadTooLarge`` naming its size: a result the broker
+    would refuse is never produced."""
     pipeline = app.pipeline(item.pipeline, item.pipeline_version)
     common = {
         "result_id": str(uuid.uuid4()),
@@ -60,10 +68,13 @@ def execute(
                 value = _run_step(item.pipeline, step, value)
                 if step.spec.awaits is not None:
                     requests = _requests(value, step.spec.awaits.kind, step.spec.awaits.itemized)
+                    for request in requests:
+                        payload.check_size(request, max_payload_bytes, _what(step, "request"))
                     return SegmentResult(
                         **common, steps=tuple(outputs), outcome="suspended", requests=requests
                     )
                 encoded = payload.dumps(value)
+                payload.check_size(encoded, max_payload_bytes, _what(step, "output"))
             except Exception as exc:  # a step's failure is data, reported to the processor
                 logger.info("step %s of run %s failed: %r", index, item.run_id, exc)
                 span.fail(type(exc).__name__, str(exc) or repr(exc))
@@ -78,6 +89,10 @@ def execute(
                 )
         outputs.append(StepOutput(step=index, output=encoded))
     return SegmentResult(**common, steps=tuple(outputs), outcome="completed")
+
+
+def _what(step: Step, part: str) -> str:
+    return f"{part} of step {step.spec.name!r}"
 
 
 def _attributes(item: WorkItem, step: int) -> dict[str, str | int]:

@@ -43,6 +43,7 @@ class Worker:
         worker_id: str | None = None,
         max_batch: int = 10,
         clock: Clock = wall_clock_ms,
+        max_payload_bytes: int = default_of("max_payload_bytes"),
     ) -> None:
         self._transport = transport
         self._app = app
@@ -51,6 +52,7 @@ class Worker:
         self.worker_id = worker_id or f"worker-{uuid.uuid4().hex[:8]}"
         self._max_batch = max_batch
         self._clock = clock
+        self._max_payload_bytes = max_payload_bytes
 
     def run(self, stop: threading.Event) -> None:
         work_topic = self._topology.name(TopicName.WORK)
@@ -94,7 +96,7 @@ class Worker:
                 "skipping expired attempt %s/%s of run %s", item.segment, item.attempt, item.run_id
             )
             return None
-        result = execute(item, self._app, self.worker_id, traceparent)
+        result = execute(item, self._app, self.worker_id, traceparent, self._max_payload_bytes)
         # The result carries the run's traceparent on, like the work item it answers.
         headers = () if traceparent is None else ((TRACEPARENT_HEADER, traceparent.encode()),)
         return Outbound(

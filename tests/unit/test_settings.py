@@ -23,6 +23,7 @@ def test_the_loop_configuration_comes_from_the_settings(tmp_path: Path) -> None:
         stable_wait_ms=1500,
         parallel_restore_min_facts=13,
         native_fold=False,
+        max_payload_bytes=2048,
     )
     config = LoopConfig.from_settings(settings, instance_id="i-1", resume_keys=KeyRing.single(b"s"))
     assert config == LoopConfig(
@@ -38,6 +39,7 @@ def test_the_loop_configuration_comes_from_the_settings(tmp_path: Path) -> None:
         stable_wait_s=1.5,
         parallel_restore_min_facts=13,
         native_fold=False,
+        max_payload_bytes=2048,
     )
 
 

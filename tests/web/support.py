@@ -20,7 +20,7 @@ from processor.facts.models import BoundaryRequest
 from processor.facts.topics import TopicName
 from processor.transport.base import TopicPartition
 from processor.transport.deployment import Deployment
-from tests.apps.support import ProcessorProcess, wait_until
+from tests.apps.support import ProcessorProcess, subprocess_env, wait_until
 
 APP = "tests.apps.web_pipelines:app"
 TOKEN = "test-token-" + uuid.uuid4().hex[:8]
@@ -45,6 +45,12 @@ class Served:
         self._clients.append(client)
         return client
 
+    def cli_env(self) -> dict[str, str]:
+        """The environment of a ``processor`` command against this processor's log."""
+        data_dir = self.process.data_dir
+        base = subprocess_env(data_dir) if self._space is None else self._space.env(data_dir)
+        return {**base, **self.process.extra_env}
+
     def close(self) -> None:
         for client in self._clients:
             client.close()
@@ -53,10 +59,13 @@ class Served:
             self._space.delete_topics()
 
 
-def serve(transport: str, tmp_path: Path, *, workers: int = 2) -> Served:
-    """Start ``processor run`` on ``transport`` with HTTP on a free port and the test token."""
+def serve(
+    transport: str, tmp_path: Path, *, workers: int = 2, env: dict[str, str] | None = None
+) -> Served:
+    """Start ``processor run`` on ``transport`` with HTTP on a free port and the test token
+    (and the settings ``env`` adds, ``PROCESSOR_*`` variables)."""
     data_dir, log = tmp_path / "data", tmp_path / "processor.log"
-    env = {"PROCESSOR_HTTP_TOKEN": TOKEN}
+    env = {"PROCESSOR_HTTP_TOKEN": TOKEN, **(env or {})}
     if transport == "embedded":
         process = ProcessorProcess(data_dir, log, app=APP, workers=workers)
         served = Served(process, Deployment.from_settings(Settings(data_dir=data_dir)), transport)
