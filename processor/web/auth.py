@@ -34,7 +34,9 @@ def authorized(context: WebContext, request: Request) -> bool:
         return False
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
     expected = context.token.get_secret_value()
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), expected)
+    # As bytes: compare_digest refuses str with non-ASCII characters (a forged header).
+    given_bytes = given.strip().encode("utf-8", "surrogateescape")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given_bytes, expected.encode())
 
 
 def _refuse(context: WebContext, request: Request) -> HTTPException:

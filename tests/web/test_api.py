@@ -187,6 +187,9 @@ def test_every_post_needs_the_bearer_token(
     assert "missing" in missing
     wrong = _error(served.http(token="wrong").post(path, json=body), 401, "unauthorized")
     assert "wrong" in wrong
+    forged = {"Authorization": "Bearer caf\u00e9".encode("latin-1")}  # not ASCII: still a 401
+    no_ascii = served.http(token=None).post(path, json=body, headers=forged)
+    assert "wrong" in _error(no_ascii, 401, "unauthorized")
 
 
 def test_bad_bodies(served: Served) -> None:
