@@ -16,7 +16,8 @@ twice on fresh logs, in alternating order:
 - off: metrics not recorded (``--no-http``) and no server.
 
 Reports runs/s of each side (median of the rounds) and the ratio on / off, both
-of the medians and the median of each round's ratio. Target (issue 19): at least
+of the medians and the median of each round's ratio, and the process's CPU seconds
+a side (median; ``cpu_ratio`` on / off). Target (issue 19): at least
 0.95, i.e. no more than 5 % slower.
 """
 
@@ -77,14 +78,16 @@ def one_side(root: Path, on: bool, args: argparse.Namespace) -> dict[str, Any]:
         outcomes = Outcomes(d)
         client = Client(d.transport, d.topology, running.settings.state_dir)
         with served(running, args.scrape_interval) if on else _nothing() as scrapes:
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             submit(client, 0, args.runs)
             collected = outcomes.collect(args.runs, args.timeout)
             seconds = time.perf_counter() - started
+            cpu_s = time.process_time() - cpu_started  # every thread: loop, workers, server
         client.close()
         outcomes.close()
     return {
         "runs_per_s": args.runs / seconds,
+        "cpu_s": cpu_s,
         "succeeded": sum(o.status == "succeeded" for o in collected),
         "scrapes": scrapes["count"],
     }
@@ -110,6 +113,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-http-"))
     on_rates: list[float] = []
     off_rates: list[float] = []
+    cpu: dict[bool, list[float]] = {True: [], False: []}
     scrapes = 0
     try:
         for index in range(args.rounds):
@@ -118,10 +122,11 @@ def main() -> None:
                 side = one_side(root / f"round{index}-{'on' if on else 'off'}", on, args)
                 assert side["succeeded"] == args.runs, side
                 (on_rates if on else off_rates).append(side["runs_per_s"])
+                cpu[on].append(side["cpu_s"])
                 scrapes += side["scrapes"]
                 say(
                     f"round {index + 1}: http+metrics {'on ' if on else 'off'} "
-                    f"{side['runs_per_s']:,.1f} runs/s"
+                    f"{side['runs_per_s']:,.1f} runs/s, CPU {side['cpu_s']:.2f} s"
                     + (f" ({side['scrapes']} scrapes)" if on else "")
                 )
     finally:
@@ -149,6 +154,10 @@ def main() -> None:
         "off_rounds": [round(r, 1) for r in off_rates],
         "ratio": round(ratio, 4),
         "paired_ratio": round(paired, 4),
+        # The process's CPU seconds a side (median): steadier than runs/s on a busy machine.
+        "on_cpu_s": round(statistics.median(cpu[True]), 2),
+        "off_cpu_s": round(statistics.median(cpu[False]), 2),
+        "cpu_ratio": round(statistics.median(cpu[True]) / statistics.median(cpu[False]), 4),
         "command": command,
     }
     print(json.dumps(summary))
