@@ -153,8 +153,11 @@ def measure(root: Path, queries: int, limit: int) -> dict[str, Any]:
             store.close()
 
 
-def measure_http(data_dir: Path, partitions: int, queries: int, limit: int) -> dict[str, Any]:
-    """Median and worst milliseconds of ``GET /api/runs?status=S`` (first page), by status."""
+def measure_http(
+    data_dir: Path, partitions: int, queries: int, limit: int, shown: dict[str, int]
+) -> dict[str, Any]:
+    """Median and worst milliseconds of ``GET /api/runs?status=S`` (first page), by status;
+    each page must hold ``shown[S]`` runs, as the store query's did."""
     deployment = Deployment.from_settings(Settings(data_dir=data_dir, partitions=partitions))
     context = WebContext("127.0.0.1", None, lambda: Readiness(True), deployment=deployment)
     server = HttpServer(create_app(context), "127.0.0.1", 0)
@@ -173,7 +176,7 @@ def measure_http(data_dir: Path, partitions: int, queries: int, limit: int) -> d
                 with urlopen(url) as answer:
                     body = json.loads(answer.read())
                 times.append((time.perf_counter() - started) * 1000)
-                assert len(body["runs"]) == limit, str(body)[:200]
+                assert len(body["runs"]) == shown[status], str(body)[:200]
             figures[status] = {
                 "median_ms": round(statistics.median(times), 3),
                 "max_ms": round(max(times), 3),
@@ -201,7 +204,8 @@ def main() -> None:
         if not (store_path(root, 0) / "CURRENT").exists():
             built_s = build(root, args.runs, args.partitions)
         figures = measure(root, args.queries, args.limit)
-        over_http = measure_http(data_dir, args.partitions, args.queries, args.limit)
+        shown = {status: figures[status]["runs_on_page"] for status in _STATUSES}
+        over_http = measure_http(data_dir, args.partitions, args.queries, args.limit, shown)
     finally:
         if scratch:
             shutil.rmtree(data_dir, ignore_errors=True)

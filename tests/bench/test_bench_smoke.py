@@ -145,6 +145,8 @@ def test_http_runs_query(tmp_path: Path) -> None:
         "any": 50,
     }
     assert out["median_ms"] > 0
+    assert set(out["http_by_status"]) == {"succeeded", "failed", "running"}
+    assert out["http_median_ms"] > 0
 
 
 def test_kafka_read_throughput(tmp_path: Path, bootstrap: str) -> None:
