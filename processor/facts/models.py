@@ -16,6 +16,7 @@ __all__ = [
     "FACT_TYPES",
     "MESSAGE_TYPES",
     "AttemptOutcomeUnknown",
+    "AttemptProgress",
     "AttemptResolved",
     "AvroModel",
     "BoundaryCompletion",
@@ -35,6 +36,7 @@ __all__ = [
     "DeadLetter",
     "FactHeader",
     "InteractionTimedOut",
+    "LoadedPipeline",
     "RedriveRun",
     "Rejected",
     "ResolveAttempt",
@@ -53,10 +55,12 @@ __all__ = [
     "SegmentSuspended",
     "StepCompleted",
     "StepOutput",
+    "StopNotice",
     "SubmitRun",
     "TerminalPublicationCompleted",
     "TerminalPublicationPrepared",
     "WorkItem",
+    "WorkerAnnouncement",
 ]
 
 
@@ -367,6 +371,7 @@ class WorkItem(AvroModel):
     input: bytes
     expires_ms: int
     kind: str = "forward"
+    run_deadline_ms: int | None = None
 
 
 class StepOutput(AvroModel):
@@ -389,6 +394,49 @@ class SegmentResult(AvroModel):
     worker_id: str
     requests: tuple[bytes, ...] = ()
     kind: str = "forward"
+
+
+class AttemptProgress(AvroModel):
+    """A worker's report on an attempt it runs: the step started, or it heartbeats."""
+
+    run_id: str
+    kind: str = "forward"
+    segment: int
+    attempt: int
+    generation: int
+    step: int
+    report: Literal["started", "heartbeat"]
+    worker_id: str
+    at_ms: int
+    details: bytes | None = None
+
+
+class LoadedPipeline(AvroModel):
+    name: str
+    version: int
+
+
+class WorkerAnnouncement(AvroModel):
+    """A live worker and the pipeline versions it can run (sent to every results partition)."""
+
+    worker_id: str
+    group: str
+    pipelines: tuple[LoadedPipeline, ...]
+    concurrency: int
+    at_ms: int
+    leaving: bool = False
+
+
+class StopNotice(AvroModel):
+    """Stop was requested for a run whose attempt may be running (on segments.work)."""
+
+    run_id: str
+    kind: str = "forward"
+    segment: int
+    attempt: int
+    generation: int
+    reason: str
+    at_ms: int
 
 
 class CommandReply(AvroModel):
@@ -478,4 +526,7 @@ MESSAGE_TYPES: tuple[type[AvroModel], ...] = (
     CancelRun,
     ResolveAttempt,
     RedriveRun,
+    AttemptProgress,
+    WorkerAnnouncement,
+    StopNotice,
 )

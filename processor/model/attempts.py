@@ -83,6 +83,7 @@ def start(
         input=input,
         expires_ms=expires_ms,
         kind=kind,
+        run_deadline_ms=maker.current.deadline_ms,
     )
     maker.emit(TopicName.WORK, item)
 
