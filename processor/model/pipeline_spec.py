@@ -96,6 +96,10 @@ class StepSpec:
     awaits: AwaitSpec | None = None
     effectful: bool = False
     compensation: CompensationSpec | None = None
+    # A started step that sends no heartbeat for this long is lost (None: no heartbeats).
+    heartbeat_timeout_ms: int | None = None
+    # How long a dispatched attempt may wait for a worker to start it (None: unbounded).
+    schedule_to_start_timeout_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,9 +97,15 @@ class Pipeline:
         retry: RetryPolicy | None = None,
         timeout_s: float = 30.0,
         effectful: bool = False,
+        heartbeat_timeout_s: float | None = None,
+        schedule_to_start_timeout_s: float | None = None,
     ) -> Callable[[StepFunction], StepFunction]:
         """Decorator appending a step; steps run in the order they are declared.
 
+        ``timeout_s`` bounds an attempt of the step from when a worker starts it (time
+        queued for a worker does not count); ``schedule_to_start_timeout_s``, if given,
+        bounds that queue time. With ``heartbeat_timeout_s`` the step must call
+        ``ctx.heartbeat()`` at least that often or its attempt is lost at once.
         An ``effectful`` step whose attempt is lost (no result before its timeout)
         is not retried automatically: the run waits for an operator to resolve it.
         """
@@ -110,6 +116,8 @@ class Pipeline:
                 retry=retry or RetryPolicy(),
                 timeout_ms=int(timeout_s * 1000),
                 effectful=effectful,
+                heartbeat_timeout_ms=_ms(heartbeat_timeout_s),
+                schedule_to_start_timeout_ms=_ms(schedule_to_start_timeout_s),
             )
             self.steps.append(Step(spec, function))
             return function
@@ -247,6 +255,10 @@ class Application:
     def output_topics(self) -> list[str]:
         """User topics that terminal publication writes to."""
         return sorted({s.output_topic for s in self._specs.values() if s.output_topic})
+
+
+def _ms(seconds: float | None) -> int | None:
+    return None if seconds is None else int(seconds * 1000)
 
 
 def _unchanged(value: Any) -> Any:
