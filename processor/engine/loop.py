@@ -65,6 +65,7 @@ from processor.model.decide import (
 from processor.model.state import RunState
 from processor.restore.catch_up import catch_up
 from processor.restore.parallel import catch_up_partitions, worker_count
+from processor.store.census import RunCensus
 from processor.store.rocks import PartitionStore, open_store, store_path, stored_facts_offset
 from processor.store.staging import Staging
 from processor.telemetry import logs, metrics, tracing
@@ -181,6 +182,8 @@ class ProcessorLoop:
         self.restoring: frozenset[int] = frozenset()
         self.input_positions: dict[TopicPartition, int] = {}
         self.applied_facts: dict[int, int] = {}
+        # Each owned partition's runs waiting by target and Unknown attempts (metrics).
+        self.census: dict[int, RunCensus] = {}
         # A Kafka transaction ends with a commit marker at the offset after its last
         # record: the end of a runs.facts partition we alone write is one past that.
         self._marker = 1 if transport.name == "kafka" else 0
@@ -221,6 +224,7 @@ class ProcessorLoop:
         for staging in self._stagings.values():
             staging.store.close()
         self._stagings.clear()
+        self.census.clear()
         self._reader.close()
 
     @property
@@ -274,7 +278,9 @@ class ProcessorLoop:
                     )
                 facts = TopicPartition(self._facts_topic, partition)
                 self._catch_up(store, facts)
-                opened[partition] = Staging(store, keep_runs=self._config.keep_runs)
+                census = RunCensus.count_from(store)
+                self.census[partition] = census
+                opened[partition] = Staging(store, keep_runs=self._config.keep_runs, census=census)
         finally:
             # All at once, so that ``owned_partitions`` (read by other threads) shows the
             # whole assignment; on a failure, the caught-up ones are closed with the rest.
@@ -344,6 +350,7 @@ class ProcessorLoop:
                 staging.discard()
                 staging.store.close()
                 self.applied_facts.pop(partition, None)
+                self.census.pop(partition, None)
                 logger.info("partition %d: revoked, store closed", partition)
         gone = {tp.partition for tp in revoked}
         for tp in [tp for tp in self.input_positions if tp.partition in gone]:

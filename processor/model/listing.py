@@ -15,7 +15,7 @@ from typing import Literal
 
 from processor.model.state import RunState
 
-__all__ = ["IndexEntry", "IndexKind", "index_entries", "waiting_targets"]
+__all__ = ["IndexEntry", "IndexKind", "index_entries", "is_unknown", "waiting_targets"]
 
 IndexKind = Literal["status", "pipeline_status", "waiting", "waiting_pipeline"]
 
@@ -41,6 +41,11 @@ def waiting_targets(state: RunState) -> tuple[str, ...]:
         return ()
     open_ = {i.target for i in state.boundary_interactions() if i.status == "open"}
     return tuple(sorted(open_))
+
+
+def is_unknown(state: RunState | None) -> bool:
+    """Whether the run waits for an operator: its attempt's outcome is Unknown."""
+    return state is not None and not state.terminal and state.phase == "unknown"
 
 
 def index_entries(state: RunState | None) -> frozenset[IndexEntry]:

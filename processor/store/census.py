@@ -1,22 +1,63 @@
-"""Counts over a partition store's runs index, for the metrics scrape (bounded).
+"""The metrics census of a partition: runs waiting at a boundary by target, and runs
+whose attempt's outcome is Unknown.
 
-Each count walks the keys of one listing of the index (never the runs family)
-and stops after ``cap`` rows, so a scrape costs at most that much per partition.
+``RunCensus`` is counted once from the store's runs index when the partition is
+assigned (bounded: ``count_from``) and then kept by the live loop's flushes, which
+hand it each written run's state before and after. A scrape reads the counts and no
+store at all.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 
-from processor.model.state import RUNNING
+from processor.model.listing import is_unknown, waiting_targets
+from processor.model.state import RUNNING, RunState
 from processor.store import keys
 from processor.store.rocks import PartitionStore
 from processor.store.run_row import state_of
 
-__all__ = ["unknown_attempts", "waiting_by_target"]
+__all__ = ["CENSUS_CAP", "RunCensus", "unknown_attempts", "waiting_by_target"]
+
+#: Index rows the first count walks at most per partition for each count (README).
+CENSUS_CAP = 100_000
 
 _FAMILY = "index"
 _CHUNK = 1000  # runs read per multi-get
+
+
+class RunCensus:
+    """The counts of one partition; ``change`` and ``snapshot`` may run on different
+    threads (the loop's and a scrape's)."""
+
+    def __init__(self, waiting: Counter[str] | None = None, unknown: int = 0) -> None:
+        self._lock = threading.Lock()
+        self._waiting: Counter[str] = Counter() if waiting is None else waiting
+        self._unknown = unknown
+
+    @classmethod
+    def count_from(cls, store: PartitionStore, cap: int = CENSUS_CAP) -> RunCensus:
+        """The counts over the store's index, at most ``cap`` rows of each listing."""
+        return cls(waiting_by_target(store, cap), unknown_attempts(store, cap))
+
+    def change(self, before: RunState | None, after: RunState | None) -> None:
+        """Account one run written with the state ``after`` over ``before``."""
+        left = waiting_targets(before) if before is not None else ()
+        entered = waiting_targets(after) if after is not None else ()
+        unknown = is_unknown(after) - is_unknown(before)
+        if left == entered and not unknown:
+            return
+        with self._lock:
+            self._waiting.subtract(left)
+            self._waiting.update(entered)
+            self._unknown += unknown
+
+    def snapshot(self) -> tuple[dict[str, int], int]:
+        """(runs waiting by target, runs with an Unknown attempt), never below zero."""
+        with self._lock:
+            waiting = {target: n for target, n in self._waiting.items() if n > 0}
+            return waiting, max(0, self._unknown)
 
 
 def waiting_by_target(store: PartitionStore, cap: int) -> Counter[str]:
@@ -50,4 +91,4 @@ def _unknown_in(store: PartitionStore, run_ids: list[str]) -> int:
     # Parse only the rows that can be one: a row names its phase, and JSON escapes
     # every quote inside a string value, so a row without this text is not unknown.
     rows = [raw for raw in store.raw_runs(run_ids) if raw is not None and b'"unknown"' in raw]
-    return sum(state_of(raw).phase == "unknown" for raw in rows)
+    return sum(is_unknown(state_of(raw)) for raw in rows)

@@ -19,6 +19,7 @@ from processor.model.journal import plan_append
 from processor.model.listing import index_entries
 from processor.model.reduce import fold, journal_facts, reduce
 from processor.model.state import RunState
+from processor.store.census import RunCensus
 from processor.store.rocks import PartitionStore, StoreBatch
 
 __all__ = ["StagedFact", "Staging"]
@@ -42,10 +43,20 @@ class Staging:
     - ``keep_runs``: up to this many of the most recently written runs (the live loop,
       where a run's next input comes a few batches later); the least recently written
       go first, so memory stays bounded.
+
+    ``census``, if given, is told each written run's state before and after.
     """
 
-    def __init__(self, store: PartitionStore, *, carry: bool = False, keep_runs: int = 0) -> None:
+    def __init__(
+        self,
+        store: PartitionStore,
+        *,
+        carry: bool = False,
+        keep_runs: int = 0,
+        census: RunCensus | None = None,
+    ) -> None:
         self.store = store
+        self.census = census
         self._before: dict[str, RunState | None] = {}
         self._after: dict[str, RunState | None] = {}
         self._keys: set[tuple[str, str]] = set()
@@ -169,6 +180,8 @@ class Staging:
                 _write_due_changes(batch, before, after)
                 _write_index_changes(batch, before, after)
                 started += before is None
+                if self.census is not None:
+                    self.census.change(before, after)
         if facts_offset is not None:
             batch.set_facts_offset(facts_offset)
         self.store.write(batch, wal=wal)

@@ -19,15 +19,10 @@ from prometheus_client.registry import Collector
 from processor.engine.loop import ProcessorLoop
 from processor.errors import TransportError
 from processor.facts.topics import TopicName
-from processor.store.census import unknown_attempts, waiting_by_target
 from processor.transport.base import Reader, TopicPartition
 from processor.transport.topology import Topology
-from processor.web.stores import StoreReaders
 
-__all__ = ["CENSUS_CAP", "LoopCollector", "StoreCollector"]
-
-#: Index rows a scrape walks at most per partition for each count (README).
-CENSUS_CAP = 100_000
+__all__ = ["CensusCollector", "LoopCollector"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,12 +82,12 @@ class LoopCollector(Collector):
             self._reader.close()
 
 
-class StoreCollector(Collector):
-    """Runs waiting at a boundary by target, and open Unknown attempts, counted over
-    the runs index of the stores (at most ``CENSUS_CAP`` rows per partition each)."""
+class CensusCollector(Collector):
+    """Runs waiting at a boundary by target, and open Unknown attempts, from the counts
+    the loop keeps for its partitions (``store/census.py``): a scrape reads no store."""
 
-    def __init__(self, stores: StoreReaders) -> None:
-        self._stores = stores
+    def __init__(self, current: Callable[[], ProcessorLoop | None]) -> None:
+        self._current = current
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         waiting = GaugeMetricFamily(
@@ -106,10 +101,11 @@ class StoreCollector(Collector):
         )
         targets: Counter[str] = Counter()
         open_unknown = 0
-        with self._stores.fresh() as stores:
-            for store in stores:
-                targets.update(waiting_by_target(store, CENSUS_CAP))
-                open_unknown += unknown_attempts(store, CENSUS_CAP)
+        loop = self._current()
+        for census in [] if loop is None else list(loop.census.values()):
+            by_target, count = census.snapshot()
+            targets.update(by_target)
+            open_unknown += count
         for target, count in sorted(targets.items()):
             waiting.add_metric([target], count)
         unknown.add_metric([], open_unknown)

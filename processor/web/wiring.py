@@ -15,7 +15,7 @@ from processor.engine.host import Host
 from processor.facts.keyring import KeyRing
 from processor.telemetry.metrics import REGISTRY
 from processor.web.app import create_app
-from processor.web.collector import LoopCollector, StoreCollector
+from processor.web.collector import CensusCollector, LoopCollector
 from processor.web.context import Readiness, WebContext
 from processor.web.server import HttpServer
 
@@ -54,7 +54,7 @@ class ProcessorWeb:
         assert self.context.stores is not None
         self._collectors = (
             LoopCollector(lambda: host.loop, deployment.transport.reader(), deployment.topology),
-            StoreCollector(self.context.stores),
+            CensusCollector(lambda: host.loop),
         )
         self._server = HttpServer(
             create_app(self.context),

@@ -13,6 +13,7 @@ from processor.config.settings import Settings
 from processor.facts.topics import TopicName
 from processor.model.listing import IndexEntry
 from processor.restore.replay import replay
+from processor.store.census import RunCensus
 from processor.store.listing import RunPage, RunQuery, list_runs
 from processor.store.readers import LocalStores, open_readers
 from processor.store.rocks import PartitionStore, StoreBatch, store_path
@@ -166,3 +167,34 @@ def test_verify_finds_a_lost_or_a_wrong_index_row(settings: Settings) -> None:
     assert verify_after(lambda batch: batch.put_index(row)) == []  # that row was all
     added = verify_after(lambda batch: batch.put_index(wrong))
     assert any(" index: rebuilt " in d for d in added), added
+
+
+def test_the_loop_keeps_the_metrics_census_as_a_recount_finds_it(harness: LoopHarness) -> None:
+    h = harness
+    runs = _runs(h)
+    kept = _census_totals([c.snapshot() for c in h.loop.census.values()])
+    waiting_on = {"square": 1, "echo": 1}  # the two running runs, one at each target
+    assert kept == (waiting_on, 0)
+    with _readers(h.deployment.settings.state_dir) as stores:
+        recounted = _census_totals([RunCensus.count_from(s).snapshot() for s in stores])
+    assert recounted == kept
+    # A run leaving its wait, or entering and leaving Unknown, moves the counts.
+    waiting = next(r for r, (p, s, _) in runs.items() if p == "scalar" and s == "running")
+    state = h.loop_state(waiting)
+    assert state is not None
+    census = RunCensus()
+    census.change(None, state)
+    assert census.snapshot() == ({"echo": 1}, 0)
+    unknown = state.model_copy(update={"phase": "unknown"})
+    census.change(state, unknown)
+    assert census.snapshot() == ({}, 1)
+    census.change(unknown, unknown.model_copy(update={"status": "failed"}))
+    assert census.snapshot() == ({}, 0)
+
+
+def _census_totals(snapshots: list[tuple[dict[str, int], int]]) -> tuple[dict[str, int], int]:
+    waiting: dict[str, int] = {}
+    for by_target, _ in snapshots:
+        for target, count in by_target.items():
+            waiting[target] = waiting.get(target, 0) + count
+    return waiting, sum(unknown for _, unknown in snapshots)
