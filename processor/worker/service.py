@@ -9,6 +9,8 @@ items than it has free slots (when every slot is busy it reads at most one recor
 ahead, so that a stop notice reaches a running attempt; a work item read that way
 starts when a slot frees), and commits a partition's offset only up to its oldest
 unfinished record, so a crash redelivers every attempt that had not finished.
+A worker never drops a work item: an attempt whose timer ran out while the item was
+queued is run anyway, and its result refused by the processor if it is stale.
 """
 
 from __future__ import annotations
@@ -164,15 +166,6 @@ class Worker:
             outbox.send(self._rejected(record, exc), lambda: self._offsets.finished(record))
             return
         if isinstance(message, WorkItem):
-            if message.expires_ms < self._clock():
-                logger.info(
-                    "skipping expired attempt %s/%s of run %s",
-                    message.segment,
-                    message.attempt,
-                    message.run_id,
-                )
-                self._offsets.finished(record)
-                return
             if self._free() > 0:
                 self._start(record, message, outbox, runtime, progress)
             else:
