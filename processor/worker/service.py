@@ -88,6 +88,12 @@ class Worker:
         self._lock = threading.Lock()
         self._freed = threading.Event()
 
+    @property
+    def taken(self) -> int:
+        """Work items this worker holds now: running, and read ahead (at most one)."""
+        with self._lock:
+            return len(self._running) + (self._held is not None)
+
     def run(self, stop: threading.Event) -> None:
         work_topic = self._topology.name(TopicName.WORK)
         outbox = Outbox(self._transport.producer, self.worker_id)
