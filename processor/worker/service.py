@@ -289,10 +289,17 @@ class Worker:
     # --- offsets ---------------------------------------------------------------------------
 
     def _commit(self, consumer: GroupConsumer) -> None:
+        """Commit the positions that moved. A failed commit is not retried as such (a
+        revoked partition's would fail forever): the next position that moves is
+        committed, and at worst finished items are delivered again."""
         positions = self._offsets.committable()
-        if positions:
+        if not positions:
+            return
+        try:
             consumer.commit(positions)
-            self._offsets.committed(positions)
+        except TransportError as exc:
+            logger.warning("%s: commit failed, delivered again at worst: %s", self.worker_id, exc)
+        self._offsets.committed(positions)
 
     def _drain(self, consumer: GroupConsumer) -> None:
         """At stop: let running attempts finish (up to the drain timeout), commit."""
@@ -306,10 +313,7 @@ class Worker:
                 self.worker_id,
                 self.concurrency - self._free(),
             )
-        try:
-            self._commit(consumer)
-        except TransportError as exc:
-            logger.warning("%s: final commit failed: %s", self.worker_id, exc)
+        self._commit(consumer)
 
     def _rejected(self, record: Record, exc: FactDecodeError) -> Outbound:
         REJECTED.labels(exc.reason).inc()

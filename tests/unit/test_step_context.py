@@ -258,3 +258,15 @@ def test_offsets_commit_only_below_the_oldest_unfinished_record() -> None:
     offsets.finished(rec(5))
     assert {tp.partition: at for tp, at in offsets.committable().items()} == {0: 8}
     assert offsets.unfinished() == 0
+
+
+def test_worker_concurrency_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from processor.config.settings import Settings, default_of
+
+    assert default_of("worker_concurrency") == 8
+    assert default_of("start_report_after_ms") == 1_000
+    monkeypatch.setenv("PROCESSOR_WORKER_CONCURRENCY", "3")
+    assert Settings().worker_concurrency == 3
+    monkeypatch.setenv("PROCESSOR_WORKER_CONCURRENCY", "0")
+    with pytest.raises(ValueError, match="worker_concurrency"):
+        Settings()
