@@ -33,6 +33,7 @@ _EXPORTS: dict[str, str] = {
     "Application": "processor.worker.pipeline",
     "Pipeline": "processor.worker.pipeline",
     "NonRetryableError": "processor.worker.pipeline",
+    "StepContext": "processor.worker.context",
     "Trigger": "processor.worker.trigger",
     "TriggerRecord": "processor.worker.trigger",
     "RetryPolicy": "processor.model.pipeline_spec",
@@ -74,6 +75,7 @@ __all__ = [
     "RunResult",
     "SessionLostError",
     "Settings",
+    "StepContext",
     "StoreFormatError",
     "SubmitReceipt",
     "TransportError",
@@ -104,6 +106,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     )
     from processor.model.pipeline_spec import CheckpointSpec, RetryPolicy
     from processor.testing import LocalEnvironment, ManualClock
+    from processor.worker.context import StepContext
     from processor.worker.pipeline import Application, NonRetryableError, Pipeline
     from processor.worker.trigger import Trigger, TriggerRecord
 

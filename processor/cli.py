@@ -72,6 +72,14 @@ DataDirOption = Annotated[
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (errors too, on stderr).")]
 AppOption = Annotated[str, typer.Option("--app", help="Pipelines to load, as module:attribute.")]
 WorkersOption = Annotated[int, typer.Option("--workers", min=0, help="Worker threads")]
+ConcurrencyOption = Annotated[
+    int | None,
+    typer.Option(
+        "--concurrency",
+        min=1,
+        help="Attempts each worker runs at once [PROCESSOR_WORKER_CONCURRENCY; 8]",
+    ),
+]
 HttpPortOption = Annotated[
     int | None,
     typer.Option(
@@ -322,6 +330,7 @@ def run(
     ctx: typer.Context,
     app: AppOption,
     workers: WorkersOption = 2,
+    concurrency: ConcurrencyOption = None,
     http_port: HttpPortOption = None,
     no_http: NoHttpFlag = False,
 ) -> None:
@@ -332,7 +341,7 @@ def run(
     inv = _inv(ctx)
     pipelines = _load_app(inv, app)
     deployment = inv.deployment()
-    host = Host(deployment, pipelines, workers=workers)
+    host = Host(deployment, pipelines, workers=workers, concurrency=concurrency)
     _stop_on_signals(host.stop_event)
     host.start()
     typer.echo(f"processor {host.instance_id} running ({workers} workers); Ctrl-C stops", err=True)
@@ -380,6 +389,7 @@ def worker(
     ctx: typer.Context,
     app: AppOption,
     workers: WorkersOption = 1,
+    concurrency: ConcurrencyOption = None,
     threads: Annotated[
         int | None, typer.Option("--threads", hidden=True, help="Deprecated: --workers")
     ] = None,
@@ -406,6 +416,8 @@ def worker(
             deployment.topology,
             group=deployment.settings.worker_group,
             max_payload_bytes=deployment.settings.max_payload_bytes,
+            concurrency=concurrency or deployment.settings.worker_concurrency,
+            start_report_after_ms=deployment.settings.start_report_after_ms,
         )
         for _ in range(workers)
     ]
@@ -418,7 +430,11 @@ def worker(
         _serving(web.start())
     for thread in pool:
         thread.start()
-    inv.emit({"ready": True, "workers": workers}, f"ready: {workers} workers")
+    slots = runners[0].concurrency if runners else 0
+    inv.emit(
+        {"ready": True, "workers": workers, "concurrency": slots},
+        f"ready: {workers} workers, {slots} attempts at once each",
+    )
     try:
         while any(t.is_alive() for t in pool) and not stop.wait(0.5):
             pass

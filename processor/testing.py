@@ -110,7 +110,10 @@ class LocalEnvironment:
         app: the application under test, or where it is (``"mymodule:app"``, as
             ``processor run --app`` takes it).
         start_ms: where the clock starts (epoch milliseconds).
-        workers: worker threads; a step that blocks holds one.
+        workers: workers (threads); a step that blocks holds one of a worker's slots.
+        concurrency: attempts each worker runs at once (default: the
+            ``worker_concurrency`` setting, 8). Steps may take a ``StepContext``; its
+            start reports, heartbeat throttling and deadline warnings follow ``clock``.
         data_dir: where the log and stores go (default: a temporary directory,
             removed on exit).
         partitions: partitions of each topic (1 keeps start-up fast).
@@ -122,6 +125,7 @@ class LocalEnvironment:
         *,
         start_ms: int = DEFAULT_START_MS,
         workers: int = 2,
+        concurrency: int | None = None,
         data_dir: Path | None = None,
         partitions: int = 1,
     ) -> None:
@@ -137,6 +141,7 @@ class LocalEnvironment:
             broker=None, data_dir=data_dir, partitions=partitions, timer_interval_ms=1
         )
         self._workers = workers
+        self._concurrency = concurrency
         self._rounds = _Rounds()
         self._host: Host | None = None
         self._client: Client | None = None
@@ -162,6 +167,7 @@ class LocalEnvironment:
             deployment,
             self.app,
             workers=self._workers,
+            concurrency=self._concurrency,
             clock=self.clock,
             on_round=self._rounds.record,
         )

@@ -49,6 +49,20 @@ class Settings(BaseSettings):
         "bytes); larger ones are refused (payload_too_large). Below Kafka's default 1 MiB "
         "message.max.bytes, to leave room for the fact or message that carries the payload",
     )
+    worker_concurrency: int = Field(
+        default=8,
+        ge=1,
+        description="Attempts one worker runs at once (processor worker --concurrency, and "
+        "each in-process worker of processor run): async def steps on an event loop, sync "
+        "steps on a pool of this many threads. A worker polls no more work than it can start",
+    )
+    start_report_after_ms: int = Field(
+        default=1000,
+        ge=0,
+        description="A worker reports that a step started (AttemptProgress on "
+        "segments.results) once it has run this long without finishing; a step with a "
+        "heartbeat timeout reports at once. Faster steps report nothing",
+    )
     poll_timeout_ms: int = Field(default=50, ge=1)
     timer_interval_ms: int = Field(default=100, ge=1, description="Due-work scan period")
     timer_batch: int = Field(default=1000, ge=1, description="Due timers fired per scan")

@@ -26,11 +26,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class Host:
-    """A processor loop on one thread and ``workers`` worker threads."""
+    """A processor loop on one thread and ``workers`` workers, each running up to
+    ``concurrency`` attempts at once (None: the ``worker_concurrency`` setting)."""
 
     deployment: Deployment
     app: Application
     workers: int = 2
+    concurrency: int | None = None
     clock: Clock = wall_clock_ms
     instance_id: str = ""  # set by ``start``: the id kept in the state directory
     stop_event: threading.Event = field(default_factory=threading.Event)
@@ -72,8 +74,10 @@ class Host:
                 self.deployment.topology,
                 group=settings.worker_group,
                 worker_id=f"{self.instance_id}-w{index}",
-                clock=self.clock,  # work item expiry is stamped with the processor's clock
+                clock=self.clock,  # progress reports and deadline warnings: the same clock
                 max_payload_bytes=settings.max_payload_bytes,
+                concurrency=self.concurrency or settings.worker_concurrency,
+                start_report_after_ms=settings.start_report_after_ms,
             )
             self._spawn(worker.worker_id, _runner(worker, self.stop_event))
 

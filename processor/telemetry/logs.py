@@ -123,6 +123,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        event = getattr(record, "event", None)
+        if isinstance(event, str):  # a named event (``extra={"event": "deadline_warning"}``)
+            doc["event"] = event
         run = getattr(record, "run", None)
         if not isinstance(run, RunFields):
             run = _CURRENT.get()

@@ -23,12 +23,14 @@ __all__ = [
     "RUNS_FINISHED",
     "RUNS_STARTED",
     "RUN_SECONDS",
+    "STEP_DEADLINE_WARNINGS",
     "STEP_SECONDS",
     "TIMERS_DUE",
     "TIMERS_FIRED",
     "TRANSACTION_INPUTS",
     "TRANSACTION_SECONDS",
     "TransactionTally",
+    "count_deadline_warning",
     "observe_step",
     "record_transaction",
     "recording",
@@ -70,6 +72,13 @@ STEP_SECONDS = Histogram(
     "Time a worker spent in one step function, by pipeline and step",
     ["pipeline", "step"],
     buckets=_STEP_BUCKETS,
+    registry=REGISTRY,
+)
+STEP_DEADLINE_WARNINGS = Counter(
+    "processor_step_deadline_warnings",
+    "Step attempts that used 75 % of their timeout (a worker's deadline warning), by "
+    "pipeline and step",
+    ["pipeline", "step"],
     registry=REGISTRY,
 )
 TRANSACTION_SECONDS = Histogram(
@@ -148,6 +157,11 @@ def observe_step(pipeline: str, step: str, seconds: float) -> None:
     """Record one step function's duration (in a worker)."""
     if _RECORDING.on:
         STEP_SECONDS.labels(pipeline, step).observe(seconds)
+
+
+def count_deadline_warning(pipeline: str, step: str) -> None:
+    """Count one deadline warning (recorded even when other metrics are off: it is rare)."""
+    STEP_DEADLINE_WARNINGS.labels(pipeline, step).inc()
 
 
 def record_transaction(seconds: float, tally: TransactionTally) -> None:

@@ -16,6 +16,9 @@ Layout (all tables ``WITHOUT ROWID``, clustered on their primary key):
 - ``group_owners(grp, epoch, instance_id)``: the fencing epoch of processor groups.
 - ``offsets``, ``claims``, ``acks`` ``(grp, topic, partition, next_offset)``: committed
   offsets of processor groups, claimed and acknowledged positions of worker groups.
+- ``members(grp, member, alive_until_ms)`` and ``member_claims(grp, topic, partition,
+  offset, member)``: the live members of worker groups and the records each claimed
+  and has not committed (handed to another member once it is gone).
 """
 
 from __future__ import annotations
@@ -78,6 +81,13 @@ _SCHEMA = (
         next_offset INTEGER NOT NULL, PRIMARY KEY (grp, topic, partition)) WITHOUT ROWID"""
         for table in ("offsets", "claims", "acks")
     ),
+    """CREATE TABLE IF NOT EXISTS members (
+        grp TEXT NOT NULL, member TEXT NOT NULL, alive_until_ms INTEGER NOT NULL,
+        PRIMARY KEY (grp, member)) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS member_claims (
+        grp TEXT NOT NULL, topic TEXT NOT NULL, partition INTEGER NOT NULL,
+        offset INTEGER NOT NULL, member TEXT NOT NULL,
+        PRIMARY KEY (grp, topic, partition, offset)) WITHOUT ROWID""",
 )
 
 _SELECT_TOPICS = "SELECT name, id, partitions, config FROM topics"

@@ -1,21 +1,35 @@
-"""Run one segment attempt: the steps of a work item, in order, in this process."""
+"""Run one segment attempt: the steps of a work item, in order.
+
+``execute`` runs an attempt in the calling thread (an ``async def`` step on an event
+loop of its own); the worker calls ``execute_async`` on its event loop for attempts
+with an ``async def`` step, with ``run_sync`` handing the sync steps to its pool.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 from processor.facts import payload
 from processor.facts.models import SegmentResult, StepOutput, WorkItem
 from processor.telemetry import logs, tracing
 from processor.telemetry.metrics import observe_step
-from processor.worker.pipeline import Application, NonRetryableError, Step
+from processor.worker.attempts import RunningAttempt
+from processor.worker.context import StepContext, StopFlag, is_async, wants_context
+from processor.worker.pipeline import Application, NonRetryableError, Pipeline, Step
 
-__all__ = ["execute"]
+__all__ = ["SyncRunner", "execute", "execute_async", "needs_loop"]
 
 logger = logging.getLogger(__name__)
+
+#: How an async attempt runs a sync step function: in a pool, off the event loop.
+SyncRunner = Callable[[Callable[[], Any]], Awaitable[Any]]
 
 
 def execute(
@@ -24,71 +38,335 @@ def execute(
     worker_id: str,
     traceparent: str | None = None,
     max_payload_bytes: int | None = None,
+    *,
+    attempt: RunningAttempt | None = None,
 ) -> SegmentResult:
     """Execute the item's steps until the segment ends or a step raises; each step in
     a span of the run's trace (``traceparent``) while OpenTelemetry is on.
 
     A step output (or await request) over ``max_payload_bytes`` fails the attempt,
     not retryably, with ``PayloadTooLarge`` naming its size: a result the broker
-    would refuse is never produced."""
-    pipeline = app.pipeline(item.pipeline, item.pipeline_version)
-    common = {
-        "result_id": str(uuid.uuid4()),
-        "run_id": item.run_id,
-        "segment": item.segment,
-        "attempt": item.attempt,
-        "generation": item.generation,
-        "worker_id": worker_id,
-    }
-    if pipeline is None:
-        return SegmentResult(
-            **common,
-            steps=(),
-            outcome="failed",
-            failed_step=item.first_step,
-            error=f"pipeline {item.pipeline!r} v{item.pipeline_version} is not loaded here",
-            error_type="UnknownPipeline",
-            retryable=True,
-        )
+    would refuse is never produced. ``attempt`` (the worker's) gets the steps'
+    starts and heartbeats and holds the stop flag of their contexts."""
+    run = _Attempt.of(
+        item,
+        app,
+        worker_id,
+        traceparent=traceparent,
+        max_payload_bytes=max_payload_bytes,
+        attempt=attempt,
+    )
+    if isinstance(run, SegmentResult):
+        return run
+    if run.needs_loop():
+        return asyncio.run(_drive(run, _inline))
     if item.kind == "compensate":
-        step = pipeline.steps[item.first_step]
-        name = f"processor.compensate {step.spec.name}"
-        with tracing.step_span(traceparent, name, **_attributes(item, item.first_step)) as span:
-            return _compensate(item, step, common, span)
-    outputs: list[StepOutput] = []
-    value = payload.loads(item.input)
+        return _compensate_sync(run)
+    return _forward_sync(run)
+
+
+async def execute_async(
+    item: WorkItem,
+    app: Application,
+    worker_id: str,
+    run_sync: SyncRunner,
+    *,
+    traceparent: str | None = None,
+    max_payload_bytes: int | None = None,
+    attempt: RunningAttempt | None = None,
+) -> SegmentResult:
+    """``execute`` on the running event loop; sync step functions go to ``run_sync``."""
+    run = _Attempt.of(
+        item,
+        app,
+        worker_id,
+        traceparent=traceparent,
+        max_payload_bytes=max_payload_bytes,
+        attempt=attempt,
+    )
+    if isinstance(run, SegmentResult):
+        return run
+    return await _drive(run, run_sync)
+
+
+def needs_loop(item: WorkItem, app: Application) -> bool:
+    """Whether the item's attempt calls an ``async def`` function (runs on an event loop)."""
+    pipeline = app.pipeline(item.pipeline, item.pipeline_version)
+    if pipeline is None:
+        return False
     spec = app.get(item.pipeline, item.pipeline_version)
     assert spec is not None  # the pipeline exists, so does its spec
-    for index in range(item.first_step, spec.segment_end(item.first_step) + 1):
-        step = pipeline.steps[index]
-        logs.bind_step(index)
-        name = f"processor.step {step.spec.name}"
-        with tracing.step_span(traceparent, name, **_attributes(item, index)) as span:
+    return _Attempt.functions_async(item, pipeline, spec.segment_end(item.first_step))
+
+
+def _forward_sync(run: _Attempt) -> SegmentResult:
+    value = payload.loads(run.item.input)
+    for index in run.indexes():
+        step = run.step(index)
+        with run.step_scope(index, "processor.step") as span:
             try:
-                value = _run_step(item.pipeline, step, value)
-                if step.spec.awaits is not None:
-                    requests = _requests(value, step.spec.awaits.kind, step.spec.awaits.itemized)
-                    for request in requests:
-                        payload.check_size(request, max_payload_bytes, _what(step, "request"))
-                    return SegmentResult(
-                        **common, steps=tuple(outputs), outcome="suspended", requests=requests
-                    )
-                encoded = payload.dumps(value)
-                payload.check_size(encoded, max_payload_bytes, _what(step, "output"))
+                value = run.timed(step, partial(_call, step.function, value, run.context(index)))
+                ended = run.after(index, step, value)
             except Exception as exc:  # a step's failure is data, reported to the processor
-                logger.info("step %s of run %s failed: %r", index, item.run_id, exc)
-                span.fail(type(exc).__name__, str(exc) or repr(exc))
-                return SegmentResult(
-                    **common,
-                    steps=tuple(outputs),
-                    outcome="failed",
-                    failed_step=index,
-                    error=str(exc) or repr(exc),
-                    error_type=type(exc).__name__,
-                    retryable=not isinstance(exc, (NonRetryableError, payload.InvalidPayloadError)),
-                )
-        outputs.append(StepOutput(step=index, output=encoded))
-    return SegmentResult(**common, steps=tuple(outputs), outcome="completed")
+                return run.failure(index, exc, span)
+        if ended is not None:
+            return ended
+    return run.completed()
+
+
+def _compensate_sync(run: _Attempt) -> SegmentResult:
+    index = run.item.first_step
+    step = run.step(index)
+    compensator = step.compensator
+    if compensator is None:
+        return run.no_compensator(step)
+    with run.step_scope(index, "processor.compensate") as span:
+        try:
+            value = payload.loads(run.item.input)
+            run.timed(step, partial(_call, compensator, value, run.context(index)))
+        except Exception as exc:  # a compensator's failure is data, reported to the processor
+            return run.failure(index, exc, span)
+    return run.compensated()
+
+
+async def _drive(run: _Attempt, run_sync: SyncRunner) -> SegmentResult:
+    item = run.item
+    with logs.run_context(item.run_id, item.pipeline, item.first_step, item.attempt):
+        if run.item.kind == "compensate":
+            return await _compensate_async(run, run_sync)
+        return await _forward_async(run, run_sync)
+
+
+async def _forward_async(run: _Attempt, run_sync: SyncRunner) -> SegmentResult:
+    value = payload.loads(run.item.input)
+    for index in run.indexes():
+        step = run.step(index)
+        with run.step_scope(index, "processor.step") as span:
+            try:
+                value = await run.timed_async(step, step.function, value, index, run_sync)
+                ended = run.after(index, step, value)
+            except Exception as exc:  # a step's failure is data, reported to the processor
+                return run.failure(index, exc, span)
+        if ended is not None:
+            return ended
+    return run.completed()
+
+
+async def _compensate_async(run: _Attempt, run_sync: SyncRunner) -> SegmentResult:
+    index = run.item.first_step
+    step = run.step(index)
+    if step.compensator is None:
+        return run.no_compensator(step)
+    with run.step_scope(index, "processor.compensate") as span:
+        try:
+            value = payload.loads(run.item.input)
+            await run.timed_async(step, step.compensator, value, index, run_sync)
+        except Exception as exc:  # a compensator's failure is data, reported to the processor
+            return run.failure(index, exc, span)
+    return run.compensated()
+
+
+def _call(function: Callable[..., Any], value: Any, ctx: StepContext) -> Any:
+    """Call a step function with the context if it declares a second parameter."""
+    return function(value, ctx) if wants_context(function) else function(value)
+
+
+async def _inline(function: Callable[[], Any]) -> Any:
+    """``execute``'s runner of sync steps on its private loop: in the calling thread."""
+    return function()
+
+
+class _Attempt:
+    """One attempt being executed: what it needs, and the results it may end with."""
+
+    def __init__(
+        self,
+        item: WorkItem,
+        pipeline: Pipeline,
+        app: Application,
+        common: dict[str, Any],
+        *,
+        traceparent: str | None,
+        max_payload_bytes: int | None,
+        attempt: RunningAttempt | None,
+    ) -> None:
+        spec = app.get(item.pipeline, item.pipeline_version)
+        assert spec is not None  # the pipeline exists, so does its spec
+        self.item = item
+        self.pipeline = pipeline
+        self.spec = spec
+        self.common = common
+        self.outputs: list[StepOutput] = []
+        self._traceparent = traceparent
+        self._max_payload_bytes = max_payload_bytes
+        self._attempt = attempt
+        self._stop = attempt.stop if attempt is not None else StopFlag()
+
+    @classmethod
+    def of(
+        cls,
+        item: WorkItem,
+        app: Application,
+        worker_id: str,
+        *,
+        traceparent: str | None,
+        max_payload_bytes: int | None,
+        attempt: RunningAttempt | None,
+    ) -> _Attempt | SegmentResult:
+        """The attempt, or the failed result of a pipeline version not loaded here."""
+        common = {
+            "result_id": str(uuid.uuid4()),
+            "run_id": item.run_id,
+            "segment": item.segment,
+            "attempt": item.attempt,
+            "generation": item.generation,
+            "worker_id": worker_id,
+        }
+        pipeline = app.pipeline(item.pipeline, item.pipeline_version)
+        if pipeline is None:
+            return SegmentResult(
+                **common,
+                steps=(),
+                outcome="failed",
+                failed_step=item.first_step,
+                error=f"pipeline {item.pipeline!r} v{item.pipeline_version} is not loaded here",
+                error_type="UnknownPipeline",
+                retryable=True,
+            )
+        return cls(
+            item,
+            pipeline,
+            app,
+            common,
+            traceparent=traceparent,
+            max_payload_bytes=max_payload_bytes,
+            attempt=attempt,
+        )
+
+    @staticmethod
+    def functions_async(item: WorkItem, pipeline: Pipeline, last: int) -> bool:
+        """Whether the attempt of ``item`` (steps up to ``last``) has an async function."""
+        if item.kind == "compensate":
+            compensator = pipeline.steps[item.first_step].compensator
+            return compensator is not None and is_async(compensator)
+        return any(is_async(pipeline.steps[i].function) for i in range(item.first_step, last + 1))
+
+    def needs_loop(self) -> bool:
+        last = self.spec.segment_end(self.item.first_step)
+        return self.functions_async(self.item, self.pipeline, last)
+
+    def indexes(self) -> range:
+        return range(self.item.first_step, self.spec.segment_end(self.item.first_step) + 1)
+
+    def step(self, index: int) -> Step:
+        return self.pipeline.steps[index]
+
+    def context(self, index: int) -> StepContext:
+        """The context of step ``index`` in this attempt."""
+        item = self.item
+        return StepContext(
+            run_id=item.run_id,
+            pipeline=item.pipeline,
+            pipeline_version=item.pipeline_version,
+            step=self.step(index).spec.name,
+            step_index=index,
+            kind=item.kind,
+            attempt=item.attempt,
+            generation=item.generation,
+            deadline_ms=item.run_deadline_ms,
+            stop=self._stop,
+            heartbeat=None if self._attempt is None else self._attempt.heartbeat,
+        )
+
+    @contextmanager
+    def step_scope(self, index: int, prefix: str) -> Iterator[tracing.SpanHandle]:
+        """Around one step: the log context names it, its span, the worker knows it runs."""
+        step = self.step(index)
+        logs.bind_step(index)
+        attributes = _attributes(self.item, index)
+        name = f"{prefix} {step.spec.name}"
+        with tracing.step_span(self._traceparent, name, **attributes) as span:
+            if self._attempt is not None:
+                self._attempt.step_began(index, step.spec)
+            try:
+                yield span
+            finally:
+                if self._attempt is not None:
+                    self._attempt.step_ended()
+
+    def timed(self, step: Step, call: Callable[[], Any]) -> Any:
+        """Call the step function; record how long it took, whether it returned or raised."""
+        began = time.perf_counter()
+        try:
+            return call()
+        finally:
+            observe_step(self.item.pipeline, step.spec.name, time.perf_counter() - began)
+
+    async def timed_async(
+        self,
+        step: Step,
+        function: Callable[..., Any],
+        value: Any,
+        index: int,
+        run_sync: SyncRunner,
+    ) -> Any:
+        """``timed`` for an attempt on the event loop: awaited, or run by ``run_sync``."""
+        ctx = self.context(index)
+        began = time.perf_counter()
+        try:
+            if is_async(function):
+                return await _call(function, value, ctx)
+            return await run_sync(partial(_call, function, value, ctx))
+        finally:
+            observe_step(self.item.pipeline, step.spec.name, time.perf_counter() - began)
+
+    def after(self, index: int, step: Step, value: Any) -> SegmentResult | None:
+        """Record a step's output; the suspended result of an await step."""
+        if step.spec.awaits is not None:
+            requests = _requests(value, step.spec.awaits.kind, step.spec.awaits.itemized)
+            for request in requests:
+                payload.check_size(request, self._max_payload_bytes, _what(step, "request"))
+            return SegmentResult(
+                **self.common, steps=tuple(self.outputs), outcome="suspended", requests=requests
+            )
+        encoded = payload.dumps(value)
+        payload.check_size(encoded, self._max_payload_bytes, _what(step, "output"))
+        self.outputs.append(StepOutput(step=index, output=encoded))
+        return None
+
+    def completed(self) -> SegmentResult:
+        return SegmentResult(**self.common, steps=tuple(self.outputs), outcome="completed")
+
+    def failure(self, index: int, exc: Exception, span: tracing.SpanHandle) -> SegmentResult:
+        """The failed result of a step (or compensator) that raised ``exc``."""
+        what = "compensator of step" if self.item.kind == "compensate" else "step"  # logs
+        logger.info("%s %s of run %s failed: %r", what, index, self.item.run_id, exc)
+        span.fail(type(exc).__name__, str(exc) or repr(exc))
+        return SegmentResult(
+            **self.common,
+            kind=self.item.kind,
+            steps=tuple(self.outputs),
+            outcome="failed",
+            failed_step=index,
+            error=str(exc) or repr(exc),
+            error_type=type(exc).__name__,
+            retryable=not isinstance(exc, (NonRetryableError, payload.InvalidPayloadError)),
+        )
+
+    def no_compensator(self, step: Step) -> SegmentResult:
+        return SegmentResult(
+            **self.common,
+            kind="compensate",
+            steps=(),
+            outcome="failed",
+            failed_step=self.item.first_step,
+            error=f"step {step.spec.name!r} has no compensator here",
+            error_type="MissingCompensator",
+            retryable=False,
+        )
+
+    def compensated(self) -> SegmentResult:
+        return SegmentResult(**self.common, kind="compensate", steps=(), outcome="completed")
 
 
 def _what(step: Step, part: str) -> str:
@@ -104,50 +382,6 @@ def _attributes(item: WorkItem, step: int) -> dict[str, str | int]:
         "attempt": item.attempt,
         "step": step,
     }
-
-
-def _run_step(pipeline: str, step: Step, value: Any) -> Any:
-    """Call the step function; record how long it took, whether it returned or raised."""
-    began = time.perf_counter()
-    try:
-        return step.function(value)
-    finally:
-        observe_step(pipeline, step.spec.name, time.perf_counter() - began)
-
-
-def _compensate(
-    item: WorkItem, step: Step, common: dict[str, Any], span: tracing.SpanHandle
-) -> SegmentResult:
-    """Run one step's compensator with the step's output."""
-    if step.compensator is None:
-        return SegmentResult(
-            **common,
-            kind="compensate",
-            steps=(),
-            outcome="failed",
-            failed_step=item.first_step,
-            error=f"step {step.spec.name!r} has no compensator here",
-            error_type="MissingCompensator",
-            retryable=False,
-        )
-    try:
-        step.compensator(payload.loads(item.input))
-    except Exception as exc:  # a compensator's failure is data, reported to the processor
-        logger.info(
-            "compensator of step %s of run %s failed: %r", item.first_step, item.run_id, exc
-        )
-        span.fail(type(exc).__name__, str(exc) or repr(exc))
-        return SegmentResult(
-            **common,
-            kind="compensate",
-            steps=(),
-            outcome="failed",
-            failed_step=item.first_step,
-            error=str(exc) or repr(exc),
-            error_type=type(exc).__name__,
-            retryable=not isinstance(exc, NonRetryableError),
-        )
-    return SegmentResult(**common, kind="compensate", steps=(), outcome="completed")
 
 
 def _requests(value: object, kind: str, itemized: bool) -> tuple[bytes, ...]:

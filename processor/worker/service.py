@@ -2,36 +2,55 @@
 
 Workers are stateless and at-least-once. A result that arrives for an attempt
 that is no longer current is refused by the processor, so duplicates are safe.
+
+A worker runs up to ``concurrency`` attempts at once: ``async def`` steps on an
+event loop, sync steps on a pool of ``concurrency`` threads. It polls no more work
+items than it has free slots (when every slot is busy it reads at most one record
+ahead, so that a stop notice reaches a running attempt; a work item read that way
+starts when a slot frees), and commits a partition's offset only up to its oldest
+unfinished record, so a crash redelivers every attempt that had not finished.
+A worker never drops a work item: an attempt whose timer ran out while the item was
+queued is run anyway, and its result refused by the processor if it is stale.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
+from concurrent.futures import Future
 
 from processor.config.settings import default_of
 from processor.errors import FactDecodeError, TransportError
 from processor.facts.codec import codec, encode
-from processor.facts.models import WorkItem
+from processor.facts.models import SegmentResult, StopNotice, WorkItem
 from processor.facts.rejection import rejected
 from processor.facts.topics import TopicName
 from processor.facts.traceparent import TRACEPARENT_HEADER, is_traceparent
 from processor.telemetry import logs
 from processor.telemetry.metrics import REJECTED
-from processor.transport.base import GroupConsumer, Outbound, Producer, Record, Transport
+from processor.transport.base import GroupConsumer, Outbound, Record, TopicPartition, Transport
 from processor.transport.clock import Clock, wall_clock_ms
 from processor.transport.topology import Topology
-from processor.worker.executor import execute
+from processor.worker.attempts import RUNNING, RunningAttempt, ref_of
+from processor.worker.executor import execute, execute_async, needs_loop
+from processor.worker.offsets import PendingOffsets
+from processor.worker.outbox import Outbox
 from processor.worker.pipeline import Application
+from processor.worker.progress import ProducedProgress
+from processor.worker.runtime import StepRuntime
 
 __all__ = ["Worker"]
 
 logger = logging.getLogger(__name__)
 
+_POLL_S = 0.1  # how long a poll waits for records: also the period of the attempt checks
+
 
 class Worker:
-    """One worker consumer; run several (threads or processes) to scale out."""
+    """One worker consumer running up to ``concurrency`` attempts at once; run several
+    (threads or processes) to scale out."""
 
     def __init__(
         self,
@@ -44,7 +63,12 @@ class Worker:
         max_batch: int = 10,
         clock: Clock = wall_clock_ms,
         max_payload_bytes: int = default_of("max_payload_bytes"),
+        concurrency: int = default_of("worker_concurrency"),
+        start_report_after_ms: int = default_of("start_report_after_ms"),
+        drain_timeout_s: float = 10.0,
     ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         self._transport = transport
         self._app = app
         self._topology = topology
@@ -53,60 +77,255 @@ class Worker:
         self._max_batch = max_batch
         self._clock = clock
         self._max_payload_bytes = max_payload_bytes
+        self.concurrency = concurrency
+        self._start_report_after_ms = start_report_after_ms
+        self._drain_timeout_s = drain_timeout_s
+        self._results = topology.name(TopicName.RESULTS)
+        self._offsets = PendingOffsets()
+        self._running: dict[_Slot, RunningAttempt] = {}  # the slots in use
+        self._held: tuple[Record, WorkItem] | None = None  # read ahead while every slot was busy
+        self._held_stop: StopNotice | None = None  # a stop notice for the held item
+        self._lock = threading.Lock()
+        self._freed = threading.Event()
+
+    @property
+    def taken(self) -> int:
+        """Work items this worker holds now: running, and read ahead (at most one)."""
+        with self._lock:
+            return len(self._running) + (self._held is not None)
 
     def run(self, stop: threading.Event) -> None:
         work_topic = self._topology.name(TopicName.WORK)
-        consumer = self._transport.consumer(self._group, [work_topic])
-        producer = self._transport.producer()
+        outbox = Outbox(self._transport.producer, self.worker_id)
+        outbox.start()
+        runtime = StepRuntime(self.concurrency, self.worker_id)
+        progress = ProducedProgress(outbox.send, self._results, self.worker_id)
+        try:
+            consumer = self._transport.consumer(self._group, [work_topic])
+        except BaseException:
+            outbox.close()
+            raise
         try:
             while not stop.is_set():
                 try:
-                    self._run_batch(consumer.poll(self._max_batch, 0.1), consumer, producer)
+                    self._round(consumer, outbox, runtime, progress)
                 except TransportError as exc:
                     logger.warning("%s: transport error, retrying: %s", self.worker_id, exc)
                     stop.wait(0.5)
         finally:
+            self._drain(consumer)
+            outbox.close()
+            runtime.close()
             consumer.close()
-            producer.close()
 
-    def _run_batch(
-        self, records: list[Record], consumer: GroupConsumer, producer: Producer
+    # --- one round of the loop -------------------------------------------------------------
+
+    def _round(
+        self,
+        consumer: GroupConsumer,
+        outbox: Outbox,
+        runtime: StepRuntime,
+        progress: ProducedProgress,
     ) -> None:
-        if not records:
-            return
+        """Start what fits, poll for more (or a stop notice), check the running attempts,
+        commit the offsets below the oldest unfinished record."""
+        if self._held is not None and self._free() > 0:
+            record, item = self._held
+            self._held = None
+            self._start(record, item, outbox, runtime, progress)
+        free = self._free()
+        if free > 0:
+            records = consumer.poll(min(self._max_batch, free), _POLL_S)
+        elif self._held is None:
+            records = consumer.poll(1, _POLL_S)  # one ahead: a stop notice for a running step
+        else:
+            records = []
+            self._freed.wait(_POLL_S)
+        self._freed.clear()
         for record in records:
-            outbound = self._process(record)
-            if outbound is not None:
-                producer.produce(outbound)
-        producer.flush()
-        positions = {r.position: r.offset + 1 for r in records}
-        consumer.commit(positions)
+            self._take(record, outbox, runtime, progress)
+        now = self._clock()
+        for attempt in self._attempts():
+            attempt.check(now)
+        self._commit(consumer)
 
-    def _process(self, record: Record) -> Outbound | None:
+    def _free(self) -> int:
+        with self._lock:
+            return self.concurrency - len(self._running)
+
+    def _attempts(self) -> list[RunningAttempt]:
+        with self._lock:
+            return list(self._running.values())
+
+    def _take(
+        self,
+        record: Record,
+        outbox: Outbox,
+        runtime: StepRuntime,
+        progress: ProducedProgress,
+    ) -> None:
+        """Start a work item, apply a stop notice, or refuse what is neither."""
+        self._offsets.taken(record)
         try:
-            item = codec().decode_as(record.value, WorkItem)
+            message = codec().decode(record.value)
         except FactDecodeError as exc:
-            return self._rejected(record, exc)
-        with logs.run_context(item.run_id, item.pipeline, item.first_step, item.attempt):
-            return self._run(item, _traceparent(record))
+            outbox.send(self._rejected(record, exc), lambda: self._offsets.finished(record))
+            return
+        if isinstance(message, WorkItem):
+            if self._free() > 0:
+                self._start(record, message, outbox, runtime, progress)
+            else:
+                self._held = (record, message)
+            return
+        if isinstance(message, StopNotice):
+            self._stop_requested(message)
+            self._offsets.finished(record)
+            return
+        wrong = FactDecodeError(
+            "wrong_schema",
+            f"expected WorkItem or StopNotice, got {type(message).__name__}",
+            record.value,
+        )
+        outbox.send(self._rejected(record, wrong), lambda: self._offsets.finished(record))
 
-    def _run(self, item: WorkItem, traceparent: str | None) -> Outbound | None:
-        if item.expires_ms < self._clock():
-            logger.info(
-                "skipping expired attempt %s/%s of run %s", item.segment, item.attempt, item.run_id
+    def _stop_requested(self, notice: StopNotice) -> None:
+        """Set the stop flag of the attempt the notice names (running here or read ahead)."""
+        if RUNNING.stop(notice):
+            logger.info("stop requested for attempt %s of run %s", notice.attempt, notice.run_id)
+            return
+        if self._held is not None and ref_of(self._held[1]) == ref_of(notice):
+            self._held_stop = notice
+            return
+        logger.debug("stop notice for run %s: no such attempt runs here", notice.run_id)
+
+    # --- attempts --------------------------------------------------------------------------
+
+    def _start(
+        self,
+        record: Record,
+        item: WorkItem,
+        outbox: Outbox,
+        runtime: StepRuntime,
+        progress: ProducedProgress,
+    ) -> None:
+        """Run the item's attempt in a free slot."""
+        attempt = RunningAttempt(item, progress, self._clock, self._start_report_after_ms)
+        held_stop, self._held_stop = self._held_stop, None
+        if held_stop is not None and ref_of(held_stop) == attempt.ref:
+            attempt.stop.set(held_stop.reason)
+        with self._lock:
+            self._running[_slot(record)] = attempt
+        RUNNING.add(attempt)
+        traceparent = _traceparent(record)
+        future = self._submit(item, attempt, traceparent, runtime)
+        future.add_done_callback(
+            lambda done: self._finished(record, attempt, traceparent, done, outbox)
+        )
+
+    def _submit(
+        self,
+        item: WorkItem,
+        attempt: RunningAttempt,
+        traceparent: str | None,
+        runtime: StepRuntime,
+    ) -> Future[SegmentResult]:
+        if needs_loop(item, self._app):
+            return runtime.run_async(
+                execute_async(
+                    item,
+                    self._app,
+                    self.worker_id,
+                    runtime.in_pool,
+                    traceparent=traceparent,
+                    max_payload_bytes=self._max_payload_bytes,
+                    attempt=attempt,
+                )
             )
-            return None
-        result = execute(item, self._app, self.worker_id, traceparent, self._max_payload_bytes)
+
+        def run() -> SegmentResult:
+            with logs.run_context(item.run_id, item.pipeline, item.first_step, item.attempt):
+                return execute(
+                    item,
+                    self._app,
+                    self.worker_id,
+                    traceparent,
+                    self._max_payload_bytes,
+                    attempt=attempt,
+                )
+
+        return runtime.run_sync(run)
+
+    def _finished(
+        self,
+        record: Record,
+        attempt: RunningAttempt,
+        traceparent: str | None,
+        done: Future[SegmentResult],
+        outbox: Outbox,
+    ) -> None:
+        """Produce the attempt's result; its slot and offset are free once it is flushed."""
+        RUNNING.remove(attempt)
+        if done.cancelled():  # the worker stopped before the attempt ended
+            self._release(record, finished=False)
+            return
+        failure = done.exception()
+        if failure is not None:  # a bug in the executor, not a step's failure
+            logger.error("attempt of run %s crashed", attempt.item.run_id, exc_info=failure)
+            self._release(record, finished=False)
+            return
+        result = done.result()
         # The result carries the run's traceparent on, like the work item it answers.
         headers = () if traceparent is None else ((TRACEPARENT_HEADER, traceparent.encode()),)
-        return Outbound(
-            self._topology.name(TopicName.RESULTS), item.run_id.encode(), encode(result), headers
-        )
+        outbound = Outbound(self._results, result.run_id.encode(), encode(result), headers)
+        outbox.send(outbound, lambda: self._release(record, finished=True))
+
+    def _release(self, record: Record, *, finished: bool) -> None:
+        if finished:
+            self._offsets.finished(record)
+        with self._lock:
+            self._running.pop(_slot(record), None)
+        self._freed.set()
+
+    # --- offsets ---------------------------------------------------------------------------
+
+    def _commit(self, consumer: GroupConsumer) -> None:
+        """Commit the positions that moved. A failed commit is not retried as such (a
+        revoked partition's would fail forever): the next position that moves is
+        committed, and at worst finished items are delivered again."""
+        positions = self._offsets.committable()
+        if not positions:
+            return
+        try:
+            consumer.commit(positions)
+        except TransportError as exc:
+            logger.warning("%s: commit failed, delivered again at worst: %s", self.worker_id, exc)
+        self._offsets.committed(positions)
+
+    def _drain(self, consumer: GroupConsumer) -> None:
+        """At stop: let running attempts finish (up to the drain timeout), commit."""
+        deadline = time.monotonic() + self._drain_timeout_s
+        while self._free() < self.concurrency and time.monotonic() < deadline:
+            self._freed.wait(_POLL_S)
+            self._freed.clear()
+        if self._free() < self.concurrency:
+            logger.warning(
+                "%s: stopping with %d attempts still running (delivered again later)",
+                self.worker_id,
+                self.concurrency - self._free(),
+            )
+        self._commit(consumer)
 
     def _rejected(self, record: Record, exc: FactDecodeError) -> Outbound:
         REJECTED.labels(exc.reason).inc()
         refusal = rejected(record, exc.reason, exc.detail, self._clock())
         return Outbound(self._topology.name(TopicName.REJECTED), record.key or b"", encode(refusal))
+
+
+_Slot = tuple[TopicPartition, int]
+
+
+def _slot(record: Record) -> _Slot:
+    return record.position, record.offset
 
 
 def _traceparent(record: Record) -> str | None:

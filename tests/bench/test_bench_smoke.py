@@ -94,6 +94,13 @@ def test_lifecycle_embedded(tmp_path: Path) -> None:
     assert out["facts_per_run"] > 1
 
 
+def test_worker_concurrency(tmp_path: Path) -> None:
+    out = bench("worker_concurrency.py", tmp_path, "--seconds", "0.1", "--repeat", "1")
+    assert (out["high"], out["low"], out["rounds"]) == (16, 1, 1)
+    assert out["steps_per_s_high"] > 0 and out["steps_per_s_low"] > 0
+    assert out["ratio"] > 0 and len(out["paired_ratios"]) == 1
+
+
 def test_http_overhead(tmp_path: Path) -> None:
     out = bench(
         "http_overhead.py", tmp_path, "--runs", "20", "--rounds", "2", "--scrape-interval", "0.05"

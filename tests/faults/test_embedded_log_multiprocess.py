@@ -243,3 +243,57 @@ def assert_still_writable(log: EmbeddedTransport) -> None:
     producer.produce(Outbound("sink", b"after-kill", b"after"))
     producer.close()
     assert total_records(log, "sink") == before + 1
+
+
+# Claims records as a worker-group member, says so, then waits to be killed.
+CLAIMER = """
+import sys, time
+from processor.transport.embedded import EmbeddedTransport
+from processor.transport.embedded_consumer import EmbeddedConsumer
+
+path, topic = sys.argv[1], sys.argv[2]
+transport = EmbeddedTransport(path)
+consumer = EmbeddedConsumer(transport.db_file, False, "claimers", [topic], session_timeout_ms=600)
+records = consumer.poll(3, 10.0)
+print(len(records), flush=True)
+time.sleep(600)
+"""
+
+
+def test_records_a_killed_group_member_claimed_go_to_the_next_member(tmp_path: Path) -> None:
+    """A worker-group member killed with records claimed and not committed: once its
+    session runs out, another member gets them, each once."""
+    transport = EmbeddedTransport(tmp_path)
+    admin = transport.admin()
+    admin.create_topics([TopicSpec("work", 1)])
+    admin.close()
+    producer = transport.producer()
+    for i in range(5):
+        producer.produce(Outbound("work", b"k", b"item-%d" % i))
+    producer.flush()
+    producer.close()
+    child = spawn(CLAIMER, str(tmp_path), "work")
+    try:
+        deadline = time.monotonic() + 60
+        claims = sqlite3.connect(transport.db_file)
+        while claims.execute("SELECT count(*) FROM member_claims").fetchone()[0] < 3:
+            assert time.monotonic() < deadline and child.poll() is None
+            time.sleep(0.02)  # the poll interval of a deadline-bounded wait
+        claims.close()
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+        assert child.stderr is not None
+        child.stderr.close()
+    from processor.transport.embedded_consumer import EmbeddedConsumer
+
+    survivor = EmbeddedConsumer(transport.db_file, False, "claimers", ["work"])
+    try:
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 5:
+            assert time.monotonic() < deadline, f"only {got}"
+            got += [r.value or b"" for r in survivor.poll(5, 0.2)]
+        assert sorted(got) == [b"item-%d" % i for i in range(5)]  # the killed one's too, once
+    finally:
+        survivor.close()

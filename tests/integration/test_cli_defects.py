@@ -128,14 +128,16 @@ def test_run_prints_a_ready_line_on_stdout_with_json(tmp_path: Path) -> None:
 def test_worker_takes_workers_json_and_the_old_threads_name(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     assert cli(data_dir, "topics", "apply").returncode == 0
-    proc = _start(data_dir, "worker", "--app", APP, "--workers", "2", "--json")
+    proc = _start(
+        data_dir, "worker", "--app", APP, "--workers", "2", "--concurrency", "3", "--json"
+    )
     try:
-        assert json.loads(_first_line(proc, 60)) == {"ready": True, "workers": 2}
+        assert json.loads(_first_line(proc, 60)) == {"ready": True, "workers": 2, "concurrency": 3}
     finally:
         assert _stop(proc)[0] == 0
     old = _start(data_dir, "worker", "--app", APP, "--threads", "3")
     try:
-        assert _first_line(old, 60).strip() == "ready: 3 workers"
+        assert _first_line(old, 60).strip() == "ready: 3 workers, 8 attempts at once each"
     finally:
         code, stderr = _stop(old)
     assert code == 0
