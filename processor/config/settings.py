@@ -49,6 +49,13 @@ class Settings(BaseSettings):
         "bytes); larger ones are refused (payload_too_large). Below Kafka's default 1 MiB "
         "message.max.bytes, to leave room for the fact or message that carries the payload",
     )
+    max_infrastructure_losses: int = Field(
+        default=20,
+        ge=0,
+        description="Attempts a run may lose to the infrastructure (not started before "
+        "their schedule-to-start timeout, heartbeats stopped, redelivered to another "
+        "worker) without charging a step's retry budget; past it, a loss is a failure",
+    )
     poll_timeout_ms: int = Field(default=50, ge=1)
     timer_interval_ms: int = Field(default=100, ge=1, description="Due-work scan period")
     timer_batch: int = Field(default=1000, ge=1, description="Due timers fired per scan")

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 
 __all__ = [
     "REGISTRY",
+    "PROGRESS_REFUSED",
     "REJECTED",
     "RESTORE_FACTS",
     "RESTORE_REMAINING",
@@ -88,6 +89,12 @@ TRANSACTION_INPUTS = Histogram(
 REJECTED = Counter(
     "processor_rejected_inputs",
     "Inputs refused to admission.rejected, by reason",
+    ["reason"],
+    registry=REGISTRY,
+)
+PROGRESS_REFUSED = Counter(
+    "processor_progress_refused",
+    "Attempt progress reports (started, heartbeat) refused as late or repeated, by reason",
     ["reason"],
     registry=REGISTRY,
 )
