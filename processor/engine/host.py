@@ -72,6 +72,7 @@ class Host:
                 self.deployment.topology,
                 group=settings.worker_group,
                 worker_id=f"{self.instance_id}-w{index}",
+                static_member=True,  # kept in the state directory: the same after a restart
                 clock=self.clock,  # work item expiry is stamped with the processor's clock
                 max_payload_bytes=settings.max_payload_bytes,
             )

@@ -39,8 +39,8 @@ from processor.model.decision import (
 )
 from processor.model.due import ATTEMPT_TIMERS, DueEntry
 from processor.model.operator import decide_cancel, decide_resolve, response
-from processor.model.progress import decide_progress
 from processor.model.pipeline_spec import PipelineSpec
+from processor.model.progress import decide_progress
 from processor.model.redrive import decide_redrive
 from processor.model.state import COMPENSATE, FORWARD, AttemptKind, RunState
 from processor.model.transitions import (

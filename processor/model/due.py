@@ -27,7 +27,8 @@ class DueEntry:
     """One row of the due-work index, ordered by due time.
 
     ``scope``/``ordinal`` name what the timer is for: (segment, generation) for
-    attempt timeouts (start-to-close, schedule-to-start, heartbeat) and retries, (boundary, item index) for interaction timeouts.
+    attempt timeouts (start-to-close, schedule-to-start, heartbeat) and retries,
+    (boundary, item index) for interaction timeouts.
     """
 
     due_ms: int

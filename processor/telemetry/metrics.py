@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
 __all__ = [
-    "REGISTRY",
     "PROGRESS_REFUSED",
+    "REGISTRY",
     "REJECTED",
     "RESTORE_FACTS",
     "RESTORE_REMAINING",

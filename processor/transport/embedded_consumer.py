@@ -3,18 +3,39 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from processor.transport.base import Closeable, Record, TopicPartition
+from processor.transport.clock import wall_clock_ms
 from processor.transport.embedded_sqlite import LogConnection, OffsetTable, fair_shares
 
-__all__ = ["EmbeddedConsumer"]
+__all__ = ["HOLD_LEASE_MS", "EmbeddedConsumer"]
 
 logger = logging.getLogger(__name__)
 
 _CLAIMS = OffsetTable("claims")
 _ACKS = OffsetTable("acks")
+#: How long a member may hold claimed records without polling or acknowledging before
+#: another member of its group is handed them (Kafka's default max.poll.interval.ms).
+HOLD_LEASE_MS = 300_000
+
+_HOLD = "INSERT INTO held VALUES (?, ?, ?, ?, ?, ?, ?)"
+_REFRESH = "UPDATE held SET seen_ms = ? WHERE grp = ? AND member = ?"
+_TAKEABLE = (
+    "SELECT topic, partition, start_offset, end_offset FROM held WHERE grp = ?"
+    " AND ((member = ? AND ?) OR seen_ms < ?) ORDER BY topic, partition, start_offset"
+)
+_TAKE = "UPDATE held SET member = ?, seen_ms = ? WHERE grp = ? AND topic = ? AND partition = ?"
+_ACKED = (
+    "DELETE FROM held WHERE grp = ? AND topic = ? AND partition = ? AND member = ?"
+    " AND end_offset <= ?"
+)
+_ACKED_PART = (
+    "UPDATE held SET start_offset = ? WHERE grp = ? AND topic = ? AND partition = ?"
+    " AND member = ? AND start_offset < ? AND end_offset > ?"
+)
 
 
 class EmbeddedConsumer(Closeable):
@@ -26,17 +47,29 @@ class EmbeddedConsumer(Closeable):
     and returns them; so members in any number of threads or processes never get
     the same record.
 
-    Delivery is **at most once per claim**: records are claimed when polled, not
-    when committed. A member that dies after ``poll`` and before finishing its
-    records loses them; nobody else will be handed them again. The engine accepts
-    this because it re-dispatches work whose attempt timed out. ``commit`` only
-    records the acknowledged positions (table ``acks``) for observability; it does
-    not change what is delivered. A new group starts at the earliest offset.
+    Delivery is **at least once**: a member holds what it claimed (table ``held``)
+    until it commits past it. A member that dies first gets its records again when it
+    comes back with the same ``instance_id`` (the in-process workers of ``processor
+    run``: at once), and any member of the group gets them once the holder has
+    neither polled nor committed for ``lease_ms`` (or at once after it closed). A
+    new group starts at the earliest offset.
 
     Use one consumer from one thread at a time.
     """
 
-    def __init__(self, db_file: Path, durable: bool, group: str, topics: Sequence[str]) -> None:
+    def __init__(
+        self,
+        db_file: Path,
+        durable: bool,
+        group: str,
+        topics: Sequence[str],
+        instance_id: str | None = None,
+        *,
+        lease_ms: int = HOLD_LEASE_MS,
+    ) -> None:
+        self._member = instance_id or f"member-{uuid.uuid4().hex}"
+        self._resumed = instance_id is None  # a new member holds nothing of its own yet
+        self._lease_ms = lease_ms
         self._log = LogConnection(db_file, durable)
         try:
             self._topics = [self._log.topic(name) for name in dict.fromkeys(topics)]
@@ -53,23 +86,37 @@ class EmbeddedConsumer(Closeable):
 
     def commit(self, consumed: Mapping[TopicPartition, int]) -> None:
         """Acknowledge processing up to ``consumed`` (next offsets); delivery is unaffected."""
-        if consumed:
-            with self._log.write("acknowledge records"):
-                self._log.store_positions(_ACKS, self._group, consumed)
+        if not consumed:
+            return
+        with self._log.write("acknowledge records") as conn:
+            self._log.store_positions(_ACKS, self._group, consumed)
+            for tp, end in consumed.items():
+                key = (self._group, tp.topic, tp.partition, self._member)
+                conn.execute(_ACKED, (*key, end))
+                conn.execute(_ACKED_PART, (end, *key, end, end))
+            conn.execute(_REFRESH, (wall_clock_ms(), self._group, self._member))
 
     def close(self) -> None:
-        """Close the connection; records claimed and not processed are lost (see class doc)."""
-        self._log.close()
+        """Close the connection; what it holds unacknowledged goes to the group at once."""
+        if not self._log.closed:
+            try:
+                with self._log.write("release held records") as conn:
+                    conn.execute(_REFRESH, (0, self._group, self._member))
+            finally:
+                self._log.close()
 
     def _claim(self, max_records: int) -> list[Record]:
         """One attempt: a cheap read-only look first, then claim under the write lock."""
-        if not self._available():
+        now = wall_clock_ms()
+        if not self._available() and not self._takeable(now):
             return []
-        with self._log.write("claim records"):
+        with self._log.write("claim records") as conn:
+            conn.execute(_REFRESH, (now, self._group, self._member))
+            records = self._take_held(now, max_records)
             claimed = self._log.load_positions(_CLAIMS, self._group)
             self._rotation += 1
-            shares = fair_shares(self._available(claimed), max_records, self._rotation)
-            records: list[Record] = []
+            budget = max_records - len(records)
+            shares = fair_shares(self._available(claimed), budget, self._rotation) if budget else []
             positions: dict[TopicPartition, int] = {}
             for tp, count in shares:
                 start = claimed.get(tp, 0)
@@ -78,7 +125,35 @@ class EmbeddedConsumer(Closeable):
                 )
                 positions[tp] = start + len(batch)
                 records.extend(batch)
+                if batch:
+                    row = (self._group, tp.topic, tp.partition, start, start + len(batch))
+                    conn.execute(_HOLD, (*row, self._member, now))
             self._log.store_positions(_CLAIMS, self._group, positions)
+        return records
+
+    def _takeable(self, now: int) -> list[tuple[str, int, int, int]]:
+        """Held ranges this member may take: its own from before it came back, and any
+        whose holder's lease ran out."""
+        args = (self._group, self._member, not self._resumed, now - self._lease_ms)
+        with self._log.translated("read held records"):
+            rows = self._log.conn.execute(_TAKEABLE, args).fetchall()
+        return [row for row in rows if row[0] in self._metas]
+
+    def _take_held(self, now: int, max_records: int) -> list[Record]:
+        """Take over held ranges (whole ones, so a range may exceed ``max_records``)."""
+        records: list[Record] = []
+        for topic, partition, start, end in self._takeable(now):
+            if records and len(records) + end - start > max_records:
+                return records  # the rest at the next poll
+            self._log.conn.execute(
+                _TAKE + " AND start_offset = ?",
+                (self._member, now, self._group, topic, partition, start),
+            )
+            records.extend(self._log.fetch(self._metas[topic], partition, start, end, end - start))
+            logger.info(
+                "%s: redelivered %s/%d [%d, %d)", self._member, topic, partition, start, end
+            )
+        self._resumed = True
         return records
 
     def _available(

@@ -16,6 +16,8 @@ Layout (all tables ``WITHOUT ROWID``, clustered on their primary key):
 - ``group_owners(grp, epoch, instance_id)``: the fencing epoch of processor groups.
 - ``offsets``, ``claims``, ``acks`` ``(grp, topic, partition, next_offset)``: committed
   offsets of processor groups, claimed and acknowledged positions of worker groups.
+- ``held(grp, topic, partition, start_offset, end_offset, member, seen_ms)``: ranges a
+  worker-group member claimed and has not acknowledged yet (``EmbeddedConsumer``).
 """
 
 from __future__ import annotations
@@ -78,6 +80,13 @@ _SCHEMA = (
         next_offset INTEGER NOT NULL, PRIMARY KEY (grp, topic, partition)) WITHOUT ROWID"""
         for table in ("offsets", "claims", "acks")
     ),
+    # Records a worker-group member claimed and has not acknowledged: redelivered to
+    # the member that comes back with the same id, or to anyone once its lease ran out.
+    """CREATE TABLE IF NOT EXISTS held (
+        grp TEXT NOT NULL, topic TEXT NOT NULL, partition INTEGER NOT NULL,
+        start_offset INTEGER NOT NULL, end_offset INTEGER NOT NULL, member TEXT NOT NULL,
+        seen_ms INTEGER NOT NULL,
+        PRIMARY KEY (grp, topic, partition, start_offset)) WITHOUT ROWID""",
 )
 
 _SELECT_TOPICS = "SELECT name, id, partitions, config FROM topics"

@@ -44,6 +44,7 @@ class Worker:
         max_batch: int = 10,
         clock: Clock = wall_clock_ms,
         max_payload_bytes: int = default_of("max_payload_bytes"),
+        static_member: bool = False,
     ) -> None:
         self._transport = transport
         self._app = app
@@ -53,10 +54,13 @@ class Worker:
         self._max_batch = max_batch
         self._clock = clock
         self._max_payload_bytes = max_payload_bytes
+        # A static member (a stable ``worker_id``): back after a crash, it gets at once
+        # the work items it held (processor run's in-process workers).
+        self._instance_id = self.worker_id if static_member else None
 
     def run(self, stop: threading.Event) -> None:
         work_topic = self._topology.name(TopicName.WORK)
-        consumer = self._transport.consumer(self._group, [work_topic])
+        consumer = self._transport.consumer(self._group, [work_topic], self._instance_id)
         producer = self._transport.producer()
         try:
             while not stop.is_set():

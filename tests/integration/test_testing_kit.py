@@ -17,7 +17,10 @@ import pytest
 from processor import LocalEnvironment, ManualClock
 from processor.errors import WaitTimeoutError
 from processor.examples.demo import app as demo_app
+from processor.facts.codec import encode
 from processor.facts.models import (
+    AttemptProgress,
+    AttemptStepStarted,
     BoundaryCompletionAdmitted,
     RetryScheduled,
     RunSubmitted,
@@ -25,7 +28,9 @@ from processor.facts.models import (
     SegmentAttemptStarted,
     SegmentFailed,
 )
+from processor.facts.topics import TopicName
 from processor.model.pipeline_spec import RetryPolicy
+from processor.transport.base import Outbound
 from processor.worker.pipeline import Application, Pipeline
 
 START = 1_800_000_000_000
@@ -133,12 +138,40 @@ def _failing_order_id() -> str:
             return order_id
 
 
+def _report_started(env: LocalEnvironment, run_id: str) -> None:
+    """The worker's start report (the timeout runs from it), as a worker sends it for a
+    step that runs on; produced here with the real transport."""
+    state = env.status(run_id)
+    assert state is not None
+    attempt = state.attempt
+    report = AttemptProgress(
+        run_id=run_id,
+        segment=attempt.segment,
+        attempt=attempt.number,
+        generation=attempt.generation,
+        step=attempt.next_step,
+        report="started",
+        worker_id="kit-test",
+        at_ms=env.now_ms,
+    )
+    deployment = env.host.deployment
+    topic = deployment.topology.name(TopicName.RESULTS)
+    producer = deployment.transport.producer()
+    try:
+        producer.produce(Outbound(topic, run_id.encode(), encode(report)))
+        producer.flush()
+    finally:
+        producer.close()
+    env.wait_fact(run_id, AttemptStepStarted)
+
+
 def test_an_attempt_timeout_fires_at_the_advanced_time(env: LocalEnvironment) -> None:
     _calls.clear()
     _entered.clear()
     _release.clear()
     run_id = env.submit("slow", {"n": 1})
     assert _entered.wait(10), "the first attempt did not start"
+    _report_started(env, run_id)
     env.settle()
     assert not any(isinstance(f, SegmentFailed) for f in env.history(run_id))
     try:
