@@ -20,6 +20,8 @@ journal as ``CompensationStepCompleted`` facts (and what it skipped as
   ``approvals``, then ``finish``.
 - ``survey``: an itemized await on target ``approvals`` (one question per item),
   then ``tally``.
+- ``watched``: ``crunch`` (one attempt, a heartbeat timeout ``HEARTBEAT_TIMEOUT_S``
+  and a schedule-to-start timeout ``START_TIMEOUT_S``), then ``report``.
 - ``mend``: ``intake``, ``check``, ``send``; ``check`` raises a retryable error
   (``MEND_RETRY``: a small budget) until the file named by the input's ``gate``
   exists, so the run fails, and a redrive after the file is created succeeds. Each
@@ -37,6 +39,9 @@ from processor.worker.pipeline import Application, NonRetryableError, Pipeline
 
 __all__ = [
     "APPROVALS",
+    "HEARTBEAT_TIMEOUT_S",
+    "START_TIMEOUT_S",
+    "WATCHED_TIMEOUT_S",
     "AWAIT_TIMEOUT_S",
     "CLERK",
     "COMPENSATION_RETRY",
@@ -255,4 +260,27 @@ def send(value: dict[str, Any]) -> dict[str, Any]:
     return _trail(value, "send")
 
 
-app = Application([booking, payment, timed, approval, survey, mend])
+# --- watched: heartbeats and a schedule-to-start timeout ----------------------------------
+
+HEARTBEAT_TIMEOUT_S = 2.0
+WATCHED_TIMEOUT_S = 60.0  # far longer than the heartbeat timeout
+START_TIMEOUT_S = 5.0
+watched = Pipeline("watched")
+
+
+@watched.step(
+    retry=RetryPolicy(max_attempts=1),  # one attempt: only infrastructure losses are retried
+    timeout_s=WATCHED_TIMEOUT_S,
+    heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S,
+    schedule_to_start_timeout_s=START_TIMEOUT_S,
+)
+def crunch(value: dict[str, Any]) -> dict[str, Any]:
+    return {**value, "crunched": True}
+
+
+@watched.step(retry=FORWARD_RETRY, timeout_s=STEP_TIMEOUT_S)
+def report(value: dict[str, Any]) -> dict[str, Any]:
+    return {**value, "reported": True}
+
+
+app = Application([booking, payment, timed, approval, survey, mend, watched])
