@@ -22,6 +22,8 @@ journal as ``CompensationStepCompleted`` facts (and what it skipped as
   then ``tally``.
 - ``watched``: ``crunch`` (one attempt, a heartbeat timeout ``HEARTBEAT_TIMEOUT_S``
   and a schedule-to-start timeout ``START_TIMEOUT_S``), then ``report``.
+- ``lingering``: ``linger`` touches the file named by ``marker``, then sleeps
+  ``sleep_s`` seconds (one attempt, a ``LINGER_TIMEOUT_S`` timeout).
 - ``mend``: ``intake``, ``check``, ``send``; ``check`` raises a retryable error
   (``MEND_RETRY``: a small budget) until the file named by the input's ``gate``
   exists, so the run fails, and a redrive after the file is created succeeds. Each
@@ -40,6 +42,7 @@ from processor.worker.pipeline import Application, NonRetryableError, Pipeline
 __all__ = [
     "APPROVALS",
     "HEARTBEAT_TIMEOUT_S",
+    "LINGER_TIMEOUT_S",
     "START_TIMEOUT_S",
     "WATCHED_TIMEOUT_S",
     "AWAIT_TIMEOUT_S",
@@ -283,4 +286,17 @@ def report(value: dict[str, Any]) -> dict[str, Any]:
     return {**value, "reported": True}
 
 
-app = Application([booking, payment, timed, approval, survey, mend, watched])
+# --- lingering: a step that takes a while, and says when it began ------------------------
+
+LINGER_TIMEOUT_S = 120.0
+lingering = Pipeline("lingering")
+
+
+@lingering.step(retry=RetryPolicy(max_attempts=1), timeout_s=LINGER_TIMEOUT_S)
+def linger(value: dict[str, Any]) -> dict[str, Any]:
+    Path(value["marker"]).touch()  # a test waits for it, then kills the process
+    time.sleep(value.get("sleep_s", 0))
+    return {**value, "lingered": True}
+
+
+app = Application([booking, payment, timed, approval, survey, mend, watched, lingering])
