@@ -6,6 +6,7 @@ the real transport (the worker runtime sends the same ones), and moves the fake 
 
 from __future__ import annotations
 
+from processor.clients.client import status_dict
 from processor.facts.models import (
     AttemptHeartbeatRecorded,
     AttemptLost,
@@ -78,6 +79,9 @@ def test_a_step_that_stops_heartbeating_is_lost_within_its_heartbeat_timeout(
     assert (retry.generation, retry.attempt) == (2, 2)
     state = ctl.state(run_id)
     assert (state.infrastructure_losses, state.attempt.step_attempts) == (1, 1)
+    shown = status_dict(state)  # what ``processor status`` prints
+    assert (shown["infrastructure_losses"], shown["step_attempts"]) == (1, 1)
+    assert [timer["kind"] for timer in shown["timers"]] == ["schedule_to_start_timeout"]
 
     # The crunch step allows one attempt only: the loss was not charged to it.
     ctl.complete(retry)
