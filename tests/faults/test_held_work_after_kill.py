@@ -3,8 +3,9 @@
 ``processor run`` is killed (-9) while one of its workers runs a step; restarted, its
 workers rejoin with the same ids (static members) and are handed again the work items
 they held: the run completes seconds after the restart, not after the step's timeout
-(120 s here; before, the attempt was lost until its timeout from dispatch, and then
-charged to the run's retry budget).
+(120 s here). Measured: 3.6 s embedded, 6.6 s Kafka; before static members, 13.3 s on
+Kafka and, on the embedded log, nothing until the attempt's timeout from dispatch
+(which then failed the run: its one attempt was used up).
 """
 
 from __future__ import annotations
