@@ -136,9 +136,14 @@ class LocalEnvironment:
             self._tmp = tempfile.TemporaryDirectory(prefix="processor-test-")
             data_dir = Path(self._tmp.name)
         # Explicit values win over PROCESSOR_* variables: the kit is embedded by definition.
-        # Timers are scanned every round (1 ms), so that ``advance`` returns quickly.
+        # Timers are scanned every round (1 ms), so that ``advance`` returns quickly. Every
+        # step reports its start at once: its timeout counts from there on the manual clock.
         self.settings = Settings(
-            broker=None, data_dir=data_dir, partitions=partitions, timer_interval_ms=1
+            broker=None,
+            data_dir=data_dir,
+            partitions=partitions,
+            timer_interval_ms=1,
+            start_report_after_ms=0,
         )
         self._workers = workers
         self._concurrency = concurrency

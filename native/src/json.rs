@@ -369,6 +369,26 @@ impl Json for RunState {
         o.field_unless(self.execution.is_none(), "execution", &self.execution);
         o.field_unless(self.recovery.is_none(), "recovery", &self.recovery);
         o.field_unless(self.traceparent.is_none(), "traceparent", &self.traceparent);
+        o.field_unless(
+            self.attempt_started_step.is_none(),
+            "attempt_started_step",
+            &self.attempt_started_step,
+        );
+        o.field_unless(
+            self.attempt_worker.is_none(),
+            "attempt_worker",
+            &self.attempt_worker,
+        );
+        o.field_unless(
+            self.heartbeat_due_ms.is_none(),
+            "heartbeat_due_ms",
+            &self.heartbeat_due_ms,
+        );
+        o.field_unless(
+            self.infrastructure_losses == 0,
+            "infrastructure_losses",
+            &self.infrastructure_losses,
+        );
         o.close();
     }
 }

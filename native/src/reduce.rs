@@ -38,6 +38,9 @@ pub enum Kind {
     CompensationStepSkipped,
     CompensationAttemptFailed,
     RunStopped,
+    AttemptStepStarted,
+    AttemptHeartbeatRecorded,
+    AttemptLost,
 }
 
 impl Kind {
@@ -69,6 +72,9 @@ impl Kind {
             "CompensationStepSkipped" => Kind::CompensationStepSkipped,
             "CompensationAttemptFailed" => Kind::CompensationAttemptFailed,
             "RunStopped" => Kind::RunStopped,
+            "AttemptStepStarted" => Kind::AttemptStepStarted,
+            "AttemptHeartbeatRecorded" => Kind::AttemptHeartbeatRecorded,
+            "AttemptLost" => Kind::AttemptLost,
             _ => return None,
         })
     }
@@ -283,6 +289,10 @@ fn start(fact: &Fact) -> Result<Option<RunState>, Error> {
         execution: None,
         recovery: None,
         traceparent: fact.opt_string("traceparent")?,
+        attempt_started_step: None,
+        attempt_worker: None,
+        heartbeat_due_ms: None,
+        infrastructure_losses: 0,
     }))
 }
 
@@ -297,8 +307,30 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.next_step = fact.long("first_step")?;
             s.step_attempts += 1;
             set(&mut s.phase, "dispatched");
-            s.attempt_expires_ms = Some(fact.long("expires_ms")?);
+            s.attempt_expires_ms = fact.opt_long("expires_ms")?;
             s.retry_due_ms = None;
+            s.attempt_started_step = None;
+            s.attempt_worker = None;
+            s.heartbeat_due_ms = None;
+        }
+        Kind::AttemptStepStarted => {
+            s.attempt_started_step = Some(fact.long("step")?);
+            s.attempt_worker = Some(fact.string("worker_id")?);
+            s.attempt_expires_ms = Some(fact.long("expires_ms")?);
+            s.heartbeat_due_ms = fact.opt_long("heartbeat_due_ms")?;
+            if fact.boolean("redelivered")? {
+                s.infrastructure_losses += 1;
+            }
+        }
+        Kind::AttemptHeartbeatRecorded => {
+            s.heartbeat_due_ms = Some(fact.long("heartbeat_due_ms")?);
+        }
+        Kind::AttemptLost => {
+            set(&mut s.phase, "idle");
+            s.attempt_expires_ms = None;
+            s.heartbeat_due_ms = None;
+            s.step_attempts = (s.step_attempts - 1).max(0);
+            s.infrastructure_losses = fact.long("losses")?;
         }
         Kind::StepCompleted => {
             let step = fact.long("step")?;
@@ -312,12 +344,14 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
         Kind::SegmentCompleted => {
             set(&mut s.phase, "idle");
             s.attempt_expires_ms = None;
+            s.heartbeat_due_ms = None;
             s.unknown = None;
         }
         Kind::SegmentFailed => {
             set(&mut s.phase, "idle");
             s.unknown = None;
             s.attempt_expires_ms = None;
+            s.heartbeat_due_ms = None;
             s.error = Some(fact.string("error")?);
             s.error_type = Some(fact.string("error_type")?);
             s.failed_step = Some(fact.long("step")?);
@@ -331,6 +365,7 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             set(&mut s.phase, "suspended");
             s.unknown = None;
             s.attempt_expires_ms = None;
+            s.heartbeat_due_ms = None;
             s.next_step = step;
             s.boundary = fact.long("boundary")?;
             s.boundary_step = Some(step);
@@ -442,6 +477,7 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
                 step: fact.long("step")?,
             });
             s.attempt_expires_ms = None;
+            s.heartbeat_due_ms = None;
             s.compensation_expires_ms = None;
         }
         Kind::AttemptResolved => {
@@ -502,6 +538,7 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.recovery = Some(fact.string("recovery")?);
             set(&mut s.phase, "idle");
             s.attempt_expires_ms = None;
+            s.heartbeat_due_ms = None;
             s.retry_due_ms = None;
         }
         Kind::RunSubmitted => {} // a second submission of a run only advances its version

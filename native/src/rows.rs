@@ -54,6 +54,8 @@ const PUBLICATION: u8 = 4;
 const RUN_DEADLINE: u8 = 5;
 const COMPENSATION_TIMEOUT: u8 = 6;
 const COMPENSATION_RETRY: u8 = 7;
+const HEARTBEAT_TIMEOUT: u8 = 9;
+const SCHEDULE_TO_START_TIMEOUT: u8 = 10;
 
 /// ``due.due_entries``: every timer the run waits on (none once terminal), in key
 /// order (within a run), each once.
@@ -75,9 +77,19 @@ pub fn due_entries(state: Option<&RunState>, entries: &mut Vec<Due>) {
         "compensation_retry_wait" => s
             .compensation_retry_due_ms
             .map(|due| (due, COMPENSATION_RETRY, step, generation)),
-        "dispatched" => s
-            .attempt_expires_ms
-            .map(|expiry| (expiry, ATTEMPT_TIMEOUT, s.segment, s.generation)),
+        "dispatched" => {
+            // Schedule-to-start until a worker reports the start, then start-to-close.
+            let kind = if s.attempt_started_step.is_some() {
+                ATTEMPT_TIMEOUT
+            } else {
+                SCHEDULE_TO_START_TIMEOUT
+            };
+            if let Some(due) = s.heartbeat_due_ms {
+                entries.push((due, HEARTBEAT_TIMEOUT, s.segment, s.generation));
+            }
+            s.attempt_expires_ms
+                .map(|expiry| (expiry, kind, s.segment, s.generation))
+        }
         "retry_wait" => s
             .retry_due_ms
             .map(|due| (due, RETRY, s.segment, s.generation)),

@@ -170,6 +170,14 @@ pub struct RunState {
     pub recovery: Option<String>,
     #[serde(default)]
     pub traceparent: Option<String>,
+    #[serde(default)]
+    pub attempt_started_step: Option<i64>,
+    #[serde(default)]
+    pub attempt_worker: Option<String>,
+    #[serde(default)]
+    pub heartbeat_due_ms: Option<i64>,
+    #[serde(default)]
+    pub infrastructure_losses: i64,
 }
 
 // The defaults of the string fields that have one, as ``model/state.py`` declares them:

@@ -44,6 +44,7 @@ from processor.facts.models import (
 )
 from processor.facts.topics import TopicName
 from processor.facts.traceparent import is_traceparent
+from processor.model.due import due_entries
 from processor.model.reduce import fold
 from processor.model.state import RunState
 from processor.store.rocks import PartitionStore, open_existing, store_path
@@ -536,6 +537,12 @@ def status_dict(state: RunState) -> dict[str, Any]:
         "attempt": state.attempt.number,
         "generation": state.attempt.generation,
         "next_step": state.attempt.next_step,
+        # Attempts the step at next_step has used of its retry budget, and attempts the
+        # run lost to the infrastructure (not charged to any budget).
+        "step_attempts": state.attempt.step_attempts,
+        "infrastructure_losses": state.infrastructure_losses,
+        "started": _started(state),
+        "timers": [{"kind": e.kind, "due_ms": e.due_ms} for e in sorted(due_entries(state))],
         "waiting": _waiting(state),
         "publications": dict(state.publication.targets),
         "deadline_ms": state.deadline_ms,
@@ -549,6 +556,19 @@ def status_dict(state: RunState) -> dict[str, Any]:
         "version": state.version,
         "created_ms": state.created_ms,
         "updated_ms": state.updated_ms,
+    }
+
+
+def _started(state: RunState) -> dict[str, Any] | None:
+    """The step a worker reported started in the running attempt, and by whom."""
+    forward = state.attempt
+    if state.phase != "dispatched" or forward.started_step is None:
+        return None
+    return {
+        "step": forward.started_step,
+        "worker_id": forward.worker_id,
+        "expires_ms": forward.expires_ms,
+        "heartbeat_due_ms": forward.heartbeat_due_ms,
     }
 
 

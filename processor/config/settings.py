@@ -63,6 +63,13 @@ class Settings(BaseSettings):
         "segments.results) once it has run this long without finishing; a step with a "
         "heartbeat timeout reports at once. Faster steps report nothing",
     )
+    max_infrastructure_losses: int = Field(
+        default=20,
+        ge=0,
+        description="Attempts a run may lose to the infrastructure (not started before "
+        "their schedule-to-start timeout, heartbeats stopped, redelivered to another "
+        "worker) without charging a step's retry budget; past it, a loss is a failure",
+    )
     poll_timeout_ms: int = Field(default=50, ge=1)
     timer_interval_ms: int = Field(default=100, ge=1, description="Due-work scan period")
     timer_batch: int = Field(default=1000, ge=1, description="Due timers fired per scan")

@@ -74,6 +74,7 @@ class Host:
                 self.deployment.topology,
                 group=settings.worker_group,
                 worker_id=f"{self.instance_id}-w{index}",
+                static_member=True,  # kept in the state directory: the same after a restart
                 clock=self.clock,  # progress reports and deadline warnings: the same clock
                 max_payload_bytes=settings.max_payload_bytes,
                 concurrency=self.concurrency or settings.worker_concurrency,

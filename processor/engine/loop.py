@@ -36,6 +36,7 @@ from processor.facts import json_wire
 from processor.facts.codec import codec, encode
 from processor.facts.keyring import KeyRing
 from processor.facts.models import (
+    AttemptProgress,
     AvroModel,
     BoundaryRequest,
     CancelRun,
@@ -44,6 +45,7 @@ from processor.facts.models import (
     RunSubmitted,
     SegmentResult,
     SubmitRun,
+    WorkerAnnouncement,
 )
 from processor.facts.rejection import rejected
 from processor.facts.topics import RUN_ADDRESSED_INPUTS, TopicName
@@ -56,6 +58,7 @@ from processor.model.decide import (
     Publish,
     TimerFired,
     decide_cancel,
+    decide_progress,
     decide_redrive,
     decide_resolve,
     decide_result,
@@ -112,6 +115,8 @@ class LoopConfig:
     native_fold: bool
     # The largest run input or completion payload admitted (payload_too_large beyond).
     max_payload_bytes: int
+    # Attempts a run may lose to the infrastructure before a loss counts as a failure.
+    max_infrastructure_losses: int
 
     @staticmethod
     def from_settings(settings: Settings, *, instance_id: str, resume_keys: KeyRing) -> LoopConfig:
@@ -130,6 +135,7 @@ class LoopConfig:
             parallel_restore_min_facts=settings.parallel_restore_min_facts,
             native_fold=settings.native_fold,
             max_payload_bytes=settings.max_payload_bytes,
+            max_infrastructure_losses=settings.max_infrastructure_losses,
         )
 
 
@@ -374,7 +380,14 @@ class ProcessorLoop:
         return len(records)
 
     def _context(self, now: int) -> Context:
-        return Context(self._catalog, now, self._config.resume_keys, self._config.max_payload_bytes)
+        config = self._config
+        return Context(
+            self._catalog,
+            now,
+            config.resume_keys,
+            config.max_payload_bytes,
+            config.max_infrastructure_losses,
+        )
 
     def _handle(self, record: Record, now: int) -> None:
         staging = self._stagings.get(record.partition)
@@ -420,10 +433,7 @@ class ProcessorLoop:
                 case RedriveRun():
                     return command.run_id, decide_redrive(command, state, ctx)
         if topic is TopicName.RESULTS:
-            result = codec().decode_as(record.value, SegmentResult)
-            if not self._routed_here(record, result.run_id):
-                return None
-            return result.run_id, decide_result(result, _run(staging, result.run_id), ctx)
+            return self._decide_result(record, staging, ctx)
         cause = f"{record.topic}/{record.partition}/{record.offset}"
         arrival = (
             completion_arrival(record.value, self._config.resume_keys, cause, record.headers)
@@ -437,6 +447,26 @@ class ProcessorLoop:
         if not self._routed_here(record, arrival.run_id):
             return None
         return arrival.run_id, admit(arrival, _run(staging, arrival.run_id), ctx)
+
+    def _decide_result(
+        self, record: Record, staging: Staging, ctx: Context
+    ) -> tuple[str, Decision] | None:
+        """segments.results: a segment's result, a worker's progress report, or a worker
+        announcement (not the loop's: ignored here, never rejected)."""
+        message = _decode_result(record.value)
+        if isinstance(message, WorkerAnnouncement):
+            return None
+        if not self._routed_here(record, message.run_id):
+            return None
+        state = _run(staging, message.run_id)
+        if isinstance(message, AttemptProgress):
+            decision = decide_progress(message, state, ctx)
+            if decision.refusal is not None:  # a late or repeated report: no error
+                logger.debug("progress refused: %s %s", decision.refusal, decision.detail)
+                metrics.PROGRESS_REFUSED.labels(decision.refusal).inc()
+                decision = Decision()
+            return message.run_id, decision
+        return message.run_id, decide_result(message, state, ctx)
 
     def _routed_here(self, record: Record, run_id: str) -> bool:
         """Forward a record produced to the wrong partition to its run's partition."""
@@ -688,6 +718,15 @@ def _decode_command(value: bytes | None) -> SubmitRun | CancelRun | ResolveAttem
         detail = f"expected a command on runs.commands, got {type(command).__name__}"
         raise FactDecodeError("wrong_schema", detail, value)
     return command
+
+
+def _decode_result(value: bytes | None) -> SegmentResult | AttemptProgress | WorkerAnnouncement:
+    """segments.results carries results, progress reports and worker announcements."""
+    message = codec().decode(value)
+    if not isinstance(message, SegmentResult | AttemptProgress | WorkerAnnouncement):
+        detail = f"expected a result on segments.results, got {type(message).__name__}"
+        raise FactDecodeError("wrong_schema", detail, value)
+    return message
 
 
 def _facts_ends(produced: list[tuple[TopicPartition, int]], facts_topic: str) -> dict[int, int]:

@@ -38,6 +38,20 @@ def attempt_failed(segment: int, generation: int) -> str:
     return f"segment/{segment}/generation/{generation}/failed"
 
 
+def step_started(segment: int, generation: int, step: int, version: int) -> str:
+    """A start report (a step may be started again by another worker: ``version`` is the
+    run's version when it was recorded, so each record has its own key)."""
+    return f"segment/{segment}/generation/{generation}/step/{step}/started/{version}"
+
+
+def heartbeat_recorded(segment: int, generation: int, due_ms: int) -> str:
+    return f"segment/{segment}/generation/{generation}/heartbeat/{due_ms}"
+
+
+def attempt_lost(segment: int, generation: int) -> str:
+    return f"segment/{segment}/generation/{generation}/lost"
+
+
 def retry_scheduled(segment: int, generation: int) -> str:
     return f"segment/{segment}/generation/{generation}/retry"
 

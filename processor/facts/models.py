@@ -15,9 +15,12 @@ from pydantic import BaseModel, ConfigDict
 __all__ = [
     "FACT_TYPES",
     "MESSAGE_TYPES",
+    "AttemptHeartbeatRecorded",
+    "AttemptLost",
     "AttemptOutcomeUnknown",
     "AttemptProgress",
     "AttemptResolved",
+    "AttemptStepStarted",
     "AvroModel",
     "BoundaryCompletion",
     "BoundaryCompletionAdmitted",
@@ -96,7 +99,42 @@ class SegmentAttemptStarted(FactHeader):
     attempt: int
     generation: int
     first_step: int
+    # The schedule-to-start expiry; None: no timer until a worker reports the start.
+    expires_ms: int | None = None
+
+
+class AttemptStepStarted(FactHeader):
+    """A worker started a step of the current forward attempt: its timer runs from now."""
+
+    segment: int
+    attempt: int
+    generation: int
+    step: int
+    worker_id: str
     expires_ms: int
+    heartbeat_due_ms: int | None = None
+    redelivered: bool = False  # started again by another worker: an infrastructure loss
+
+
+class AttemptHeartbeatRecorded(FactHeader):
+    """A heartbeat of the running step moved its heartbeat timer."""
+
+    segment: int
+    attempt: int
+    generation: int
+    step: int
+    heartbeat_due_ms: int
+
+
+class AttemptLost(FactHeader):
+    """The forward attempt was lost to the infrastructure: not charged to the retry budget."""
+
+    segment: int
+    attempt: int
+    generation: int
+    step: int
+    cause: str  # schedule_to_start_timeout | heartbeat_timeout
+    losses: int  # the run's infrastructure losses, this one included
 
 
 class StepCompleted(FactHeader):
@@ -316,6 +354,9 @@ FACT_TYPES: tuple[type[FactHeader], ...] = (
     CompensationAttemptFailed,
     RunStopped,
     RunRedriven,
+    AttemptStepStarted,
+    AttemptHeartbeatRecorded,
+    AttemptLost,
 )
 
 

@@ -26,6 +26,7 @@ from processor.model.pipeline_spec import PipelineSpec, RetryPolicy
 from processor.model.state import FORWARD, Attempt, AttemptKind, RunState
 
 __all__ = [
+    "NO_EXPIRY",
     "expired",
     "is_current",
     "mark_unknown",
@@ -49,8 +50,15 @@ def start(
     first_step: int,
     input: bytes,
 ) -> None:
-    """The attempt's started fact and the work item that carries it to a worker."""
-    expires_ms = maker.now + _timeout_ms(spec, kind, first_step)
+    """The attempt's started fact and the work item that carries it to a worker.
+
+    A forward attempt's timer does not count the queue: at dispatch it is the first
+    step's schedule-to-start timeout, if it has one, else none; the start-to-close
+    timer is armed when a worker reports the start (``progress``). A compensator's
+    timer still runs from dispatch.
+    """
+    timeout = _timeout_ms(spec, kind, first_step)
+    expires_ms = None if timeout is None else maker.now + timeout
     if kind == FORWARD:
         maker.add(
             SegmentAttemptStarted(
@@ -63,6 +71,7 @@ def start(
             )
         )
     else:
+        assert expires_ms is not None
         maker.add(
             CompensationAttemptStarted(
                 **maker.header(keys.compensation_attempt(scope, generation)),
@@ -81,7 +90,7 @@ def start(
         generation=generation,
         first_step=first_step,
         input=input,
-        expires_ms=expires_ms,
+        expires_ms=_start_by(expires_ms, maker.current.deadline_ms),
         kind=kind,
         run_deadline_ms=maker.current.deadline_ms,
     )
@@ -110,9 +119,21 @@ def _next_input(state: RunState, attempt: Attempt) -> tuple[int, bytes]:
     return attempt.scope, state.step_outputs.get(attempt.scope, b"null")
 
 
-def _timeout_ms(spec: PipelineSpec, kind: AttemptKind, first_step: int) -> int:
+#: A work item's ``expires_ms`` when nothing bounds its start (the largest Avro long).
+NO_EXPIRY = 2**63 - 1
+
+
+def _start_by(expires_ms: int | None, deadline_ms: int | None) -> int:
+    """The work item's ``expires_ms``: the latest time to start it (schedule-to-start
+    expiry, else the run deadline, else never)."""
+    if expires_ms is not None:
+        return expires_ms
+    return NO_EXPIRY if deadline_ms is None else deadline_ms
+
+
+def _timeout_ms(spec: PipelineSpec, kind: AttemptKind, first_step: int) -> int | None:
     if kind == FORWARD:
-        return spec.segment_timeout_ms(first_step)
+        return spec.steps[first_step].schedule_to_start_timeout_ms
     compensation = spec.steps[first_step].compensation
     assert compensation is not None
     return compensation.timeout_ms

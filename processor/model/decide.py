@@ -23,7 +23,7 @@ from processor.facts.models import (
 )
 from processor.facts.payload import InvalidPayloadError, canonical_json, derive_run_id
 from processor.facts.traceparent import is_traceparent
-from processor.model import attempts, control
+from processor.model import attempts, control, progress
 from processor.model.boundaries import apply_plan, suspend, timeout_interaction
 from processor.model.decision import (
     Context,
@@ -40,6 +40,7 @@ from processor.model.decision import (
 from processor.model.due import ATTEMPT_TIMERS, DueEntry
 from processor.model.operator import decide_cancel, decide_resolve, response
 from processor.model.pipeline_spec import PipelineSpec
+from processor.model.progress import decide_progress
 from processor.model.redrive import decide_redrive
 from processor.model.state import COMPENSATE, FORWARD, AttemptKind, RunState
 from processor.model.transitions import (
@@ -61,6 +62,7 @@ __all__ = [
     "TimerFired",
     "apply_plan",
     "decide_cancel",
+    "decide_progress",
     "decide_redrive",
     "decide_resolve",
     "decide_result",
@@ -348,7 +350,11 @@ def decide_timer(timer: TimerFired, state: RunState | None, ctx: Context) -> Dec
             publish(maker, spec, ctx.resume_keys)
         return maker.decision()
     control.deadline_first(maker)
-    if entry.kind in _TIMEOUTS:
+    if entry.kind == "schedule_to_start_timeout":
+        progress.not_started(maker, spec, entry, ctx.max_infrastructure_losses)
+    elif entry.kind == "heartbeat_timeout":
+        progress.heartbeat_lost(maker, spec, entry, ctx.max_infrastructure_losses)
+    elif entry.kind in _TIMEOUTS:
         _attempt_timed_out(maker, spec, _TIMEOUTS[entry.kind], entry)
     elif entry.kind in _RETRIES:
         _retry_due(maker, spec, _RETRIES[entry.kind], entry)
@@ -384,10 +390,16 @@ def _attempt_timed_out(
     if kind == COMPENSATE:
         attempts.mark_unknown(maker, attempt, step=attempt.scope)
         return
+    started = state.attempt.started_step
+    if started is None:
+        return  # a forward attempt's own timeout runs from its start report only
     if spec.segment_effectful(state.attempt.next_step):
-        attempts.mark_unknown(maker, attempt, step=state.attempt.next_step)
+        attempts.mark_unknown(maker, attempt, step=started)
         return
-    error = f"attempt {state.attempt.number} produced no result before its deadline (worker lost?)"
+    error = (
+        f"attempt {state.attempt.number} produced no result within its timeout "
+        f"after step {started} started"
+    )
     segment_failed(
         maker,
         spec,

@@ -58,6 +58,9 @@ class Context:
     # The largest run input or completion payload admitted (the loop passes the
     # configured one); None: no limit.
     max_payload_bytes: int | None = None
+    # Attempts a run may lose to the infrastructure before a loss counts as a failure
+    # (``processor.model.progress``); the loop passes the configured bound.
+    max_infrastructure_losses: int = 20
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,8 @@ TimerKind = Literal[
     "run_deadline",
     "compensation_timeout",
     "compensation_retry",
+    "heartbeat_timeout",
+    "schedule_to_start_timeout",
 ]
 
 
@@ -25,7 +27,8 @@ class DueEntry:
     """One row of the due-work index, ordered by due time.
 
     ``scope``/``ordinal`` name what the timer is for: (segment, generation) for
-    attempt timeouts and retries, (boundary, item index) for interaction timeouts.
+    attempt timeouts (start-to-close, schedule-to-start, heartbeat) and retries,
+    (boundary, item index) for interaction timeouts.
     """
 
     due_ms: int
@@ -65,6 +68,8 @@ def _phase_entries(state: RunState) -> frozenset[DueEntry]:
     if kind is not None:
         attempt = state.attempt_of(kind)
         timeout, retry = ATTEMPT_TIMERS[kind]
+        if kind == FORWARD and attempt.running:
+            return _forward_entries(state)
         if attempt.running and attempt.expires_ms is not None:
             due, timer = attempt.expires_ms, timeout
         elif attempt.waiting and attempt.retry_due_ms is not None:
@@ -81,3 +86,20 @@ def _phase_entries(state: RunState) -> frozenset[DueEntry]:
     if state.phase == "publishing" and state.publication.due_ms is not None:
         return frozenset({DueEntry(state.publication.due_ms, run_id, "publication")})
     return frozenset()
+
+
+def _forward_entries(state: RunState) -> frozenset[DueEntry]:
+    """A dispatched forward attempt's timers: schedule-to-start until a worker reports the
+    start, then start-to-close (``attempt_timeout``), and its heartbeat timer if any."""
+    forward = state.attempt
+    scope, ordinal = forward.segment, forward.generation
+    entries = set()
+    if forward.expires_ms is not None:
+        started = forward.started_step is not None
+        timer: TimerKind = "attempt_timeout" if started else "schedule_to_start_timeout"
+        entries.add(DueEntry(forward.expires_ms, state.run_id, timer, scope, ordinal))
+    if forward.heartbeat_due_ms is not None:
+        entries.add(
+            DueEntry(forward.heartbeat_due_ms, state.run_id, "heartbeat_timeout", scope, ordinal)
+        )
+    return frozenset(entries)

@@ -135,3 +135,11 @@ class PipelineSpec:
         """An attempt runs its segment's steps, so it may take their summed timeouts."""
         end = self.segment_end(first_step)
         return sum(step.timeout_ms for step in self.steps[first_step : end + 1])
+
+    def started_timeout_ms(self, step: int) -> int:
+        """How long after a worker reports ``step`` started its attempt may go without a
+        result: an effectful step's own timeout (then its outcome is unknown), else the
+        summed timeouts of it and the later steps of its segment (reported or not)."""
+        if self.steps[step].effectful:
+            return self.steps[step].timeout_ms
+        return self.segment_timeout_ms(step)

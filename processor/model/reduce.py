@@ -12,8 +12,11 @@ from collections.abc import Iterable
 from typing import Any, TypeVar, cast
 
 from processor.facts.models import (
+    AttemptHeartbeatRecorded,
+    AttemptLost,
     AttemptOutcomeUnknown,
     AttemptResolved,
+    AttemptStepStarted,
     BoundaryCompletionAdmitted,
     BoundaryDispatchCompleted,
     BoundaryInteractionDispatched,
@@ -183,9 +186,50 @@ def _(fact: SegmentAttemptStarted, state: RunState) -> dict[str, object]:
             "step_attempts": forward.step_attempts + 1,
             "expires_ms": fact.expires_ms,
             "retry_due_ms": None,
+            "started_step": None,
+            "worker_id": None,
+            "heartbeat_due_ms": None,
         },
     )
     return {"phase": "dispatched", "attempt": attempt}
+
+
+@_changes.register
+def _(fact: AttemptStepStarted, state: RunState) -> dict[str, object]:
+    attempt = evolve(
+        state.attempt,
+        {
+            "started_step": fact.step,
+            "worker_id": fact.worker_id,
+            "expires_ms": fact.expires_ms,
+            "heartbeat_due_ms": fact.heartbeat_due_ms,
+        },
+    )
+    changes: dict[str, object] = {"attempt": attempt}
+    if fact.redelivered:
+        changes["infrastructure_losses"] = state.infrastructure_losses + 1
+    return changes
+
+
+@_changes.register
+def _(fact: AttemptHeartbeatRecorded, state: RunState) -> dict[str, object]:
+    return {"attempt": evolve(state.attempt, {"heartbeat_due_ms": fact.heartbeat_due_ms})}
+
+
+@_changes.register
+def _(fact: AttemptLost, state: RunState) -> dict[str, object]:
+    # The lost attempt is given back to the step's retry budget: the next one (started
+    # at once) counts again the attempt this one counted.
+    forward = state.attempt
+    attempt = evolve(
+        forward,
+        {
+            "expires_ms": None,
+            "heartbeat_due_ms": None,
+            "step_attempts": max(0, forward.step_attempts - 1),
+        },
+    )
+    return {"phase": "idle", "attempt": attempt, "infrastructure_losses": fact.losses}
 
 
 @_changes.register
@@ -206,9 +250,11 @@ def _(fact: SegmentCompleted, state: RunState) -> dict[str, object]:
 
 
 def _settled(state: RunState) -> ForwardAttempt:
-    """The forward attempt once it has settled: no expiry any more."""
+    """The forward attempt once it has settled: no expiry (nor heartbeat timer) any more."""
     attempt = state.attempt
-    return attempt if attempt.expires_ms is None else evolve(attempt, {"expires_ms": None})
+    if attempt.expires_ms is None and attempt.heartbeat_due_ms is None:
+        return attempt
+    return evolve(attempt, {"expires_ms": None, "heartbeat_due_ms": None})
 
 
 @_changes.register
@@ -230,7 +276,9 @@ def _(fact: RetryScheduled, state: RunState) -> dict[str, object]:
 
 @_changes.register
 def _(fact: SegmentSuspended, state: RunState) -> dict[str, object]:
-    attempt = evolve(state.attempt, {"expires_ms": None, "next_step": fact.step})
+    attempt = evolve(
+        state.attempt, {"expires_ms": None, "heartbeat_due_ms": None, "next_step": fact.step}
+    )
     boundary = assemble(
         Boundary,
         {
@@ -467,7 +515,9 @@ def _(fact: CompensationAttemptFailed, state: RunState) -> dict[str, object]:
 def _(fact: RunStopped, state: RunState) -> dict[str, object]:
     attempt = state.attempt
     if attempt.expires_ms is not None or attempt.retry_due_ms is not None:
-        attempt = evolve(attempt, {"expires_ms": None, "retry_due_ms": None})
+        attempt = evolve(
+            attempt, {"expires_ms": None, "retry_due_ms": None, "heartbeat_due_ms": None}
+        )
     return {
         "status": "cancelled" if fact.execution == "Cancelled" else "timed_out",
         "execution": fact.execution,
@@ -485,7 +535,13 @@ def _(fact: RunRedriven, state: RunState) -> dict[str, object]:
     last_output = kept[fact.from_step - 1] if fact.from_step > 0 else state.input
     attempt = evolve(
         state.attempt,
-        {"next_step": fact.from_step, "step_attempts": 0, "expires_ms": None, "retry_due_ms": None},
+        {
+            "next_step": fact.from_step,
+            "step_attempts": 0,
+            "expires_ms": None,
+            "retry_due_ms": None,
+            "heartbeat_due_ms": None,
+        },
     )
     recorded = RecordedResolution(fingerprint=f"redrive/{fact.redrive}", response=fact.response)
     return {

@@ -127,8 +127,13 @@ class ForwardAttempt(BaseModel):
     generation: int = 0
     next_step: int = 0
     step_attempts: int = 0  # attempts that have tried ``next_step``: the retry budget used
-    expires_ms: int | None = None  # while dispatched
+    # While dispatched: the schedule-to-start expiry until a worker reports the start,
+    # then the start-to-close one (from the start report); None: no such timer.
+    expires_ms: int | None = None
     retry_due_ms: int | None = None  # while waiting to retry
+    started_step: int | None = None  # the step a worker last reported started
+    worker_id: str | None = None  # the worker that reported it
+    heartbeat_due_ms: int | None = None  # lost without a heartbeat by then
 
 
 class Boundary(BaseModel):
@@ -225,6 +230,8 @@ class RunState(BaseModel):
     # number also scopes the fact keys of the run's later facts (``keys.in_redrive``).
     redrives: dict[str, RecordedResolution] = {}
     traceparent: str | None = None  # W3C trace context given at submit: the run's trace
+    # Attempts lost to the infrastructure (not charged to any step's retry budget).
+    infrastructure_losses: int = 0
 
     @property
     def terminal(self) -> bool:

@@ -38,6 +38,8 @@ _KINDS: dict[int, TimerKind] = {
     5: "run_deadline",
     6: "compensation_timeout",
     7: "compensation_retry",
+    9: "heartbeat_timeout",
+    10: "schedule_to_start_timeout",
 }
 _KIND_CODES: dict[str, int] = {kind: code for code, kind in _KINDS.items()}
 _INDEX_KINDS: dict[IndexKind, int] = {

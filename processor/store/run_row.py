@@ -98,6 +98,10 @@ class RunRow(BaseModel):
     # it declines the batches that touch one and Python folds them (store/native_fold.py).
     redrives: dict[str, RecordedResolution] = {}
     traceparent: str | None = None  # W3C trace context given at submit
+    attempt_started_step: int | None = None
+    attempt_worker: str | None = None
+    heartbeat_due_ms: int | None = None
+    infrastructure_losses: int = 0
 
 
 #: Each part of RunState: its model and (row field, part field) of each of its fields.
@@ -113,6 +117,9 @@ _PARTS: tuple[tuple[str, type[BaseModel], tuple[tuple[str, str], ...]], ...] = (
             ("step_attempts", "step_attempts"),
             ("attempt_expires_ms", "expires_ms"),
             ("retry_due_ms", "retry_due_ms"),
+            ("attempt_started_step", "started_step"),
+            ("attempt_worker", "worker_id"),
+            ("heartbeat_due_ms", "heartbeat_due_ms"),
         ),
     ),
     (

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
 __all__ = [
+    "PROGRESS_REFUSED",
     "REGISTRY",
     "REJECTED",
     "RESTORE_FACTS",
@@ -97,6 +98,12 @@ TRANSACTION_INPUTS = Histogram(
 REJECTED = Counter(
     "processor_rejected_inputs",
     "Inputs refused to admission.rejected, by reason",
+    ["reason"],
+    registry=REGISTRY,
+)
+PROGRESS_REFUSED = Counter(
+    "processor_progress_refused",
+    "Attempt progress reports (started, heartbeat) refused as late or repeated, by reason",
     ["reason"],
     registry=REGISTRY,
 )

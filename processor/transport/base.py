@@ -201,7 +201,12 @@ class Transport(Protocol):
 
     def producer(self) -> Producer: ...
 
-    def consumer(self, group: str, topics: Sequence[str]) -> GroupConsumer: ...
+    def consumer(
+        self, group: str, topics: Sequence[str], instance_id: str | None = None
+    ) -> GroupConsumer:
+        """A member of ``group``; with ``instance_id`` a static one: a member that comes
+        back with the same id gets its work (records it held, not acknowledged) at once."""
+        ...
 
     def reader(self) -> Reader: ...
 

@@ -261,9 +261,11 @@ class EmbeddedTransport:
         """A plain producer."""
         return EmbeddedProducer(self.db_file, self.durable)
 
-    def consumer(self, group: str, topics: Sequence[str]) -> EmbeddedConsumer:
+    def consumer(
+        self, group: str, topics: Sequence[str], instance_id: str | None = None
+    ) -> EmbeddedConsumer:
         """A competing consumer of ``topics`` in ``group`` (see EmbeddedConsumer)."""
-        return EmbeddedConsumer(self.db_file, self.durable, group, topics)
+        return EmbeddedConsumer(self.db_file, self.durable, group, topics, instance_id)
 
     def reader(self) -> EmbeddedReader:
         """A reader of committed records."""

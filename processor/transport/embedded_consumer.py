@@ -40,6 +40,10 @@ _RECLAIM = (
     "UPDATE member_claims SET member = ? WHERE grp = ? AND topic = ? AND partition = ?"
     " AND offset = ?"
 )
+_OWN = (
+    "SELECT topic, partition, offset FROM member_claims WHERE grp = ? AND member = ?"
+    " AND topic IN (SELECT value FROM json_each(?)) ORDER BY topic, partition, offset"
+)
 _NOTE_CLAIM = "INSERT OR REPLACE INTO member_claims VALUES (?, ?, ?, ?, ?)"
 _RELEASE = (
     "DELETE FROM member_claims WHERE grp = ? AND member = ? AND topic = ? AND partition = ?"
@@ -64,6 +68,10 @@ class EmbeddedConsumer(Closeable):
     acknowledged positions (table ``acks``) for observability. A new group starts
     at the earliest offset.
 
+    A *static* member (``instance_id``, the in-process workers of ``processor run``)
+    has that stable id: back after a crash, its first poll returns the records it had
+    claimed and not committed, at once (no wait for its lease to run out).
+
     Use one consumer from one thread at a time.
     """
 
@@ -73,6 +81,7 @@ class EmbeddedConsumer(Closeable):
         durable: bool,
         group: str,
         topics: Sequence[str],
+        instance_id: str | None = None,
         *,
         session_timeout_ms: int = SESSION_TIMEOUT_MS,
     ) -> None:
@@ -86,7 +95,9 @@ class EmbeddedConsumer(Closeable):
         self._topic_list = json.dumps(list(self._metas))
         self._group = group
         self._rotation = 0
-        self._member = uuid.uuid4().hex
+        self._member = uuid.uuid4().hex if instance_id is None else f"static:{instance_id}"
+        # A static member's claims of an earlier life still to redeliver (None: not read yet).
+        self._earlier: list[tuple[str, int, int]] | None = None if instance_id else []
         self._session_ms = session_timeout_ms
         self._alive(self._log)
         self._leaving = threading.Event()
@@ -141,11 +152,12 @@ class EmbeddedConsumer(Closeable):
 
     def _claim(self, max_records: int) -> list[Record]:
         """One attempt: a cheap read-only look first, then claim under the write lock."""
-        if not self._available() and not self._orphans(1, wall_clock_ms()):
+        if not (self._earlier != [] or self._available() or self._orphans(1, wall_clock_ms())):
             return []
         now = wall_clock_ms()
         with self._log.write("claim records") as conn:
-            records = self._reclaim(max_records, now)
+            records = self._own_claims(max_records)
+            records += self._reclaim(max_records - len(records), now)
             claimed = self._log.load_positions(_CLAIMS, self._group)
             self._rotation += 1
             budget = max_records - len(records)
@@ -172,6 +184,29 @@ class EmbeddedConsumer(Closeable):
                 _ORPHANS, (self._group, self._group, now, self._topic_list, limit)
             ).fetchall()
         return [(topic, partition, offset) for topic, partition, offset in rows]
+
+    def _own_claims(self, limit: int) -> list[Record]:
+        """For a static member: up to ``limit`` of the records it claimed in an earlier
+        life and did not commit (each once; they are its work already)."""
+        if self._earlier is None:
+            with self._log.translated("look for our earlier claims"):
+                rows = self._log.conn.execute(
+                    _OWN, (self._group, self._member, self._topic_list)
+                ).fetchall()
+            self._earlier = [(topic, partition, offset) for topic, partition, offset in rows]
+            if rows:
+                logger.info(
+                    "embedded consumer of %r: %d records claimed before a restart, again",
+                    self._group,
+                    len(rows),
+                )
+        taken, self._earlier = self._earlier[:limit], self._earlier[limit:]
+        records: list[Record] = []
+        for topic, partition, offset in taken:
+            meta = self._metas.get(topic)
+            if meta is not None:
+                records.extend(self._log.fetch(meta, partition, offset, offset + 1, 1))
+        return records
 
     def _reclaim(self, max_records: int, now: int) -> list[Record]:
         """Take over up to ``max_records`` records claimed by members that are gone."""

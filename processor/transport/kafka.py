@@ -132,8 +132,19 @@ class KafkaTransport:
         """A plain idempotent producer."""
         return KafkaProducer(self._base | PRODUCER_CONFIG)
 
-    def consumer(self, group: str, topics: Sequence[str]) -> KafkaGroupConsumer:
-        """An at-least-once member of ``group`` reading committed records of ``topics``."""
+    def consumer(
+        self, group: str, topics: Sequence[str], instance_id: str | None = None
+    ) -> KafkaGroupConsumer:
+        """An at-least-once member of ``group`` reading committed records of ``topics``.
+
+        With ``instance_id``, a static member (``group.instance.id``): restarted with
+        the same id within the session timeout, it gets its partitions back with no
+        rebalance, and reads again from its last committed offsets the records it had
+        not finished (the in-process workers of ``processor run``). A static member
+        does not leave the group on close: its partitions wait for it (or for the
+        session timeout) rather than move.
+        """
+        static = {} if instance_id is None else {"group.instance.id": f"{group}-{instance_id}"}
         config = (
             self._base
             | {
@@ -146,6 +157,7 @@ class KafkaTransport:
                 "partition.assignment.strategy": "cooperative-sticky",
             }
             | self._membership
+            | static
         )
         return KafkaGroupConsumer(config, group, topics)
 

@@ -53,8 +53,10 @@ class RegistryTransport:
     def producer(self) -> Producer:
         return _Producer(self.inner.producer(), self.ids)
 
-    def consumer(self, group: str, topics: Sequence[str]) -> GroupConsumer:
-        return _Consumer(self.inner.consumer(group, topics), self.ids)
+    def consumer(
+        self, group: str, topics: Sequence[str], instance_id: str | None = None
+    ) -> GroupConsumer:
+        return _Consumer(self.inner.consumer(group, topics, instance_id), self.ids)
 
     def reader(self) -> Reader:
         return _Reader(self.inner.reader(), self.ids)

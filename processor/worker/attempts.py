@@ -3,8 +3,9 @@
 The reporting policy (``RunningAttempt``):
 
 - ``started`` for a step once it has run ``start_report_after_ms`` without finishing,
-  or as soon as it starts when the step has a heartbeat timeout; fast steps report
-  nothing, so they cost the processor no fact.
+  or as soon as it starts when the step has a heartbeat or a schedule-to-start
+  timeout (the processor's timer needs it); fast steps report nothing, so they
+  cost the processor no fact.
 - ``heartbeat`` from ``ctx.heartbeat()``, at most one per quarter of the step's
   heartbeat timeout (a throttled call's details are sent when the quarter is over);
   nothing for a step without a heartbeat timeout.
@@ -86,7 +87,9 @@ class RunningAttempt:
         step = _Step(index, spec.name, timeout_ms, spec.heartbeat_timeout_ms, now)
         with self._lock:
             self._step = step
-            if step.heartbeat_timeout_ms is not None:  # its timer needs to know at once
+            # The processor's heartbeat or schedule-to-start timer needs to know at once.
+            eager = spec.heartbeat_timeout_ms or spec.schedule_to_start_timeout_ms
+            if eager or self._start_report_after_ms == 0:
                 self._send_started(step, now)
 
     def step_ended(self) -> None:

@@ -66,6 +66,7 @@ class Worker:
         concurrency: int = default_of("worker_concurrency"),
         start_report_after_ms: int = default_of("start_report_after_ms"),
         drain_timeout_s: float = 10.0,
+        static_member: bool = False,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -86,6 +87,9 @@ class Worker:
         self._held: tuple[Record, WorkItem] | None = None  # read ahead while every slot was busy
         self._held_stop: StopNotice | None = None  # a stop notice for the held item
         self._lock = threading.Lock()
+        # A static member (a stable ``worker_id``): back after a crash, it gets at once
+        # the work items it held (processor run's in-process workers).
+        self._instance_id = self.worker_id if static_member else None
         self._freed = threading.Event()
 
     @property
@@ -101,7 +105,7 @@ class Worker:
         runtime = StepRuntime(self.concurrency, self.worker_id)
         progress = ProducedProgress(outbox.send, self._results, self.worker_id)
         try:
-            consumer = self._transport.consumer(self._group, [work_topic])
+            consumer = self._transport.consumer(self._group, [work_topic], self._instance_id)
         except BaseException:
             outbox.close()
             raise

@@ -20,6 +20,10 @@ journal as ``CompensationStepCompleted`` facts (and what it skipped as
   ``approvals``, then ``finish``.
 - ``survey``: an itemized await on target ``approvals`` (one question per item),
   then ``tally``.
+- ``watched``: ``crunch`` (one attempt, a heartbeat timeout ``HEARTBEAT_TIMEOUT_S``
+  and a schedule-to-start timeout ``START_TIMEOUT_S``), then ``report``.
+- ``lingering``: ``linger`` touches the file named by ``marker``, then sleeps
+  ``sleep_s`` seconds (one attempt, a ``LINGER_TIMEOUT_S`` timeout).
 - ``mend``: ``intake``, ``check``, ``send``; ``check`` raises a retryable error
   (``MEND_RETRY``: a small budget) until the file named by the input's ``gate``
   exists, so the run fails, and a redrive after the file is created succeeds. Each
@@ -42,10 +46,14 @@ __all__ = [
     "COMPENSATION_RETRY",
     "COMPENSATION_TIMEOUT_S",
     "FORWARD_RETRY",
+    "HEARTBEAT_TIMEOUT_S",
+    "LINGER_TIMEOUT_S",
     "MEND_RETRY",
     "PAYMENT_TIMEOUT_S",
+    "START_TIMEOUT_S",
     "STEP_TIMEOUT_S",
     "TIMED_DEADLINE_S",
+    "WATCHED_TIMEOUT_S",
     "app",
     "expected_approval_result",
     "expected_booking_result",
@@ -255,4 +263,40 @@ def send(value: dict[str, Any]) -> dict[str, Any]:
     return _trail(value, "send")
 
 
-app = Application([booking, payment, timed, approval, survey, mend])
+# --- watched: heartbeats and a schedule-to-start timeout ----------------------------------
+
+HEARTBEAT_TIMEOUT_S = 2.0
+WATCHED_TIMEOUT_S = 60.0  # far longer than the heartbeat timeout
+START_TIMEOUT_S = 5.0
+watched = Pipeline("watched")
+
+
+@watched.step(
+    retry=RetryPolicy(max_attempts=1),  # one attempt: only infrastructure losses are retried
+    timeout_s=WATCHED_TIMEOUT_S,
+    heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S,
+    schedule_to_start_timeout_s=START_TIMEOUT_S,
+)
+def crunch(value: dict[str, Any]) -> dict[str, Any]:
+    return {**value, "crunched": True}
+
+
+@watched.step(retry=FORWARD_RETRY, timeout_s=STEP_TIMEOUT_S)
+def report(value: dict[str, Any]) -> dict[str, Any]:
+    return {**value, "reported": True}
+
+
+# --- lingering: a step that takes a while, and says when it began ------------------------
+
+LINGER_TIMEOUT_S = 120.0
+lingering = Pipeline("lingering")
+
+
+@lingering.step(retry=RetryPolicy(max_attempts=1), timeout_s=LINGER_TIMEOUT_S)
+def linger(value: dict[str, Any]) -> dict[str, Any]:
+    Path(value["marker"]).touch()  # a test waits for it, then kills the process
+    time.sleep(value.get("sleep_s", 0))
+    return {**value, "lingered": True}
+
+
+app = Application([booking, payment, timed, approval, survey, mend, watched, lingering])

@@ -18,7 +18,7 @@ from processor.config.settings import Settings
 from processor.engine.loop import LoopConfig, ProcessorLoop
 from processor.facts.codec import codec, decode_fact, encode
 from processor.facts.keyring import KeyRing
-from processor.facts.models import AvroModel, FactHeader, Rejected, WorkItem
+from processor.facts.models import AttemptProgress, AvroModel, FactHeader, Rejected, WorkItem
 from processor.facts.topics import TopicName
 from processor.model.state import RunState
 from processor.transport.base import Headers, Outbound, Reader, Record, TopicPartition
@@ -417,6 +417,41 @@ class LoopHarness:
         """Run the item's steps here, as a worker would, and produce the result."""
         result = execute(item, self.app, "test-worker")
         return self.produce_model(TopicName.RESULTS, item.run_id, result)
+
+    def report(
+        self, item: WorkItem, report: str = "started", *, step: int | None = None, worker: str = "w"
+    ) -> Record:
+        """Produce a worker's progress report on ``item`` (its first step by default)."""
+        progress = AttemptProgress(
+            run_id=item.run_id,
+            kind=item.kind,
+            segment=item.segment,
+            attempt=item.attempt,
+            generation=item.generation,
+            step=item.first_step if step is None else step,
+            report=report,  # type: ignore[arg-type]
+            worker_id=worker,
+            at_ms=self.clock(),
+        )
+        return self.produce_model(TopicName.RESULTS, item.run_id, progress)
+
+    def started(self, item: WorkItem, *, step: int | None = None, worker: str = "w") -> int:
+        """Report ``item``'s step started, drive until it is recorded; its new expiry."""
+        self.report(item, step=step, worker=worker)
+        first = item.first_step if step is None else step
+
+        def recorded() -> int | None:
+            state = self.loop_state(item.run_id)
+            attempt = state.attempt if state is not None else None
+            if attempt is None or (attempt.generation, attempt.started_step, attempt.worker_id) != (
+                item.generation,
+                first,
+                worker,
+            ):
+                return None
+            return attempt.expires_ms
+
+        return int(self.drive(recorded, f"step {first} of {item.run_id} started"))
 
     def close(self) -> None:
         self.loop.close()

@@ -686,3 +686,26 @@ def test_embedded_header_encoding_round_trips_exactly(
 ) -> None:
     blob = encode_headers(headers)
     assert (decode_headers(blob) if blob is not None else ()) == headers
+
+
+# -- static members: work held by a member that went away ---------------------------------
+
+
+def test_a_static_member_back_with_its_id_gets_what_it_held_at_once(
+    transport: Transport, make_topic: TopicFactory, closing: Closing
+) -> None:
+    """The in-process workers of a killed processor: back with the same instance id, a
+    member is handed again what it polled and never committed, without waiting for a
+    session timeout or a lease (the deadline of ``poll_until`` is far shorter)."""
+    topic = make_topic(partitions=2)
+    fill(transport, topic, 6)
+    group = unique_group()
+    first = transport.consumer(group, [topic], "proc-1-w0")
+    held = poll_until(first, 6)
+    first.commit({TopicPartition(topic, r.partition): r.offset + 1 for r in held[:1]})
+    first.close()  # gone before it finished (and committed) the rest
+    began = time.monotonic()
+    again = closing(transport.consumer(group, [topic], "proc-1-w0"))
+    redelivered = poll_until(again, 5)
+    assert set(ids(redelivered)) == set(ids(held)) - set(ids(held[:1]))
+    assert time.monotonic() - began < 10.0

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from processor.clients.client import Client, new_submit
 from processor.facts.models import (
+    AttemptProgress,
     BoundaryCompletion,
     BoundaryRequest,
     CancelRun,
@@ -201,6 +202,42 @@ class Control:
             lambda: self.facts_count(run_id) > start or self.h.rejected.find(record) is not None,
             f"{record.topic}@{record.offset} to be decided",
         )
+
+    def report(
+        self,
+        item: WorkItem,
+        report: str = "started",
+        *,
+        step: int | None = None,
+        worker: str = "test-worker",
+    ) -> Record:
+        """Produce a worker's progress report on ``item`` (its first step by default)."""
+        progress = AttemptProgress(
+            run_id=item.run_id,
+            kind=item.kind,
+            segment=item.segment,
+            attempt=item.attempt,
+            generation=item.generation,
+            step=item.first_step if step is None else step,
+            report=report,  # type: ignore[arg-type]
+            worker_id=worker,
+            at_ms=self.now,
+        )
+        return self.h.produce_model(TopicName.RESULTS, item.run_id, progress)
+
+    def started(
+        self, item: WorkItem, *, step: int | None = None, worker: str = "test-worker"
+    ) -> int:
+        """Report ``item``'s step started and drive until it is recorded: its new expiry."""
+        self.report(item, step=step, worker=worker)
+        first = item.first_step if step is None else step
+
+        def recorded() -> int | None:
+            attempt = self.state(item.run_id).attempt
+            mine = (attempt.generation, attempt.started_step, attempt.worker_id)
+            return attempt.expires_ms if mine == (item.generation, first, worker) else None
+
+        return int(self.drive(recorded, f"step {first} of {item.run_id} started"))
 
     def facts_count(self, run_id: str) -> int:
         state = self.h.loop_state(run_id)

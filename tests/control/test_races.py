@@ -156,7 +156,7 @@ def test_a_late_worker_result_and_an_operator_resolution_exactly_one_commits(
 ) -> None:
     run_id = ctl.submit("payment", {"id": f"l-{order}", "amount": 7})
     lost = ctl.work(run_id)
-    ctl.advance_to(lost.expires_ms)
+    ctl.advance_to(ctl.started(lost))
     ctl.wait_for(run_id, AttemptOutcomeUnknown)
     supplied = {"id": f"l-{order}", "authorized": 7, "by": "operator"}
     if order == "worker_first":

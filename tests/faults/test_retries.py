@@ -30,6 +30,7 @@ from processor.facts.models import (
 )
 from processor.facts.payload import dumps
 from processor.facts.topics import TopicName
+from processor.model.attempts import NO_EXPIRY
 from processor.transport.deployment import Deployment
 from tests.apps.pipelines import ALWAYS_FAILS_ERROR, CALLS, app, expected_steps3_result
 from tests.apps.support import (
@@ -195,17 +196,24 @@ def test_lost_attempt_gets_a_new_attempt_after_its_timeout(harness: LoopHarness)
     run_id = harness.submit("steps3", {"n": 21})
     (lost,) = harness.drive(harness.new_work, "the first attempt is dispatched")
     started = _only(harness.facts(run_id), SegmentAttemptStarted)
-    assert started.expires_ms == harness.clock.now_ms + 3 * 2_000  # three steps of 2 s
-    assert lost.expires_ms == started.expires_ms
+    assert started.expires_ms is None and lost.expires_ms == NO_EXPIRY  # queued: no timer
+
+    # Queued far longer than its timeout: nothing happens until a worker starts it.
+    harness.clock.advance_to(harness.clock.now_ms + 60_000)
+    harness.loop.run_once()
+    harness.loop.run_once()
+    assert not _has(harness, run_id, SegmentFailed)
+    expires_ms = harness.started(lost)
+    assert expires_ms == harness.clock.now_ms + 3 * 2_000  # three steps of 2 s, from the start
 
     # No worker ever answers. Just before the deadline nothing happens...
-    harness.clock.advance_to(started.expires_ms - 1)
+    harness.clock.advance_to(expires_ms - 1)
     harness.loop.run_once()
     harness.loop.run_once()
     assert not _has(harness, run_id, SegmentFailed)
 
     # ...at the deadline the attempt counts as lost and a retry is scheduled.
-    harness.clock.advance_to(started.expires_ms)
+    harness.clock.advance_to(expires_ms)
     harness.drive(lambda: _has(harness, run_id, RetryScheduled), "the lost attempt is retried")
     facts = harness.facts(run_id)
     timed_out = _only(facts, SegmentFailed)
@@ -220,7 +228,7 @@ def test_lost_attempt_gets_a_new_attempt_after_its_timeout(harness: LoopHarness)
     (fresh,) = harness.drive(harness.new_work, "a new attempt is dispatched")
     assert (fresh.attempt, fresh.generation, fresh.first_step) == (2, 2, 0)
     second_start = _of(harness.facts(run_id), SegmentAttemptStarted)[-1]
-    assert second_start.expires_ms == harness.clock.now_ms + 6_000
+    assert second_start.expires_ms is None
 
     # The lost worker wakes up and reports: its result is stale and changes nothing.
     before = harness.facts(run_id)
@@ -243,7 +251,7 @@ def test_attempts_lost_until_the_budget_is_spent_fail_the_run(harness: LoopHarne
     for attempt in (1, 2, 3):  # the flaky pipeline allows 3 attempts per step
         (item,) = harness.drive(harness.new_work, f"attempt {attempt} is dispatched")
         assert (item.attempt, item.generation) == (attempt, attempt)
-        harness.clock.advance_to(item.expires_ms)
+        harness.clock.advance_to(harness.started(item))
         if attempt < 3:
             harness.drive(
                 lambda a=attempt: len(_of(harness.facts(run_id), RetryScheduled)) == a,

@@ -27,6 +27,7 @@ from processor.facts.models import (
 )
 from processor.model.pipeline_spec import RetryPolicy
 from processor.worker.pipeline import Application, Pipeline
+from tests.apps.support import wait_until
 
 START = 1_800_000_000_000
 STEP_TIMEOUT_S = 600.0  # ten minutes: only the kit's clock can get there during a test
@@ -133,12 +134,23 @@ def _failing_order_id() -> str:
             return order_id
 
 
+def _started(env: LocalEnvironment, run_id: str) -> None:
+    """Wait until the processor has the worker's start report (the kit's workers send
+    it as a step starts): the attempt's timeout runs from it."""
+    wait_until(
+        lambda: (s := env.status(run_id)) is not None and s.attempt.started_step is not None,
+        10,
+        "the start report",
+    )
+
+
 def test_an_attempt_timeout_fires_at_the_advanced_time(env: LocalEnvironment) -> None:
     _calls.clear()
     _entered.clear()
     _release.clear()
     run_id = env.submit("slow", {"n": 1})
     assert _entered.wait(10), "the first attempt did not start"
+    _started(env, run_id)
     env.settle()
     assert not any(isinstance(f, SegmentFailed) for f in env.history(run_id))
     try:

@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 
 from processor.clients.client import new_submit
 from processor.facts.keyring import KeyRing
-from processor.facts.models import FactHeader, SegmentResult, StepOutput
+from processor.facts.models import AttemptProgress, FactHeader, SegmentResult, StepOutput
 from processor.model.decide import (
     Context,
     Decision,
     TimerFired,
+    decide_progress,
     decide_result,
     decide_submit,
     decide_timer,
@@ -100,6 +101,24 @@ class Simulation:
             worker_id="w",
         )
         return self._take(decide_result(result, state, self.ctx))
+
+    def progress(
+        self, run_id: str, report: str = "started", step: int | None = None, worker: str = "w"
+    ) -> Decision:
+        """A worker's report on the current attempt: ``step`` (default: its next) started,
+        or a heartbeat."""
+        state = self.states[run_id]
+        message = AttemptProgress(
+            run_id=run_id,
+            segment=state.attempt.segment,
+            attempt=state.attempt.number,
+            generation=state.attempt.generation,
+            step=state.attempt.next_step if step is None else step,
+            report=report,  # type: ignore[arg-type]
+            worker_id=worker,
+            at_ms=self.now,
+        )
+        return self._take(decide_progress(message, state, self.ctx))
 
     def advance(self, ms: int) -> None:
         """Move the clock and fire every due timer, earliest first."""

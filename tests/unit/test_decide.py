@@ -42,7 +42,7 @@ def test_submit_creates_the_run_and_dispatches_its_first_attempt() -> None:
     assert isinstance(submitted, RunSubmitted) and isinstance(started, SegmentAttemptStarted)
     assert (submitted.seq, started.seq) == (1, 2)
     assert submitted.cause_id == command.command_id and submitted.pipeline_version == 1
-    assert started.expires_ms == 10 + SPEC.segment_timeout_ms(0)
+    assert started.expires_ms is None  # no timer until a worker reports the start
     work = [e.value for e in decision.emits if e.topic is TopicName.WORK]
     assert len(work) == 1 and isinstance(work[0], WorkItem) and work[0].input == b'{"x":1}'
     replies = [e.value for e in decision.emits if e.topic is TopicName.REPLIES]
@@ -204,8 +204,12 @@ def test_a_non_retryable_failure_fails_at_once() -> None:
 def test_an_attempt_past_its_timeout_is_lost_and_retried() -> None:
     sim = Simulation()
     run_id = sim.submit()
+    assert sim.states[run_id].attempt.expires_ms is None  # queued: no timer
+    sim.advance(60_000)
+    assert sim.states[run_id].phase == "dispatched"
+    sim.progress(run_id)  # a worker starts step 0: the timer runs from now
     expires = sim.states[run_id].attempt.expires_ms
-    assert expires is not None
+    assert expires == sim.now + SPEC.segment_timeout_ms(0)
     sim.advance(expires - sim.now)
     failed = [f for f in sim.facts if isinstance(f, SegmentFailed)]
     assert len(failed) == 1 and failed[0].error_type == "attempt_timeout"

@@ -26,8 +26,11 @@ from processor.facts import codec as codec_module
 from processor.facts.codec import SCHEMA_DIR, decode_fact, encode
 from processor.facts.models import (
     FACT_TYPES,
+    AttemptHeartbeatRecorded,
+    AttemptLost,
     AttemptOutcomeUnknown,
     AttemptResolved,
+    AttemptStepStarted,
     BoundaryCompletionAdmitted,
     BoundaryDispatchCompleted,
     BoundaryInteractionDispatched,
@@ -312,7 +315,31 @@ def _every_fact_type() -> list[FactHeader]:
         StepCompleted(**e("s0"), segment=0, attempt=1, generation=1, step=0, output=b"x"),
     ]
     run_e.append(run_e[-1])  # the same fact twice: the second changes nothing
-    runs = [run_a, run_b, run_c, run_d, run_e]
+    f = _Header("run-f")
+    attempt = {"segment": 1, "attempt": 1, "generation": 1, "step": 0}
+    again = {"segment": 1, "attempt": 2, "generation": 2, "step": 0}
+    run_f: list[FactHeader] = [
+        RunSubmitted(**f("submitted"), pipeline="p", pipeline_version=1, input=b"", submitted_ms=1),
+        SegmentAttemptStarted(
+            **f("a1"), segment=1, attempt=1, generation=1, first_step=0, expires_ms=None
+        ),
+        AttemptStepStarted(
+            **f("st1"), **attempt, worker_id="w1", expires_ms=8_000, heartbeat_due_ms=2_000
+        ),
+        AttemptHeartbeatRecorded(**f("hb1"), **attempt, heartbeat_due_ms=2_500),
+        AttemptStepStarted(
+            **f("st2"), **attempt, worker_id="w2", expires_ms=9_000, redelivered=True
+        ),
+        AttemptLost(**f("lost"), **attempt, cause="heartbeat_timeout", losses=2),
+        SegmentAttemptStarted(
+            **f("a2"), segment=1, attempt=2, generation=2, first_step=0, expires_ms=None
+        ),
+        AttemptStepStarted(
+            **f("st3"), **again, worker_id="w\u00e9", expires_ms=19_000, heartbeat_due_ms=12_000
+        ),
+        AttemptHeartbeatRecorded(**f("hb2"), **again, heartbeat_due_ms=13_000),
+    ]
+    runs = [run_a, run_b, run_c, run_d, run_e, run_f]
     interleaved = []
     for index in range(max(map(len, runs))):
         interleaved += [run[index] for run in runs if index < len(run)]

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 from processor.clients.client import new_submit
 from processor.facts.keyring import KeyRing
 from processor.facts.models import (
+    AttemptProgress,
     CancelRun,
     CommandReply,
     FactHeader,
@@ -23,6 +24,7 @@ from processor.model.decide import (
     Decision,
     TimerFired,
     decide_cancel,
+    decide_progress,
     decide_resolve,
     decide_result,
     decide_submit,
@@ -171,6 +173,21 @@ class Run:
             kind=item.kind,
         )
 
+    def started(self, step: int | None = None, worker: str = "w") -> Decision:
+        """The latest work item's worker reports ``step`` (default: its first) started."""
+        item = self.work[-1]
+        report = AttemptProgress(
+            run_id=self.run_id,
+            segment=item.segment,
+            attempt=item.attempt,
+            generation=item.generation,
+            step=item.first_step if step is None else step,
+            report="started",
+            worker_id=worker,
+            at_ms=self.now,
+        )
+        return self.take(decide_progress(report, self.state, self.ctx))
+
     def advance(self, to: int) -> None:
         self.now = to
         for entry in sorted(due_entries(self.state)):
@@ -222,7 +239,8 @@ def make_unknown(run: Run) -> None:
     """Complete step 0, then lose the attempt at the effectful step 1."""
     run.result(done=1, fail=True)  # step 0 completes, step 1 fails retryably
     run.advance(run.state.attempt.retry_due_ms or 0)  # generation 2 starts at step 1
-    run.advance(run.state.attempt.expires_ms or 0)  # ...and is lost
+    run.started()  # a worker starts it...
+    run.advance(run.state.attempt.expires_ms or 0)  # ...and it is lost
 
 
 # --- deadlines ------------------------------------------------------------------------------
