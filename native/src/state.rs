@@ -99,6 +99,8 @@ pub struct RunState {
     #[serde(default)]
     pub retry_due_ms: Option<i64>,
     #[serde(default)]
+    pub retry_reason: Option<String>,
+    #[serde(default)]
     pub completed_steps: Vec<i64>,
     #[serde(default)]
     pub boundary: i64,
@@ -114,6 +116,10 @@ pub struct RunState {
     pub boundary_on_timeout: String,
     #[serde(default)]
     pub boundary_dispatched: bool,
+    #[serde(default)]
+    pub sleep_step: Option<i64>,
+    #[serde(default)]
+    pub sleep_wake_ms: Option<i64>,
     #[serde(default)]
     pub interactions: IndexMap<String, Interaction>,
     #[serde(default)]
@@ -158,6 +164,8 @@ pub struct RunState {
     pub compensation_expires_ms: Option<i64>,
     #[serde(default)]
     pub compensation_retry_due_ms: Option<i64>,
+    #[serde(default)]
+    pub compensation_retry_reason: Option<String>,
     #[serde(default)]
     pub compensated: i64,
     #[serde(default)]

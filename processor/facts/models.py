@@ -53,6 +53,8 @@ __all__ = [
     "SegmentFailed",
     "SegmentResult",
     "SegmentSuspended",
+    "SleepCompleted",
+    "SleepStarted",
     "StepCompleted",
     "StepOutput",
     "StopNotice",
@@ -122,12 +124,14 @@ class SegmentFailed(FactHeader):
     error: str
     error_type: str
     retryable: bool
+    reason: str | None = None  # the retry decision (README: retry reasons)
 
 
 class RetryScheduled(FactHeader):
     segment: int
     attempt: int
     due_ms: int
+    reason: str | None = None  # eligible
 
 
 class SegmentSuspended(FactHeader):
@@ -206,6 +210,7 @@ class RunFailed(FactHeader):
     step: int
     attempts: int
     recovery: str = "NotRequired"
+    reason: str | None = None  # why no further attempt was made (README: retry reasons)
 
 
 class RunStopRequested(FactHeader):
@@ -263,6 +268,25 @@ class CompensationAttemptFailed(FactHeader):
     error: str
     error_type: str
     retry_due_ms: int | None = None
+    reason: str | None = None  # the compensator's retry decision
+
+
+class SleepStarted(FactHeader):
+    """The run sleeps at a sleep step until ``wake_ms``, fixed here once."""
+
+    segment: int
+    attempt: int
+    generation: int
+    step: int
+    wake_ms: int
+
+
+class SleepCompleted(FactHeader):
+    """The sleep's timer fired: the sleep step completes with its input."""
+
+    segment: int
+    step: int
+    wake_ms: int
 
 
 class RunStopped(FactHeader):
@@ -316,6 +340,8 @@ FACT_TYPES: tuple[type[FactHeader], ...] = (
     CompensationAttemptFailed,
     RunStopped,
     RunRedriven,
+    SleepStarted,
+    SleepCompleted,
 )
 
 

@@ -17,6 +17,7 @@ TimerKind = Literal[
     "run_deadline",
     "compensation_timeout",
     "compensation_retry",
+    "sleep",
 ]
 
 
@@ -25,7 +26,8 @@ class DueEntry:
     """One row of the due-work index, ordered by due time.
 
     ``scope``/``ordinal`` name what the timer is for: (segment, generation) for
-    attempt timeouts and retries, (boundary, item index) for interaction timeouts.
+    attempt timeouts and retries, (boundary, item index) for interaction timeouts,
+    (segment, step) for a sleep.
     """
 
     due_ms: int
@@ -78,6 +80,11 @@ def _phase_entries(state: RunState) -> frozenset[DueEntry]:
             for i in state.boundary_interactions()
             if i.status == "open" and i.deadline_ms > 0
         )
+    if state.phase == "sleeping" and state.sleep.wake_ms is not None:
+        entry = DueEntry(
+            state.sleep.wake_ms, run_id, "sleep", state.attempt.segment, state.sleep.step or 0
+        )
+        return frozenset({entry})
     if state.phase == "publishing" and state.publication.due_ms is not None:
         return frozenset({DueEntry(state.publication.due_ms, run_id, "publication")})
     return frozenset()

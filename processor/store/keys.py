@@ -38,6 +38,7 @@ _KINDS: dict[int, TimerKind] = {
     5: "run_deadline",
     6: "compensation_timeout",
     7: "compensation_retry",
+    10: "sleep",
 }
 _KIND_CODES: dict[str, int] = {kind: code for code, kind in _KINDS.items()}
 _INDEX_KINDS: dict[IndexKind, int] = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from datetime import datetime
 from typing import Any
 
 from processor.facts import payload
@@ -66,6 +67,11 @@ def execute(
         with tracing.step_span(traceparent, name, **_attributes(item, index)) as span:
             try:
                 value = _run_step(item.pipeline, step, value)
+                if step.spec.sleeps is not None:  # the processor keeps the timer
+                    wake = () if step.spec.sleeps.duration_ms is not None else _wake(value)
+                    return SegmentResult(
+                        **common, steps=tuple(outputs), outcome="suspended", requests=wake
+                    )
                 if step.spec.awaits is not None:
                     requests = _requests(value, step.spec.awaits.kind, step.spec.awaits.itemized)
                     for request in requests:
@@ -148,6 +154,19 @@ def _compensate(
             retryable=not isinstance(exc, NonRetryableError),
         )
     return SegmentResult(**common, kind="compensate", steps=(), outcome="completed")
+
+
+def _wake(value: object) -> tuple[bytes]:
+    """A sleep_until step's wake time as its one request: epoch ms as JSON, or null."""
+    if value is None:
+        return (b"null",)
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise TypeError("sleep_until needs an aware datetime (with a tzinfo), not a naive one")
+        return (payload.dumps(int(value.timestamp() * 1000)),)
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return (payload.dumps(int(value)),)
+    raise TypeError(f"sleep_until returns epoch ms, an aware datetime or None, not {value!r}")
 
 
 def _requests(value: object, kind: str, itemized: bool) -> tuple[bytes, ...]:

@@ -50,6 +50,8 @@ from processor.facts.models import (
     SegmentCompleted,
     SegmentFailed,
     SegmentSuspended,
+    SleepCompleted,
+    SleepStarted,
     StepCompleted,
     TerminalPublicationCompleted,
     TerminalPublicationPrepared,
@@ -125,8 +127,9 @@ def _every_fact_type() -> list[FactHeader]:
             error="boom\n\u00e9",
             error_type="E",
             retryable=True,
+            reason="eligible",
         ),
-        RetryScheduled(**a("r1"), segment=0, attempt=2, due_ms=6_000),
+        RetryScheduled(**a("r1"), segment=0, attempt=2, due_ms=6_000, reason="eligible"),
         SegmentAttemptStarted(
             **a("a2"), segment=0, attempt=2, generation=2, first_step=1, expires_ms=7_000
         ),
@@ -224,6 +227,7 @@ def _every_fact_type() -> list[FactHeader]:
             error="x",
             error_type="E",
             retry_due_ms=8_500,
+            reason="eligible",
         ),
         CompensationAttemptStarted(**b("ca2"), step=1, attempt=2, generation=2, expires_ms=9_000),
         CompensationStepCompleted(**b("cc1"), step=1, attempt=2, generation=2),
@@ -255,6 +259,7 @@ def _every_fact_type() -> list[FactHeader]:
             step=0,
             attempts=3,
             recovery="PartiallyCompensated",
+            reason="attempts_exhausted",
         ),
     ]
     d = _Header("run-d")
@@ -312,7 +317,62 @@ def _every_fact_type() -> list[FactHeader]:
         StepCompleted(**e("s0"), segment=0, attempt=1, generation=1, step=0, output=b"x"),
     ]
     run_e.append(run_e[-1])  # the same fact twice: the second changes nothing
-    runs = [run_a, run_b, run_c, run_d, run_e]
+    f = _Header("run-f")
+    run_f: list[FactHeader] = [  # asleep: its sleep timer stays in the due index
+        RunSubmitted(**f("submitted"), pipeline="p", pipeline_version=1, input=b"", submitted_ms=1),
+        SegmentAttemptStarted(
+            **f("a1"), segment=1, attempt=1, generation=1, first_step=0, expires_ms=5_000
+        ),
+        StepCompleted(**f("s0"), segment=1, attempt=1, generation=1, step=0, output=b"o"),
+        SleepStarted(**f("sleep"), segment=1, attempt=1, generation=1, step=1, wake_ms=77_000),
+    ]
+    g = _Header("run-g")
+    run_g: list[FactHeader] = [  # a sleep that wakes, one a stop fences, retry reasons
+        RunSubmitted(**g("submitted"), pipeline="p", pipeline_version=1, input=b"", submitted_ms=1),
+        SegmentAttemptStarted(
+            **g("a1"), segment=1, attempt=1, generation=1, first_step=0, expires_ms=5_000
+        ),
+        SleepStarted(**g("sleep1"), segment=1, attempt=1, generation=1, step=0, wake_ms=6_000),
+        SleepCompleted(**g("woke1"), segment=1, step=0, wake_ms=6_000),
+        StepCompleted(**g("s0"), segment=1, attempt=1, generation=1, step=0, output=b""),
+        ContinuationSegmentCreated(**g("cont"), boundary=1, segment=2, first_step=1, input=b""),
+        SegmentAttemptStarted(
+            **g("a2"), segment=2, attempt=1, generation=1, first_step=1, expires_ms=7_000
+        ),
+        AttemptOutcomeUnknown(
+            **g("unknown"), kind="forward", segment=2, attempt=1, generation=1, step=1
+        ),
+        AttemptResolved(
+            **g("resolved"),
+            kind="forward",
+            segment=2,
+            attempt=1,
+            generation=1,
+            action="retry",
+            idempotency_key="op-g",
+            fingerprint="f",
+            response="{}",
+        ),
+        SegmentAttemptStarted(
+            **g("a3"), segment=2, attempt=1, generation=2, first_step=1, expires_ms=8_000
+        ),
+        SegmentFailed(
+            **g("f3"),
+            segment=2,
+            attempt=1,
+            generation=2,
+            step=1,
+            error="e",
+            error_type="E",
+            retryable=True,
+            reason="eligible",
+        ),
+        RetryScheduled(**g("r3"), segment=2, attempt=2, due_ms=8_500, reason="eligible"),
+        RunStopRequested(**g("stop"), reason="timed_out", detail="deadline"),
+        SleepStarted(**g("sleep2"), segment=3, attempt=1, generation=1, step=2, wake_ms=9_000),
+        RunStopRequested(**g("stop2"), reason="cancelled", detail="again"),
+    ]
+    runs = [run_a, run_b, run_c, run_d, run_e, run_f, run_g]
     interleaved = []
     for index in range(max(map(len, runs))):
         interleaved += [run[index] for run in runs if index < len(run)]
