@@ -1,0 +1,69 @@
+"""Pipelines for the durable-sleep and retry-reason tests (``--app tests.apps.sleep_pipelines:app``).
+
+- ``nap``: ``prepare``, a sleep of ``NAP_S`` seconds, then ``ship``, which receives
+  what ``prepare`` returned.
+- ``alarm``: ``prepare``, a sleep until the input's ``wake_ms`` (``sleep_until``),
+  then ``ring``.
+- ``picky``: ``judge`` raises NonRetryableError when the input says ``reject``, a
+  retryable error when it says ``flaky`` (``PICKY_RETRY``: two attempts).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from processor.model.pipeline_spec import RetryPolicy
+from processor.worker.pipeline import Application, NonRetryableError, Pipeline
+
+__all__ = ["NAP_S", "PICKY_RETRY", "app"]
+
+NAP_S = 30.0
+PICKY_RETRY = RetryPolicy(max_attempts=2, initial_backoff_ms=10, max_backoff_ms=10)
+
+nap = Pipeline("nap")
+
+
+@nap.step(timeout_s=5)
+def prepare(value: dict[str, Any]) -> dict[str, Any]:
+    return {**value, "prepared": True}
+
+
+nap.sleep(NAP_S, name="nap")
+
+
+@nap.step(timeout_s=5)
+def ship(value: dict[str, Any]) -> dict[str, Any]:
+    return {"shipped": value}
+
+
+alarm = Pipeline("alarm")
+
+
+@alarm.step(name="prepare", timeout_s=5)
+def prepare_alarm(value: dict[str, Any]) -> dict[str, Any]:
+    return {**value, "set": True}
+
+
+@alarm.sleep_until()
+def until_wake(value: dict[str, Any]) -> int:
+    return int(value["wake_ms"])
+
+
+@alarm.step(timeout_s=5)
+def ring(value: dict[str, Any]) -> dict[str, Any]:
+    return {"rang": value}
+
+
+picky = Pipeline("picky")
+
+
+@picky.step(retry=PICKY_RETRY, timeout_s=5)
+def judge(value: dict[str, Any]) -> dict[str, Any]:
+    if value.get("reject"):
+        raise NonRetryableError("rejected for good")
+    if value.get("flaky"):
+        raise RuntimeError("try again")
+    return value
+
+
+app = Application([nap, alarm, picky])
