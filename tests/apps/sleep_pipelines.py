@@ -1,9 +1,11 @@
-"""Pipelines for the durable-sleep and retry-reason tests (``--app tests.apps.sleep_pipelines:app``).
+"""Pipelines for the sleep and retry-reason tests (``--app tests.apps.sleep_pipelines:app``).
 
 - ``nap``: ``prepare``, a sleep of ``NAP_S`` seconds, then ``ship``, which receives
   what ``prepare`` returned.
 - ``alarm``: ``prepare``, a sleep until the input's ``wake_ms`` (``sleep_until``),
   then ``ring``.
+- ``doze``: ``wind_down``, a sleep of ``DOZE_S`` seconds (short: real processes sleep
+  it in the kill -9 test), then ``wake``.
 - ``picky``: ``judge`` raises NonRetryableError when the input says ``reject``, a
   retryable error when it says ``flaky`` (``PICKY_RETRY``: two attempts).
 """
@@ -15,9 +17,10 @@ from typing import Any
 from processor.model.pipeline_spec import RetryPolicy
 from processor.worker.pipeline import Application, NonRetryableError, Pipeline
 
-__all__ = ["NAP_S", "PICKY_RETRY", "app"]
+__all__ = ["DOZE_S", "NAP_S", "PICKY_RETRY", "app"]
 
 NAP_S = 30.0
+DOZE_S = 3.0
 PICKY_RETRY = RetryPolicy(max_attempts=2, initial_backoff_ms=10, max_backoff_ms=10)
 
 nap = Pipeline("nap")
@@ -54,6 +57,22 @@ def ring(value: dict[str, Any]) -> dict[str, Any]:
     return {"rang": value}
 
 
+doze = Pipeline("doze")
+
+
+@doze.step(timeout_s=5)
+def wind_down(value: dict[str, Any]) -> dict[str, Any]:
+    return {**value, "wound_down": True}
+
+
+doze.sleep(DOZE_S, name="doze")
+
+
+@doze.step(timeout_s=5)
+def wake(value: dict[str, Any]) -> dict[str, Any]:
+    return {"awake": value}
+
+
 picky = Pipeline("picky")
 
 
@@ -66,4 +85,4 @@ def judge(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
-app = Application([nap, alarm, picky])
+app = Application([nap, alarm, doze, picky])
