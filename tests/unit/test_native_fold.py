@@ -782,3 +782,16 @@ def test_a_redriven_run_is_folded_in_python_to_the_same_rows(
     assert _catch_up(transport, tmp_path / "native", [(10**9, True)], batch_size) == expected
     after_redrive = len(redriven) - 5  # the redrive's batch and those after it, of this run
     assert counting.declined >= -(-after_redrive // batch_size) and counting.folded > 0
+
+
+@requires_native
+def test_a_build_that_writes_other_row_fields_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An older build (its run rows without fields added since) folds nothing: Python does."""
+    import importlib
+    import types
+
+    real = importlib.import_module("processor_native")
+    assert tuple(real.ROW_FIELDS) == native_fold._ROW_FIELDS  # this build is current
+    older = types.SimpleNamespace(FAMILIES=real.FAMILIES, ROW_FIELDS=real.ROW_FIELDS[:-1])
+    monkeypatch.setattr(importlib, "import_module", lambda name: older)
+    assert native_fold._extension() is None
