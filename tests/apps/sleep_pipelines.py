@@ -20,7 +20,7 @@ from processor.worker.pipeline import Application, NonRetryableError, Pipeline
 __all__ = ["DOZE_S", "NAP_S", "PICKY_RETRY", "app"]
 
 NAP_S = 30.0
-DOZE_S = 3.0
+DOZE_S = 5.0
 PICKY_RETRY = RetryPolicy(max_attempts=2, initial_backoff_ms=10, max_backoff_ms=10)
 
 nap = Pipeline("nap")

@@ -40,7 +40,13 @@ def test_kill_9_during_a_sleep_then_restart_fires_each_sleep_once(crash_env: Cra
         wait_until(asleep, 60, "every run asleep")
         assert process.kill() == -9  # while they sleep
         wakes = {r: _of(client.history(r), SleepStarted)[0] for r in runs}
-        assert not any(_of(client.history(r), SleepCompleted) for r in runs)
+        sleeping = [r for r in runs if not _of(client.history(r), SleepCompleted)]
+        assert sleeping, "the kill came after every sleep ended"
+        shown = crash_env.cli("status", sleeping[0], "--json")  # processor status, from the log
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        status = json.loads(shown.stdout)
+        assert status["phase"] == "sleeping"
+        assert status["sleeping"] == {"step": 1, "wake_ms": wakes[sleeping[0]].wake_ms}
         process.start()
         for run_id in runs:
             assert client.wait(run_id, timeout_s=60).succeeded
