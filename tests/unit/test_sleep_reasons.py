@@ -351,3 +351,38 @@ def test_a_sleep_and_the_deadline_due_together_the_deadline_wins() -> None:
     run.advance(run.now + 5_000)
     assert run.state.status == "timed_out"
     assert not [f for f in run.facts if isinstance(f, SleepCompleted)]
+
+
+# --- the definition API and the worker's wake time ----------------------------------------
+
+
+def test_the_definition_api_makes_sleep_steps_that_end_their_segment() -> None:
+    from processor.errors import ConfigurationError
+    from processor.worker.pipeline import Pipeline
+
+    pipeline = Pipeline("p")
+    pipeline.step()(lambda value: value)
+    pipeline.sleep(1.5)
+    pipeline.sleep_until("until")(lambda value: None)
+    pipeline.step(name="last")(lambda value: value)
+    spec = pipeline.spec()
+    assert [s.name for s in spec.steps] == ["<lambda>", "sleep_1", "until", "last"]
+    assert [s.sleeps for s in spec.steps] == [None, SleepSpec(1_500), SleepSpec(None), None]
+    assert [spec.segment_end(first) for first in (0, 2, 3)] == [1, 2, 3]
+    with pytest.raises(ConfigurationError):
+        pipeline.sleep(-1)
+
+
+def test_the_worker_reports_a_wake_time_as_epoch_ms_or_refuses_it() -> None:
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from processor.worker.executor import _wake
+
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    assert _wake(at) == (b"1893456000000",)
+    assert _wake(at.astimezone(timezone(timedelta(hours=2)))) == (b"1893456000000",)
+    assert _wake(1_500.7) == (b"1500",)
+    assert _wake(None) == (b"null",)
+    for bad in (datetime(2030, 1, 1), "soon", True, -5):  # a naive datetime is refused
+        with pytest.raises(TypeError):
+            _wake(bad)
