@@ -12,7 +12,7 @@ def test_an_order_is_invoiced():
 
 The processor and the workers read only ``env.clock``, a ``ManualClock`` that
 stands still until ``advance`` moves it forward: attempt timeouts, retry
-backoffs, await timeouts and run deadlines (every timer the processor keeps)
+backoffs, await timeouts, run deadlines and sleeps (every timer the processor keeps)
 fire when the test says so, never because real time passed. ``advance``
 returns once the processor has fired every timer due by the new time, so what
 follows sees their effects. Waits are bounded by real-time deadlines on real

@@ -250,6 +250,11 @@ impl Json for RunState {
             &self.retry_due_ms,
         );
         o.field_unless(
+            self.retry_reason.is_none(),
+            "retry_reason",
+            &self.retry_reason,
+        );
+        o.field_unless(
             self.completed_steps.is_empty(),
             "completed_steps",
             &self.completed_steps,
@@ -284,6 +289,12 @@ impl Json for RunState {
             !self.boundary_dispatched,
             "boundary_dispatched",
             &self.boundary_dispatched,
+        );
+        o.field_unless(self.sleep_step.is_none(), "sleep_step", &self.sleep_step);
+        o.field_unless(
+            self.sleep_wake_ms.is_none(),
+            "sleep_wake_ms",
+            &self.sleep_wake_ms,
         );
         o.field_unless(
             self.interactions.is_empty(),
@@ -358,6 +369,11 @@ impl Json for RunState {
             self.compensation_retry_due_ms.is_none(),
             "compensation_retry_due_ms",
             &self.compensation_retry_due_ms,
+        );
+        o.field_unless(
+            self.compensation_retry_reason.is_none(),
+            "compensation_retry_reason",
+            &self.compensation_retry_reason,
         );
         o.field_unless(self.compensated == 0, "compensated", &self.compensated);
         o.field_unless(self.skipped == 0, "skipped", &self.skipped);

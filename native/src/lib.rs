@@ -477,5 +477,6 @@ fn by_run(runs: impl Iterator<Item = usize> + Clone, count: usize) -> (Vec<usize
 fn processor_native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Kernel>()?;
     module.add("FAMILIES", FAMILIES)?;
+    module.add("ROW_FIELDS", state::ROW_FIELDS)?;
     Ok(())
 }

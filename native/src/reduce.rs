@@ -41,6 +41,8 @@ pub enum Kind {
     AttemptStepStarted,
     AttemptHeartbeatRecorded,
     AttemptLost,
+    SleepStarted,
+    SleepCompleted,
 }
 
 impl Kind {
@@ -75,6 +77,8 @@ impl Kind {
             "AttemptStepStarted" => Kind::AttemptStepStarted,
             "AttemptHeartbeatRecorded" => Kind::AttemptHeartbeatRecorded,
             "AttemptLost" => Kind::AttemptLost,
+            "SleepStarted" => Kind::SleepStarted,
+            "SleepCompleted" => Kind::SleepCompleted,
             _ => return None,
         })
     }
@@ -253,6 +257,7 @@ fn start(fact: &Fact) -> Result<Option<RunState>, Error> {
         phase: "idle".into(),
         attempt_expires_ms: None,
         retry_due_ms: None,
+        retry_reason: None,
         completed_steps: Vec::new(),
         boundary: 0,
         boundary_step: None,
@@ -261,6 +266,8 @@ fn start(fact: &Fact) -> Result<Option<RunState>, Error> {
         boundary_items: 0,
         boundary_on_timeout: "fail".into(),
         boundary_dispatched: false,
+        sleep_step: None,
+        sleep_wake_ms: None,
         interactions: IndexMap::new(),
         publications: IndexMap::new(),
         publication_key: None,
@@ -283,6 +290,7 @@ fn start(fact: &Fact) -> Result<Option<RunState>, Error> {
         compensation_generation: 0,
         compensation_expires_ms: None,
         compensation_retry_due_ms: None,
+        compensation_retry_reason: None,
         compensated: 0,
         skipped: 0,
         compensation_failed: false,
@@ -355,10 +363,12 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.error = Some(fact.string("error")?);
             s.error_type = Some(fact.string("error_type")?);
             s.failed_step = Some(fact.long("step")?);
+            with_reason(&mut s.retry_reason, fact.opt_string("reason")?);
         }
         Kind::RetryScheduled => {
             set(&mut s.phase, "retry_wait");
             s.retry_due_ms = Some(fact.long("due_ms")?);
+            with_reason(&mut s.retry_reason, fact.opt_string("reason")?);
         }
         Kind::SegmentSuspended => {
             let step = fact.long("step")?;
@@ -457,20 +467,54 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.error = Some(fact.string("error")?);
             s.error_type = Some(fact.string("error_type")?);
             s.failed_step = Some(fact.long("step")?);
+            with_reason(&mut s.retry_reason, fact.opt_string("reason")?);
         }
         Kind::RunStopRequested => {
-            let fenced = s.phase == "retry_wait" || s.phase == "suspended";
-            s.stop_reason = Some(fact.string("reason")?);
+            let reason = fact.string("reason")?;
+            if s.phase == "retry_wait" {
+                // A pending retry fenced by the stop (reduce._FENCED_RETRY_REASONS).
+                let fenced = match reason.as_str() {
+                    "timed_out" => Some("deadline_elapsed".to_string()),
+                    "cancelled" => Some("cancelled".to_string()),
+                    _ => None,
+                };
+                with_reason(&mut s.retry_reason, fenced);
+            }
+            if s.phase == "sleeping" {
+                s.sleep_step = None;
+                s.sleep_wake_ms = None;
+            }
+            let fenced = s.phase == "retry_wait" || s.phase == "suspended" || s.phase == "sleeping";
+            s.stop_reason = Some(reason);
             s.stop_detail = Some(fact.string("detail")?);
             if fenced {
                 set(&mut s.phase, "idle");
             }
             s.retry_due_ms = None;
         }
+        Kind::SleepStarted => {
+            let step = fact.long("step")?;
+            set(&mut s.phase, "sleeping");
+            s.unknown = None;
+            s.attempt_expires_ms = None;
+            s.next_step = step;
+            s.sleep_step = Some(step);
+            s.sleep_wake_ms = Some(fact.long("wake_ms")?);
+        }
+        Kind::SleepCompleted => {
+            set(&mut s.phase, "idle");
+            s.sleep_step = None;
+            s.sleep_wake_ms = None;
+        }
         Kind::AttemptOutcomeUnknown => {
+            let kind = fact.string("kind")?;
+            if kind == "forward" {
+                // an effectful step's attempt: never retried blindly
+                s.retry_reason = Some("outcome_unknown".into());
+            }
             set(&mut s.phase, "unknown");
             s.unknown = Some(UnknownAttempt {
-                kind: fact.string("kind")?,
+                kind,
                 segment: fact.long("segment")?,
                 attempt: fact.long("attempt")?,
                 generation: fact.long("generation")?,
@@ -511,19 +555,22 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             unwound(s);
             s.skipped += 1;
         }
-        Kind::CompensationAttemptFailed => match fact.opt_long("retry_due_ms")? {
-            Some(due) => {
-                set(&mut s.phase, "compensation_retry_wait");
-                s.compensation_retry_due_ms = Some(due);
-                s.compensation_expires_ms = None;
+        Kind::CompensationAttemptFailed => {
+            match fact.opt_long("retry_due_ms")? {
+                Some(due) => {
+                    set(&mut s.phase, "compensation_retry_wait");
+                    s.compensation_retry_due_ms = Some(due);
+                    s.compensation_expires_ms = None;
+                }
+                None => {
+                    s.compensation_failed = true;
+                    s.unwind = Vec::new();
+                    s.compensation_expires_ms = None;
+                    set(&mut s.phase, "idle");
+                }
             }
-            None => {
-                s.compensation_failed = true;
-                s.unwind = Vec::new();
-                s.compensation_expires_ms = None;
-                set(&mut s.phase, "idle");
-            }
-        },
+            with_reason(&mut s.compensation_retry_reason, fact.opt_string("reason")?);
+        }
         Kind::RunStopped => {
             let execution = fact.string("execution")?;
             set(
@@ -544,6 +591,14 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
         Kind::RunSubmitted => {} // a second submission of a run only advances its version
     }
     Ok(())
+}
+
+/// The retry decision ``reason`` recorded, unless the fact has none (one written
+/// before reasons: ``reduce._with_reason``).
+fn with_reason(field: &mut Option<String>, reason: Option<String>) {
+    if reason.is_some() {
+        *field = reason;
+    }
 }
 
 /// Overwrite a string field in place (its buffer is reused: no allocation per fact).

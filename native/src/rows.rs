@@ -56,6 +56,7 @@ const COMPENSATION_TIMEOUT: u8 = 6;
 const COMPENSATION_RETRY: u8 = 7;
 const HEARTBEAT_TIMEOUT: u8 = 9;
 const SCHEDULE_TO_START_TIMEOUT: u8 = 10;
+const SLEEP: u8 = 11;
 
 /// ``due.due_entries``: every timer the run waits on (none once terminal), in key
 /// order (within a run), each once.
@@ -94,6 +95,9 @@ pub fn due_entries(state: Option<&RunState>, entries: &mut Vec<Due>) {
             .retry_due_ms
             .map(|due| (due, RETRY, s.segment, s.generation)),
         "publishing" => s.publication_due_ms.map(|due| (due, PUBLICATION, 0, 0)),
+        "sleeping" => s
+            .sleep_wake_ms
+            .map(|wake| (wake, SLEEP, s.segment, s.sleep_step.unwrap_or(0))),
         "suspended" => {
             for i in s.interactions.values() {
                 if i.boundary == s.boundary && i.status == "open" && i.deadline_ms > 0 {

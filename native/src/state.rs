@@ -99,6 +99,8 @@ pub struct RunState {
     #[serde(default)]
     pub retry_due_ms: Option<i64>,
     #[serde(default)]
+    pub retry_reason: Option<String>,
+    #[serde(default)]
     pub completed_steps: Vec<i64>,
     #[serde(default)]
     pub boundary: i64,
@@ -114,6 +116,10 @@ pub struct RunState {
     pub boundary_on_timeout: String,
     #[serde(default)]
     pub boundary_dispatched: bool,
+    #[serde(default)]
+    pub sleep_step: Option<i64>,
+    #[serde(default)]
+    pub sleep_wake_ms: Option<i64>,
     #[serde(default)]
     pub interactions: IndexMap<String, Interaction>,
     #[serde(default)]
@@ -159,6 +165,8 @@ pub struct RunState {
     #[serde(default)]
     pub compensation_retry_due_ms: Option<i64>,
     #[serde(default)]
+    pub compensation_retry_reason: Option<String>,
+    #[serde(default)]
     pub compensated: i64,
     #[serde(default)]
     pub skipped: i64,
@@ -179,6 +187,77 @@ pub struct RunState {
     #[serde(default)]
     pub infrastructure_losses: i64,
 }
+
+/// The run row's fields this build reads and writes, in ``RunRow``'s order (all but
+/// ``redrives``): ``native_fold.py`` uses a build only if they are the row's, so an
+/// older build never writes rows without the fields added since.
+pub const ROW_FIELDS: [&str; 65] = [
+    "run_id",
+    "pipeline",
+    "pipeline_version",
+    "status",
+    "version",
+    "input",
+    "submitted_ms",
+    "created_ms",
+    "updated_ms",
+    "idempotency_key",
+    "fingerprint",
+    "submit_command_id",
+    "segment",
+    "attempt",
+    "generation",
+    "next_step",
+    "step_attempts",
+    "last_output",
+    "phase",
+    "attempt_expires_ms",
+    "retry_due_ms",
+    "retry_reason",
+    "completed_steps",
+    "boundary",
+    "boundary_step",
+    "boundary_kind",
+    "boundary_itemized",
+    "boundary_items",
+    "boundary_on_timeout",
+    "boundary_dispatched",
+    "sleep_step",
+    "sleep_wake_ms",
+    "interactions",
+    "publications",
+    "publication_key",
+    "publication_due_ms",
+    "result",
+    "error",
+    "error_type",
+    "failed_step",
+    "failed_attempts",
+    "deadline_ms",
+    "stop_reason",
+    "stop_detail",
+    "unknown",
+    "step_outputs",
+    "resolutions",
+    "unwind",
+    "compensation_started",
+    "compensating_step",
+    "compensation_attempt",
+    "compensation_generation",
+    "compensation_expires_ms",
+    "compensation_retry_due_ms",
+    "compensation_retry_reason",
+    "compensated",
+    "skipped",
+    "compensation_failed",
+    "execution",
+    "recovery",
+    "traceparent",
+    "attempt_started_step",
+    "attempt_worker",
+    "heartbeat_due_ms",
+    "infrastructure_losses",
+];
 
 // The defaults of the string fields that have one, as ``model/state.py`` declares them:
 // ``json.rs`` leaves a field at its default out.

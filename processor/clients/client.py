@@ -532,6 +532,7 @@ def status_dict(state: RunState) -> dict[str, Any]:
         "error": state.error,
         "error_type": state.error_type,
         "failed_step": state.failed_step,
+        "retry_reason": state.attempt.retry_reason,
         "phase": state.phase,
         "segment": state.attempt.segment,
         "attempt": state.attempt.number,
@@ -544,6 +545,7 @@ def status_dict(state: RunState) -> dict[str, Any]:
         "started": _started(state),
         "timers": [{"kind": e.kind, "due_ms": e.due_ms} for e in sorted(due_entries(state))],
         "waiting": _waiting(state),
+        "sleeping": _sleeping(state),
         "publications": dict(state.publication.targets),
         "deadline_ms": state.deadline_ms,
         "stop_reason": state.stop.reason,
@@ -581,7 +583,15 @@ def _compensation(state: RunState) -> dict[str, Any] | None:
         "compensated": state.compensation.compensated,
         "skipped": state.compensation.skipped,
         "failed": state.compensation.failed,
+        "retry_reason": state.compensation.retry_reason,
     }
+
+
+def _sleeping(state: RunState) -> dict[str, Any] | None:
+    """The sleep a sleeping run is in: its step and its wake time."""
+    if state.phase != "sleeping":
+        return None
+    return {"step": state.sleep.step, "wake_ms": state.sleep.wake_ms}
 
 
 def _waiting(state: RunState) -> dict[str, Any] | None:

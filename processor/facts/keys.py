@@ -23,6 +23,8 @@ __all__ = [
     "redriven",
     "retry_scheduled",
     "segment_completed",
+    "sleep_completed",
+    "sleep_started",
     "step_completed",
 ]
 
@@ -79,6 +81,15 @@ def boundary_dispatched(boundary: int) -> str:
 
 def boundary_continued(boundary: int) -> str:
     return f"boundary/{boundary}/continued"
+
+
+def sleep_started(segment: int) -> str:
+    """A segment ends at one sleep step at most: its sleep is named by the segment."""
+    return f"sleep/{segment}/started"
+
+
+def sleep_completed(segment: int) -> str:
+    return f"sleep/{segment}/completed"
 
 
 def interaction_dispatched(interaction: str) -> str:

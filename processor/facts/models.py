@@ -56,6 +56,8 @@ __all__ = [
     "SegmentFailed",
     "SegmentResult",
     "SegmentSuspended",
+    "SleepCompleted",
+    "SleepStarted",
     "StepCompleted",
     "StepOutput",
     "StopNotice",
@@ -160,12 +162,14 @@ class SegmentFailed(FactHeader):
     error: str
     error_type: str
     retryable: bool
+    reason: str | None = None  # the retry decision (README: retry reasons)
 
 
 class RetryScheduled(FactHeader):
     segment: int
     attempt: int
     due_ms: int
+    reason: str | None = None  # eligible
 
 
 class SegmentSuspended(FactHeader):
@@ -244,6 +248,7 @@ class RunFailed(FactHeader):
     step: int
     attempts: int
     recovery: str = "NotRequired"
+    reason: str | None = None  # why no further attempt was made (README: retry reasons)
 
 
 class RunStopRequested(FactHeader):
@@ -301,6 +306,25 @@ class CompensationAttemptFailed(FactHeader):
     error: str
     error_type: str
     retry_due_ms: int | None = None
+    reason: str | None = None  # the compensator's retry decision
+
+
+class SleepStarted(FactHeader):
+    """The run sleeps at a sleep step until ``wake_ms``, fixed here once."""
+
+    segment: int
+    attempt: int
+    generation: int
+    step: int
+    wake_ms: int
+
+
+class SleepCompleted(FactHeader):
+    """The sleep's timer fired: the sleep step completes with its input."""
+
+    segment: int
+    step: int
+    wake_ms: int
 
 
 class RunStopped(FactHeader):
@@ -357,6 +381,8 @@ FACT_TYPES: tuple[type[FactHeader], ...] = (
     AttemptStepStarted,
     AttemptHeartbeatRecorded,
     AttemptLost,
+    SleepStarted,
+    SleepCompleted,
 )
 
 

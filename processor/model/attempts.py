@@ -11,6 +11,7 @@ lifecycle itself is written once here. None of it reads a clock or does I/O.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from processor.facts import keys
 from processor.facts.models import (
@@ -27,9 +28,11 @@ from processor.model.state import FORWARD, Attempt, AttemptKind, RunState
 
 __all__ = [
     "NO_EXPIRY",
+    "RetryDecision",
     "expired",
     "is_current",
     "mark_unknown",
+    "retry_decision",
     "retry_due",
     "retry_due_ms",
     "start",
@@ -139,11 +142,37 @@ def _timeout_ms(spec: PipelineSpec, kind: AttemptKind, first_step: int) -> int |
     return compensation.timeout_ms
 
 
+#: Retry reasons (README: retry reasons): why a failure is tried again, or why not.
+ELIGIBLE = "eligible"  # retryable, and the policy allows another attempt
+NO_POLICY = "no_policy"  # the step's policy allows one attempt only (max_attempts=1)
+ATTEMPTS_EXHAUSTED = "attempts_exhausted"  # the policy's max_attempts were made
+NON_RETRYABLE = "non_retryable"  # the step said so (NonRetryableError, a bad output)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryDecision:
+    """Whether a failed attempt is tried again: when (None: never), and why."""
+
+    due_ms: int | None
+    reason: str
+
+
+def retry_decision(
+    policy: RetryPolicy, attempts_made: int, retryable: bool, now: int
+) -> RetryDecision:
+    """The retry decision after a failure, by the policy, with its reason."""
+    if not retryable:
+        return RetryDecision(None, NON_RETRYABLE)
+    if policy.max_attempts == 1:
+        return RetryDecision(None, NO_POLICY)
+    if not policy.allows_another(attempts_made):
+        return RetryDecision(None, ATTEMPTS_EXHAUSTED)
+    return RetryDecision(now + policy.backoff_ms(attempts_made), ELIGIBLE)
+
+
 def retry_due_ms(policy: RetryPolicy, attempts_made: int, retryable: bool, now: int) -> int | None:
     """When the next attempt after a failure starts, or None if the policy gives up."""
-    if not retryable or not policy.allows_another(attempts_made):
-        return None
-    return now + policy.backoff_ms(attempts_made)
+    return retry_decision(policy, attempts_made, retryable, now).due_ms
 
 
 def expired(state: RunState, kind: AttemptKind, entry: DueEntry, now: int) -> Attempt | None:

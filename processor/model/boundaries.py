@@ -12,7 +12,6 @@ from processor.facts.models import (
     BoundaryDispatchCompleted,
     BoundaryInteractionDispatched,
     BoundaryRequest,
-    ContinuationSegmentCreated,
     InteractionTimedOut,
     SegmentFailed,
     SegmentResult,
@@ -30,7 +29,10 @@ from processor.model.continuation import (
 )
 from processor.model.decision import Context, FactMaker
 from processor.model.pipeline_spec import AwaitSpec, PipelineSpec
-from processor.model.transitions import finish_success, start_attempt, step_completed
+from processor.model.transitions import continue_after
+
+#: The retry reason of an await's failure: awaits are not retried (README: retry reasons).
+BOUNDARY_FAILED = "boundary_failed"
 
 __all__ = ["apply_plan", "suspend", "timeout_interaction"]
 
@@ -136,6 +138,7 @@ def _fail_parent(maker: FactMaker, spec: PipelineSpec, plan: FailParent) -> None
             error=plan.error,
             error_type=plan.error_type,
             retryable=False,
+            reason=BOUNDARY_FAILED,
         )
     )
     control.fail_execution(maker, spec, error=plan.error)
@@ -146,24 +149,7 @@ def _release(maker: FactMaker, spec: PipelineSpec, released: bytes) -> None:
     state = maker.current
     await_step = state.boundary.step
     assert await_step is not None
-    step_completed(maker, state, await_step, released)
-    next_step = await_step + 1
-    if next_step > spec.last_step:
-        finish_success(maker, spec)
-        return
-    segment = state.attempt.segment + 1
-    maker.add(
-        ContinuationSegmentCreated(
-            **maker.header(keys.boundary_continued(state.boundary.number)),
-            boundary=state.boundary.number,
-            segment=segment,
-            first_step=next_step,
-            input=released,
-        )
-    )
-    start_attempt(
-        maker, spec, segment=segment, attempt=1, generation=1, first_step=next_step, input=released
-    )
+    continue_after(maker, spec, boundary=state.boundary.number, step=await_step, output=released)
 
 
 def timeout_interaction(maker: FactMaker, spec: PipelineSpec, interaction_id: str) -> None:

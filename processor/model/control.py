@@ -155,7 +155,8 @@ def compensation_failed(
     compensation = spec.steps[step].compensation
     assert compensation is not None
     attempt = state.compensation.attempt
-    due = attempts.retry_due_ms(compensation.retry, attempt, retryable, maker.now)
+    decision = attempts.retry_decision(compensation.retry, attempt, retryable, maker.now)
+    due = decision.due_ms
     maker.add(
         CompensationAttemptFailed(
             **maker.header(keys.compensation_failed(step, state.compensation.generation)),
@@ -165,6 +166,7 @@ def compensation_failed(
             error=error,
             error_type=error_type,
             retry_due_ms=due,
+            reason=decision.reason,
         )
     )
     if due is None:
@@ -215,6 +217,7 @@ def _run_failed(maker: FactMaker, state: RunState, recovery: str) -> None:
             step=step,
             attempts=attempts,
             recovery=recovery,
+            reason=state.attempt.retry_reason,
         )
     )
     maker.emit(

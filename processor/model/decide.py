@@ -23,7 +23,7 @@ from processor.facts.models import (
 )
 from processor.facts.payload import InvalidPayloadError, canonical_json, derive_run_id
 from processor.facts.traceparent import is_traceparent
-from processor.model import attempts, control, progress
+from processor.model import attempts, control, progress, sleeps
 from processor.model.boundaries import apply_plan, suspend, timeout_interaction
 from processor.model.decision import (
     Context,
@@ -44,6 +44,7 @@ from processor.model.progress import decide_progress
 from processor.model.redrive import decide_redrive
 from processor.model.state import COMPENSATE, FORWARD, AttemptKind, RunState
 from processor.model.transitions import (
+    STOP_REASONS,
     finish_success,
     publish,
     segment_failed,
@@ -182,6 +183,8 @@ def decide_result(result: SegmentResult, state: RunState | None, ctx: Context) -
     elif result.outcome == "completed":
         _segment_completed(maker, spec)
         finish_success(maker, spec)
+    elif result.outcome == "suspended" and spec.steps[maker.current.attempt.next_step].sleeps:
+        sleeps.start_sleep(maker, spec, result)
     elif result.outcome == "suspended":
         suspend(maker, spec, result, ctx)
     else:
@@ -245,6 +248,7 @@ def _settle_under_stop(maker: FactMaker, spec: PipelineSpec, result: SegmentResu
                 error=result.error or "",
                 error_type=result.error_type or "Error",
                 retryable=False,
+                reason=STOP_REASONS.get(state.stop.reason or "", "stopping"),
             )
         )
     else:  # the attempt settled after its last completed step (-1: none at all)
@@ -318,6 +322,9 @@ def _result_problem(result: SegmentResult, state: RunState, spec: PipelineSpec) 
 
 
 def _suspension_problem(result: SegmentResult, spec: PipelineSpec, reached: int, end: int) -> str:
+    sleep = spec.steps[reached].sleeps if reached <= spec.last_step else None
+    if reached == end and sleep is not None:
+        return sleeps.wake_problem(result, sleep)
     awaits = spec.steps[reached].awaits if reached <= spec.last_step else None
     if reached != end or awaits is None:
         return f"suspended at step {reached}, but the segment's await step is {end}"
@@ -360,6 +367,8 @@ def decide_timer(timer: TimerFired, state: RunState | None, ctx: Context) -> Dec
         _retry_due(maker, spec, _RETRIES[entry.kind], entry)
     elif entry.kind == "interaction_timeout" and not maker.current.stopping:
         _interaction_due(maker, spec, keys.interaction_id(entry.scope, entry.ordinal))
+    elif entry.kind == "sleep" and sleeps.sleep_due(maker.current, entry, maker.now):
+        sleeps.wake_up(maker, spec)  # (a stop fenced the sleep: its phase is no more)
     control.settle_stop(maker, spec)
     return maker.decision()
 

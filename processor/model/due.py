@@ -19,6 +19,7 @@ TimerKind = Literal[
     "compensation_retry",
     "heartbeat_timeout",
     "schedule_to_start_timeout",
+    "sleep",
 ]
 
 
@@ -28,7 +29,7 @@ class DueEntry:
 
     ``scope``/``ordinal`` name what the timer is for: (segment, generation) for
     attempt timeouts (start-to-close, schedule-to-start, heartbeat) and retries,
-    (boundary, item index) for interaction timeouts.
+    (boundary, item index) for interaction timeouts, (segment, step) for a sleep.
     """
 
     due_ms: int
@@ -83,6 +84,11 @@ def _phase_entries(state: RunState) -> frozenset[DueEntry]:
             for i in state.boundary_interactions()
             if i.status == "open" and i.deadline_ms > 0
         )
+    if state.phase == "sleeping" and state.sleep.wake_ms is not None:
+        entry = DueEntry(
+            state.sleep.wake_ms, run_id, "sleep", state.attempt.segment, state.sleep.step or 0
+        )
+        return frozenset({entry})
     if state.phase == "publishing" and state.publication.due_ms is not None:
         return frozenset({DueEntry(state.publication.due_ms, run_id, "publication")})
     return frozenset()

@@ -185,6 +185,7 @@ def _resolve_forward(
             error=command.error or "declared failure",
             error_type="DeclaredFailure",
             retryable=False,
+            reason="operator_failed",
         )
     else:  # explicit retry: generation G+1; G can never commit again
         start_attempt(

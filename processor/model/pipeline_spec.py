@@ -17,6 +17,7 @@ __all__ = [
     "CompensationSpec",
     "PipelineSpec",
     "RetryPolicy",
+    "SleepSpec",
     "StepSpec",
 ]
 
@@ -68,6 +69,18 @@ class AwaitSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class SleepSpec:
+    """A sleep step: the run waits on a durable timer, then the next step gets the
+    sleep step's input.
+
+    ``duration_ms``: sleep that long from when the run reaches the step; None: the
+    step's function computes the wake time from the previous output (``sleep_until``).
+    """
+
+    duration_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class CheckpointSpec:
     """Publish the run's output as a named checkpoint for ``target``.
 
@@ -95,6 +108,7 @@ class StepSpec:
     timeout_ms: int = 30_000
     awaits: AwaitSpec | None = None
     effectful: bool = False
+    sleeps: SleepSpec | None = None  # a sleep step (it ends its segment, as an await does)
     compensation: CompensationSpec | None = None
     # A started step that sends no heartbeat for this long is lost (None: no heartbeats).
     heartbeat_timeout_ms: int | None = None
@@ -125,9 +139,11 @@ class PipelineSpec:
         return any(s.effectful for s in self.steps[first_step : self.segment_end(first_step) + 1])
 
     def segment_end(self, first_step: int) -> int:
-        """The last step a segment starting at ``first_step`` runs: its await step or the end."""
+        """The last step a segment starting at ``first_step`` runs: its await or sleep
+        step, or the end."""
         for index in range(first_step, len(self.steps)):
-            if self.steps[index].awaits is not None:
+            step = self.steps[index]
+            if step.awaits is not None or step.sleeps is not None:
                 return index
         return self.last_step
 

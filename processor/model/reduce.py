@@ -39,6 +39,8 @@ from processor.facts.models import (
     SegmentCompleted,
     SegmentFailed,
     SegmentSuspended,
+    SleepCompleted,
+    SleepStarted,
     StepCompleted,
     TerminalPublicationCompleted,
     TerminalPublicationPrepared,
@@ -54,6 +56,7 @@ from processor.model.state import (
     Publication,
     RecordedResolution,
     RunState,
+    Sleep,
     Stop,
     UnknownAttempt,
 )
@@ -257,12 +260,17 @@ def _settled(state: RunState) -> ForwardAttempt:
     return evolve(attempt, {"expires_ms": None, "heartbeat_due_ms": None})
 
 
+def _with_reason(attempt: ForwardAttempt, reason: str | None) -> ForwardAttempt:
+    """The attempt with the retry decision ``reason`` (None: a fact from before reasons)."""
+    return attempt if reason is None else evolve(attempt, {"retry_reason": reason})
+
+
 @_changes.register
 def _(fact: SegmentFailed, state: RunState) -> dict[str, object]:
     return {
         "phase": "idle",
         "unknown": None,
-        "attempt": _settled(state),
+        "attempt": _with_reason(_settled(state), fact.reason),
         "error": fact.error,
         "error_type": fact.error_type,
         "failed_step": fact.step,
@@ -271,7 +279,8 @@ def _(fact: SegmentFailed, state: RunState) -> dict[str, object]:
 
 @_changes.register
 def _(fact: RetryScheduled, state: RunState) -> dict[str, object]:
-    return {"phase": "retry_wait", "attempt": evolve(state.attempt, {"retry_due_ms": fact.due_ms})}
+    attempt = _with_reason(evolve(state.attempt, {"retry_due_ms": fact.due_ms}), fact.reason)
+    return {"phase": "retry_wait", "attempt": attempt}
 
 
 @_changes.register
@@ -400,7 +409,7 @@ def _(fact: RunFailed, state: RunState) -> dict[str, object]:
         "recovery": fact.recovery,
         "failed_attempts": fact.attempts,
         "phase": "idle",
-        "attempt": _no_retry(state),
+        "attempt": _with_reason(_no_retry(state), fact.reason),
         "error": fact.error,
         "error_type": fact.error_type,
         "failed_step": fact.step,
@@ -412,16 +421,38 @@ def _no_retry(state: RunState) -> ForwardAttempt:
     return attempt if attempt.retry_due_ms is None else evolve(attempt, {"retry_due_ms": None})
 
 
+#: A stop that fences a pending retry: the retry reason it gets.
+_FENCED_RETRY_REASONS = {"timed_out": "deadline_elapsed", "cancelled": "cancelled"}
+
+
 @_changes.register
 def _(fact: RunStopRequested, state: RunState) -> dict[str, object]:
-    # Queued forward work and open interactions are fenced: their timers disappear
-    # from the due index (see due.py); a running attempt keeps settling.
-    fenced = state.phase in ("retry_wait", "suspended")
-    return {
+    # Queued forward work, open interactions and a sleep are fenced: their timers
+    # disappear from the due index (see due.py); a running attempt keeps settling.
+    fenced = state.phase in ("retry_wait", "suspended", "sleeping")
+    attempt = _no_retry(state)
+    if state.phase == "retry_wait":
+        attempt = _with_reason(attempt, _FENCED_RETRY_REASONS.get(fact.reason))
+    changes: dict[str, object] = {
         "stop": assemble(Stop, {"reason": fact.reason, "detail": fact.detail}),
         "phase": "idle" if fenced else state.phase,
-        "attempt": _no_retry(state),
+        "attempt": attempt,
     }
+    if state.phase == "sleeping":
+        changes["sleep"] = Sleep()
+    return changes
+
+
+@_changes.register
+def _(fact: SleepStarted, state: RunState) -> dict[str, object]:
+    attempt = evolve(state.attempt, {"expires_ms": None, "next_step": fact.step})
+    sleep = assemble(Sleep, {"step": fact.step, "wake_ms": fact.wake_ms})
+    return {"phase": "sleeping", "unknown": None, "attempt": attempt, "sleep": sleep}
+
+
+@_changes.register
+def _(fact: SleepCompleted, state: RunState) -> dict[str, object]:
+    return {"phase": "idle", "sleep": Sleep()}
 
 
 @_changes.register
@@ -436,10 +467,13 @@ def _(fact: AttemptOutcomeUnknown, state: RunState) -> dict[str, object]:
     compensation = state.compensation
     if compensation.expires_ms is not None:
         compensation = evolve(compensation, {"expires_ms": None})
+    attempt = _settled(state)
+    if fact.kind == "forward":  # an effectful step's attempt: never retried blindly
+        attempt = _with_reason(attempt, "outcome_unknown")
     return {
         "phase": "unknown",
         "unknown": unknown,
-        "attempt": _settled(state),
+        "attempt": attempt,
         "compensation": compensation,
     }
 
@@ -508,6 +542,8 @@ def _(fact: CompensationAttemptFailed, state: RunState) -> dict[str, object]:
     else:
         changes = {"failed": True, "unwind": (), "expires_ms": None}
         phase = "idle"
+    if fact.reason is not None:
+        changes["retry_reason"] = fact.reason
     return {"phase": phase, "compensation": evolve(compensation, changes)}
 
 
@@ -541,6 +577,7 @@ def _(fact: RunRedriven, state: RunState) -> dict[str, object]:
             "expires_ms": None,
             "retry_due_ms": None,
             "heartbeat_due_ms": None,
+            "retry_reason": None,
         },
     )
     recorded = RecordedResolution(fingerprint=f"redrive/{fact.redrive}", response=fact.response)

@@ -25,6 +25,7 @@ __all__ = [
     "RecordedResolution",
     "RunState",
     "RunStatus",
+    "Sleep",
     "Stop",
     "UnknownAttempt",
 ]
@@ -36,12 +37,13 @@ FAILED: RunStatus = "failed"
 TERMINAL: frozenset[str] = frozenset({SUCCEEDED, FAILED, "cancelled", "timed_out"})
 
 # What the run waits for: a worker result, a retry timer, outside input at a
-# boundary, the terminal publication, an operator (unknown outcome), a
-# compensator (or its retry timer), or nothing.
+# boundary, its sleep's timer, the terminal publication, an operator (unknown
+# outcome), a compensator (or its retry timer), or nothing.
 Phase = Literal[
     "dispatched",
     "retry_wait",
     "suspended",
+    "sleeping",
     "publishing",
     "unknown",
     "compensating",
@@ -134,6 +136,17 @@ class ForwardAttempt(BaseModel):
     started_step: int | None = None  # the step a worker last reported started
     worker_id: str | None = None  # the worker that reported it
     heartbeat_due_ms: int | None = None  # lost without a heartbeat by then
+    # The last retry decision of the run's forward attempts (README: retry reasons).
+    retry_reason: str | None = None
+
+
+class Sleep(BaseModel):
+    """The sleep the run is in (phase ``sleeping``): its step and its fixed wake time."""
+
+    model_config = _CONFIG
+
+    step: int | None = None
+    wake_ms: int | None = None
 
 
 class Boundary(BaseModel):
@@ -181,6 +194,7 @@ class Compensation(BaseModel):
     generation: int = 0
     expires_ms: int | None = None
     retry_due_ms: int | None = None
+    retry_reason: str | None = None  # the compensator's last retry decision
     compensated: int = 0
     skipped: int = 0
     failed: bool = False
@@ -212,6 +226,7 @@ class RunState(BaseModel):
     completed_steps: tuple[int, ...] = ()
     step_outputs: dict[int, bytes] = {}
     boundary: Boundary = Boundary()
+    sleep: Sleep = Sleep()
     interactions: dict[str, Interaction] = {}
     publication: Publication = Publication()
     result: bytes | None = None

@@ -11,6 +11,7 @@ from processor.facts.codec import encode
 from processor.facts.keyring import KeyRing
 from processor.facts.models import (
     CheckpointHandoff,
+    ContinuationSegmentCreated,
     RetryScheduled,
     RunSubmitted,
     RunSucceeded,
@@ -27,6 +28,8 @@ from processor.model.pipeline_spec import PipelineSpec
 from processor.model.state import FORWARD, RunState
 
 __all__ = [
+    "STOP_REASONS",
+    "continue_after",
     "finish_success",
     "publish",
     "segment_failed",
@@ -101,6 +104,10 @@ def step_completed(maker: FactMaker, state: RunState, step: int, output: bytes) 
     )
 
 
+#: A failure settled under stop intent is not retried: the retry reason of each stop.
+STOP_REASONS = {"timed_out": "deadline_elapsed", "cancelled": "cancelled", "failed": "stopping"}
+
+
 def segment_failed(
     maker: FactMaker,
     spec: PipelineSpec,
@@ -109,9 +116,21 @@ def segment_failed(
     error: str,
     error_type: str,
     retryable: bool,
+    reason: str | None = None,
 ) -> None:
-    """SegmentFailed, then a retry after backoff, or the run's failure (and unwind)."""
+    """SegmentFailed, then a retry after backoff, or the run's failure (and unwind).
+
+    The retry decision's reason is recorded on each fact (README: retry reasons);
+    ``reason`` overrides the policy's (an operator's declared failure)."""
     state = maker.current
+    decision = attempts.retry_decision(
+        spec.steps[step].retry, state.attempt.step_attempts, retryable, maker.now
+    )
+    if state.stopping:
+        stop_reason = STOP_REASONS.get(state.stop.reason or "", "stopping")
+        decision = attempts.RetryDecision(None, stop_reason)
+    elif reason is not None:
+        decision = attempts.RetryDecision(None, reason)
     maker.add(
         SegmentFailed(
             **maker.header(keys.attempt_failed(state.attempt.segment, state.attempt.generation)),
@@ -122,15 +141,13 @@ def segment_failed(
             error=error,
             error_type=error_type,
             retryable=retryable,
+            reason=decision.reason,
         )
     )
     if maker.current.stopping:
         control.settle_stop(maker, spec)  # stop intent forbids retries
         return
-    due = attempts.retry_due_ms(
-        spec.steps[step].retry, state.attempt.step_attempts, retryable, maker.now
-    )
-    if due is not None:
+    if decision.due_ms is not None:
         maker.add(
             RetryScheduled(
                 **maker.header(
@@ -138,11 +155,38 @@ def segment_failed(
                 ),
                 segment=state.attempt.segment,
                 attempt=state.attempt.number + 1,
-                due_ms=due,
+                due_ms=decision.due_ms,
+                reason=decision.reason,
             )
         )
         return
     control.fail_execution(maker, spec, error=error)
+
+
+def continue_after(
+    maker: FactMaker, spec: PipelineSpec, *, boundary: int, step: int, output: bytes
+) -> None:
+    """A boundary's step (an await, a sleep) completed with ``output``: the next
+    segment begins from the step after it, or the run succeeds after the last step."""
+    state = maker.current
+    step_completed(maker, state, step, output)
+    next_step = step + 1
+    if next_step > spec.last_step:
+        finish_success(maker, spec)
+        return
+    segment = state.attempt.segment + 1
+    maker.add(
+        ContinuationSegmentCreated(
+            **maker.header(keys.boundary_continued(boundary)),
+            boundary=boundary,
+            segment=segment,
+            first_step=next_step,
+            input=output,
+        )
+    )
+    start_attempt(
+        maker, spec, segment=segment, attempt=1, generation=1, first_step=next_step, input=output
+    )
 
 
 def finish_success(maker: FactMaker, spec: PipelineSpec) -> None:

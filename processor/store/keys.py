@@ -40,6 +40,7 @@ _KINDS: dict[int, TimerKind] = {
     7: "compensation_retry",
     9: "heartbeat_timeout",
     10: "schedule_to_start_timeout",
+    11: "sleep",
 }
 _KIND_CODES: dict[str, int] = {kind: code for code, kind in _KINDS.items()}
 _INDEX_KINDS: dict[IndexKind, int] = {

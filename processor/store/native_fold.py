@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from processor.facts.codec import SCHEMA_DIR, codec
 from processor.facts.models import FACT_TYPES, FactHeader
 from processor.store.rocks import PartitionStore
+from processor.store.run_row import RunRow
 
 __all__ = ["NativeFold", "covered_fact_types", "native_fold_available", "parse_fact_schemas"]
 
@@ -34,6 +35,10 @@ __all__ = ["NativeFold", "covered_fact_types", "native_fold_available", "parse_f
 #: extension built for other families (an older build: a claims family where the index
 #: is now) declares others, or none, and is not used.
 _FAMILIES = ("history", "runs", "due", "index")
+#: The run row's fields the compiled fold must write (``native/src/state.rs``
+#: ``ROW_FIELDS``): a build from before a field was added is not used. ``redrives`` is
+#: not among them: a redriven run's batches are folded in Python.
+_ROW_FIELDS = tuple(name for name in RunRow.model_fields if name != "redrives")
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +66,12 @@ def _extension() -> Any | None:
             "processor_native writes other column families than %s (an older build); "
             "folding in Python: reinstall native/",
             _FAMILIES,
+        )
+        return None
+    if tuple(getattr(extension, "ROW_FIELDS", ())) != _ROW_FIELDS:
+        logger.warning(
+            "processor_native writes other run row fields (an older build); "
+            "folding in Python: reinstall native/"
         )
         return None
     return extension

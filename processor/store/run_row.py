@@ -24,6 +24,7 @@ from processor.model.state import (
     RecordedResolution,
     RunState,
     RunStatus,
+    Sleep,
     Stop,
     UnknownAttempt,
 )
@@ -59,6 +60,7 @@ class RunRow(BaseModel):
     phase: Phase = "idle"
     attempt_expires_ms: int | None = None
     retry_due_ms: int | None = None
+    retry_reason: str | None = None  # the last retry decision (README: retry reasons)
     completed_steps: tuple[int, ...] = ()
     boundary: int = 0
     boundary_step: int | None = None
@@ -67,6 +69,8 @@ class RunRow(BaseModel):
     boundary_items: int = 0
     boundary_on_timeout: str = "fail"
     boundary_dispatched: bool = False
+    sleep_step: int | None = None  # while sleeping
+    sleep_wake_ms: int | None = None
     interactions: dict[str, Interaction] = {}
     publications: dict[str, str] = {}  # topic -> "prepared" | "completed"
     publication_key: str | None = None
@@ -89,6 +93,7 @@ class RunRow(BaseModel):
     compensation_generation: int = 0
     compensation_expires_ms: int | None = None
     compensation_retry_due_ms: int | None = None
+    compensation_retry_reason: str | None = None
     compensated: int = 0
     skipped: int = 0
     compensation_failed: bool = False
@@ -120,6 +125,7 @@ _PARTS: tuple[tuple[str, type[BaseModel], tuple[tuple[str, str], ...]], ...] = (
             ("attempt_started_step", "started_step"),
             ("attempt_worker", "worker_id"),
             ("heartbeat_due_ms", "heartbeat_due_ms"),
+            ("retry_reason", "retry_reason"),
         ),
     ),
     (
@@ -135,6 +141,7 @@ _PARTS: tuple[tuple[str, type[BaseModel], tuple[tuple[str, str], ...]], ...] = (
             ("boundary_dispatched", "dispatched"),
         ),
     ),
+    ("sleep", Sleep, (("sleep_step", "step"), ("sleep_wake_ms", "wake_ms"))),
     (
         "publication",
         Publication,
@@ -152,6 +159,7 @@ _PARTS: tuple[tuple[str, type[BaseModel], tuple[tuple[str, str], ...]], ...] = (
             ("compensation_generation", "generation"),
             ("compensation_expires_ms", "expires_ms"),
             ("compensation_retry_due_ms", "retry_due_ms"),
+            ("compensation_retry_reason", "retry_reason"),
             ("compensated", "compensated"),
             ("skipped", "skipped"),
             ("compensation_failed", "failed"),

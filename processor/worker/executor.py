@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -321,7 +322,12 @@ class _Attempt:
             observe_step(self.item.pipeline, step.spec.name, time.perf_counter() - began)
 
     def after(self, index: int, step: Step, value: Any) -> SegmentResult | None:
-        """Record a step's output; the suspended result of an await step."""
+        """Record a step's output; the suspended result of an await or a sleep step."""
+        if step.spec.sleeps is not None:  # the processor keeps the timer
+            wake = () if step.spec.sleeps.duration_ms is not None else _wake(value)
+            return SegmentResult(
+                **self.common, steps=tuple(self.outputs), outcome="suspended", requests=wake
+            )
         if step.spec.awaits is not None:
             requests = _requests(value, step.spec.awaits.kind, step.spec.awaits.itemized)
             for request in requests:
@@ -382,6 +388,19 @@ def _attributes(item: WorkItem, step: int) -> dict[str, str | int]:
         "attempt": item.attempt,
         "step": step,
     }
+
+
+def _wake(value: object) -> tuple[bytes]:
+    """A sleep_until step's wake time as its one request: epoch ms as JSON, or null."""
+    if value is None:
+        return (b"null",)
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise TypeError("sleep_until needs an aware datetime (with a tzinfo), not a naive one")
+        return (payload.dumps(int(value.timestamp() * 1000)),)
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return (payload.dumps(int(value)),)
+    raise TypeError(f"sleep_until returns epoch ms, an aware datetime or None, not {value!r}")
 
 
 def _requests(value: object, kind: str, itemized: bool) -> tuple[bytes, ...]:

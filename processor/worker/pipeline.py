@@ -13,6 +13,15 @@ def capture(order: dict) -> dict:          # returns the request for the payment
 @orders.step()
 def confirm(capture_result: dict) -> dict: ...   # receives the completion payload
 
+orders.sleep(3600)                          # a durable timer: an hour, then the next step
+
+@orders.sleep_until()
+def until_ship_date(confirmed: dict) -> int:  # the wake time, from the run's data
+    return confirmed["ship_at_ms"]            # epoch ms, an aware datetime, or None
+
+@orders.step()
+def ship(confirmed: dict) -> dict: ...      # receives what the step before the sleep returned
+
 app = Application([orders])
 ```
 
@@ -45,6 +54,7 @@ from processor.model.pipeline_spec import (
     OnTimeout,
     PipelineSpec,
     RetryPolicy,
+    SleepSpec,
     StepSpec,
 )
 from processor.worker.trigger import Trigger, TriggerRecord
@@ -164,6 +174,45 @@ class Pipeline:
         awaits = AwaitSpec(checkpoint, int(timeout_s * 1000), False, on_timeout, "checkpoint")
         spec = StepSpec(f"await_{checkpoint}", RetryPolicy(), 30_000, awaits)
         self.steps.append(Step(spec, _unchanged))
+
+    def sleep(self, seconds: float, *, name: str | None = None) -> None:
+        """Append a sleep step: the run waits ``seconds`` on a durable timer from when it
+        reaches the step, then the next step receives the previous step's output.
+
+        The wake time is recorded once (``SleepStarted``): a restart or a replay does not
+        measure the sleep again; a cancel or the run deadline cuts it short.
+        """
+        if seconds < 0:
+            raise ConfigurationError(f"a sleep lasts 0 seconds or more, got {seconds}")
+        sleeps = SleepSpec(duration_ms=int(seconds * 1000))
+        spec = StepSpec(name or f"sleep_{len(self.steps)}", RetryPolicy(), 30_000, sleeps=sleeps)
+        self.steps.append(Step(spec, _unchanged))
+
+    def sleep_until(
+        self,
+        name: str | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        timeout_s: float = 30.0,
+    ) -> Callable[[StepFunction], StepFunction]:
+        """Decorator appending a sleep step whose function computes the wake time from
+        the previous step's output: epoch milliseconds (int), an aware ``datetime``, or
+        None (no sleep). A time already past wakes the run at once. The next step
+        receives the previous step's output, not the wake time. The function runs in a
+        worker like a step (``retry`` and ``timeout_s`` as for ``step``).
+        """
+
+        def register(function: StepFunction) -> StepFunction:
+            spec = StepSpec(
+                name or function.__name__,
+                retry or RetryPolicy(),
+                int(timeout_s * 1000),
+                sleeps=SleepSpec(duration_ms=None),
+            )
+            self.steps.append(Step(spec, function))
+            return function
+
+        return register
 
     def compensate(
         self, step: str, *, retry: RetryPolicy | None = None, timeout_s: float = 30.0

@@ -53,6 +53,8 @@ from processor.facts.models import (
     SegmentCompleted,
     SegmentFailed,
     SegmentSuspended,
+    SleepCompleted,
+    SleepStarted,
     StepCompleted,
     TerminalPublicationCompleted,
     TerminalPublicationPrepared,
@@ -128,8 +130,9 @@ def _every_fact_type() -> list[FactHeader]:
             error="boom\n\u00e9",
             error_type="E",
             retryable=True,
+            reason="eligible",
         ),
-        RetryScheduled(**a("r1"), segment=0, attempt=2, due_ms=6_000),
+        RetryScheduled(**a("r1"), segment=0, attempt=2, due_ms=6_000, reason="eligible"),
         SegmentAttemptStarted(
             **a("a2"), segment=0, attempt=2, generation=2, first_step=1, expires_ms=7_000
         ),
@@ -227,6 +230,7 @@ def _every_fact_type() -> list[FactHeader]:
             error="x",
             error_type="E",
             retry_due_ms=8_500,
+            reason="eligible",
         ),
         CompensationAttemptStarted(**b("ca2"), step=1, attempt=2, generation=2, expires_ms=9_000),
         CompensationStepCompleted(**b("cc1"), step=1, attempt=2, generation=2),
@@ -258,6 +262,7 @@ def _every_fact_type() -> list[FactHeader]:
             step=0,
             attempts=3,
             recovery="PartiallyCompensated",
+            reason="attempts_exhausted",
         ),
     ]
     d = _Header("run-d")
@@ -339,7 +344,62 @@ def _every_fact_type() -> list[FactHeader]:
         ),
         AttemptHeartbeatRecorded(**f("hb2"), **again, heartbeat_due_ms=13_000),
     ]
-    runs = [run_a, run_b, run_c, run_d, run_e, run_f]
+    h = _Header("run-h")
+    run_h: list[FactHeader] = [  # asleep: its sleep timer stays in the due index
+        RunSubmitted(**h("submitted"), pipeline="p", pipeline_version=1, input=b"", submitted_ms=1),
+        SegmentAttemptStarted(
+            **h("a1"), segment=1, attempt=1, generation=1, first_step=0, expires_ms=5_000
+        ),
+        StepCompleted(**h("s0"), segment=1, attempt=1, generation=1, step=0, output=b"o"),
+        SleepStarted(**h("sleep"), segment=1, attempt=1, generation=1, step=1, wake_ms=77_000),
+    ]
+    g = _Header("run-g")
+    run_g: list[FactHeader] = [  # a sleep that wakes, one a stop fences, retry reasons
+        RunSubmitted(**g("submitted"), pipeline="p", pipeline_version=1, input=b"", submitted_ms=1),
+        SegmentAttemptStarted(
+            **g("a1"), segment=1, attempt=1, generation=1, first_step=0, expires_ms=5_000
+        ),
+        SleepStarted(**g("sleep1"), segment=1, attempt=1, generation=1, step=0, wake_ms=6_000),
+        SleepCompleted(**g("woke1"), segment=1, step=0, wake_ms=6_000),
+        StepCompleted(**g("s0"), segment=1, attempt=1, generation=1, step=0, output=b""),
+        ContinuationSegmentCreated(**g("cont"), boundary=1, segment=2, first_step=1, input=b""),
+        SegmentAttemptStarted(
+            **g("a2"), segment=2, attempt=1, generation=1, first_step=1, expires_ms=7_000
+        ),
+        AttemptOutcomeUnknown(
+            **g("unknown"), kind="forward", segment=2, attempt=1, generation=1, step=1
+        ),
+        AttemptResolved(
+            **g("resolved"),
+            kind="forward",
+            segment=2,
+            attempt=1,
+            generation=1,
+            action="retry",
+            idempotency_key="op-g",
+            fingerprint="f",
+            response="{}",
+        ),
+        SegmentAttemptStarted(
+            **g("a3"), segment=2, attempt=1, generation=2, first_step=1, expires_ms=8_000
+        ),
+        SegmentFailed(
+            **g("f3"),
+            segment=2,
+            attempt=1,
+            generation=2,
+            step=1,
+            error="e",
+            error_type="E",
+            retryable=True,
+            reason="eligible",
+        ),
+        RetryScheduled(**g("r3"), segment=2, attempt=2, due_ms=8_500, reason="eligible"),
+        RunStopRequested(**g("stop"), reason="timed_out", detail="deadline"),
+        SleepStarted(**g("sleep2"), segment=3, attempt=1, generation=1, step=2, wake_ms=9_000),
+        RunStopRequested(**g("stop2"), reason="cancelled", detail="again"),
+    ]
+    runs = [run_a, run_b, run_c, run_d, run_e, run_f, run_g, run_h]
     interleaved = []
     for index in range(max(map(len, runs))):
         interleaved += [run[index] for run in runs if index < len(run)]
@@ -749,3 +809,16 @@ def test_a_redriven_run_is_folded_in_python_to_the_same_rows(
     assert _catch_up(transport, tmp_path / "native", [(10**9, True)], batch_size) == expected
     after_redrive = len(redriven) - 5  # the redrive's batch and those after it, of this run
     assert counting.declined >= -(-after_redrive // batch_size) and counting.folded > 0
+
+
+@requires_native
+def test_a_build_that_writes_other_row_fields_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An older build (its run rows without fields added since) folds nothing: Python does."""
+    import importlib
+    import types
+
+    real = importlib.import_module("processor_native")
+    assert tuple(real.ROW_FIELDS) == native_fold._ROW_FIELDS  # this build is current
+    older = types.SimpleNamespace(FAMILIES=real.FAMILIES, ROW_FIELDS=real.ROW_FIELDS[:-1])
+    monkeypatch.setattr(importlib, "import_module", lambda name: older)
+    assert native_fold._extension() is None

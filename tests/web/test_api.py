@@ -234,6 +234,7 @@ def test_redrive_a_failed_run_and_refusals(served: Served) -> None:
     http = served.http()
     failed = submit(http, "non_retryable", {"r": 1})["run_id"]
     wait_until(lambda: status_of(http, failed)["status"] == "failed", 60, "the run failed")
+    assert status_of(http, failed)["retry_reason"] == "non_retryable"  # the run view says why
     answer = http.post(f"/api/runs/{failed}/redrive", json={})
     assert answer.status_code == 202, answer.text
     assert answer.json()["accepted"] is True

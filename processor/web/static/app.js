@@ -216,6 +216,8 @@
       ...summaryItem("recovery", "Recovery outcome", run.recovery),
       ...summaryItem("stop", "Stop reason", stop),
       ...summaryItem("waiting", "Waiting", waitingText(run.waiting)),
+      ...summaryItem("sleeping", "Sleeping", run.sleeping ? `step ${run.sleeping.step} until ${formatTime(run.sleeping.wake_ms)}` : null),
+      ...summaryItem("retry-reason", "Retry reason", run.retry_reason || null),
       ...summaryItem("compensation", "Compensation", compensationText(run.compensation)),
       ...summaryItem("error", "Error", error),
       ...summaryItem("result", "Result", run.result === null ? null : shortValue(run.result)),
