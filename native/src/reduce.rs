@@ -38,6 +38,7 @@ pub enum Kind {
     CompensationStepSkipped,
     CompensationAttemptFailed,
     RunStopped,
+    RunDefinitionBlocked,
 }
 
 impl Kind {
@@ -69,6 +70,7 @@ impl Kind {
             "CompensationStepSkipped" => Kind::CompensationStepSkipped,
             "CompensationAttemptFailed" => Kind::CompensationAttemptFailed,
             "RunStopped" => Kind::RunStopped,
+            "RunDefinitionBlocked" => Kind::RunDefinitionBlocked,
             _ => return None,
         })
     }
@@ -300,6 +302,18 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.attempt_expires_ms = Some(fact.long("expires_ms")?);
             s.retry_due_ms = None;
         }
+        Kind::RunDefinitionBlocked => {
+            // The attempt named waits, not started: no expiry, the budget without it.
+            s.segment = fact.long("segment")?;
+            s.attempt = fact.long("attempt")?;
+            s.generation = fact.long("generation")?;
+            s.next_step = fact.long("first_step")?;
+            s.step_attempts = fact.long("step_attempts")?;
+            s.attempt_expires_ms = None;
+            s.retry_due_ms = None;
+            set(&mut s.phase, "definition_blocked");
+            s.unknown = None;
+        }
         Kind::StepCompleted => {
             let step = fact.long("step")?;
             let output = fact.bytes("output")?;
@@ -424,7 +438,10 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.failed_step = Some(fact.long("step")?);
         }
         Kind::RunStopRequested => {
-            let fenced = s.phase == "retry_wait" || s.phase == "suspended";
+            let fenced = matches!(
+                s.phase.as_str(),
+                "retry_wait" | "suspended" | "definition_blocked"
+            );
             s.stop_reason = Some(fact.string("reason")?);
             s.stop_detail = Some(fact.string("detail")?);
             if fenced {

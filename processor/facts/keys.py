@@ -13,6 +13,7 @@ __all__ = [
     "boundary_continued",
     "boundary_dispatched",
     "boundary_suspended",
+    "definition_blocked",
     "in_redrive",
     "interaction_admitted",
     "interaction_dispatched",
@@ -36,6 +37,10 @@ def attempt_started(segment: int, generation: int) -> str:
 
 def attempt_failed(segment: int, generation: int) -> str:
     return f"segment/{segment}/generation/{generation}/failed"
+
+
+def definition_blocked(segment: int, generation: int) -> str:
+    return f"segment/{segment}/generation/{generation}/definition_blocked"
 
 
 def retry_scheduled(segment: int, generation: int) -> str:

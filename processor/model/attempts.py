@@ -16,6 +16,7 @@ from processor.facts import keys
 from processor.facts.models import (
     AttemptOutcomeUnknown,
     CompensationAttemptStarted,
+    RunDefinitionBlocked,
     SegmentAttemptStarted,
     WorkItem,
 )
@@ -26,6 +27,7 @@ from processor.model.pipeline_spec import PipelineSpec, RetryPolicy
 from processor.model.state import FORWARD, Attempt, AttemptKind, RunState
 
 __all__ = [
+    "block",
     "expired",
     "is_current",
     "mark_unknown",
@@ -49,7 +51,21 @@ def start(
     first_step: int,
     input: bytes,
 ) -> None:
-    """The attempt's started fact and the work item that carries it to a worker."""
+    """The attempt's started fact and the work item that carries it to a worker; a
+    forward attempt that no live worker could run waits instead (``block``)."""
+    if kind == FORWARD and not maker.loads(spec):
+        detail = f"no live worker loads pipeline {spec.name!r} v{spec.version}"
+        block(
+            maker,
+            segment=scope,
+            number=number,
+            generation=generation,
+            first_step=first_step,
+            step_attempts=maker.current.attempt.step_attempts,
+            reason="no_live_worker",
+            detail=detail,
+        )
+        return
     expires_ms = maker.now + _timeout_ms(spec, kind, first_step)
     if kind == FORWARD:
         maker.add(
@@ -86,6 +102,35 @@ def start(
         run_deadline_ms=maker.current.deadline_ms,
     )
     maker.emit(TopicName.WORK, item)
+
+
+def block(
+    maker: FactMaker,
+    *,
+    segment: int,
+    number: int,
+    generation: int,
+    first_step: int,
+    step_attempts: int,
+    reason: str,
+    detail: str,
+    worker_id: str | None = None,
+) -> None:
+    """The forward attempt (``number``, ``generation``) waits, undispatched, for a worker
+    that loads the run's version: phase ``definition_blocked``, no timer, nothing charged."""
+    maker.add(
+        RunDefinitionBlocked(
+            **maker.header(keys.definition_blocked(segment, generation)),
+            segment=segment,
+            attempt=number,
+            generation=generation,
+            first_step=first_step,
+            step_attempts=step_attempts,
+            reason=reason,
+            worker_id=worker_id,
+            detail=detail,
+        )
+    )
 
 
 def start_next(maker: FactMaker, spec: PipelineSpec, attempt: Attempt) -> None:

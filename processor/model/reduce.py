@@ -26,6 +26,7 @@ from processor.facts.models import (
     FactHeader,
     InteractionTimedOut,
     RetryScheduled,
+    RunDefinitionBlocked,
     RunFailed,
     RunRedriven,
     RunStopped,
@@ -186,6 +187,24 @@ def _(fact: SegmentAttemptStarted, state: RunState) -> dict[str, object]:
         },
     )
     return {"phase": "dispatched", "attempt": attempt}
+
+
+@_changes.register
+def _(fact: RunDefinitionBlocked, state: RunState) -> dict[str, object]:
+    # The attempt named waits, not started: no expiry, the budget without it.
+    attempt = evolve(
+        state.attempt,
+        {
+            "segment": fact.segment,
+            "number": fact.attempt,
+            "generation": fact.generation,
+            "next_step": fact.first_step,
+            "step_attempts": fact.step_attempts,
+            "expires_ms": None,
+            "retry_due_ms": None,
+        },
+    )
+    return {"phase": "definition_blocked", "attempt": attempt, "unknown": None}
 
 
 @_changes.register
@@ -368,7 +387,7 @@ def _no_retry(state: RunState) -> ForwardAttempt:
 def _(fact: RunStopRequested, state: RunState) -> dict[str, object]:
     # Queued forward work and open interactions are fenced: their timers disappear
     # from the due index (see due.py); a running attempt keeps settling.
-    fenced = state.phase in ("retry_wait", "suspended")
+    fenced = state.phase in ("retry_wait", "suspended", "definition_blocked")
     return {
         "stop": assemble(Stop, {"reason": fact.reason, "detail": fact.detail}),
         "phase": "idle" if fenced else state.phase,

@@ -13,7 +13,7 @@ from processor.store import keys
 from processor.store.rocks import PartitionStore
 from processor.store.run_row import state_of
 
-__all__ = ["unknown_attempts", "waiting_by_target"]
+__all__ = ["blocked_runs", "unknown_attempts", "waiting_by_target"]
 
 _FAMILY = "index"
 _CHUNK = 1000  # runs read per multi-get
@@ -51,3 +51,23 @@ def _unknown_in(store: PartitionStore, run_ids: list[str]) -> int:
     # every quote inside a string value, so a row without this text is not unknown.
     rows = [raw for raw in store.raw_runs(run_ids) if raw is not None and b'"unknown"' in raw]
     return sum(state_of(raw).phase == "unknown" for raw in rows)
+
+
+def blocked_runs(store: PartitionStore, cap: int) -> list[tuple[str, int, str]]:
+    """(pipeline, version, run id) of the store's ``definition_blocked`` runs, at most
+    ``cap``, read from the runs index alone (the runs family is not touched)."""
+    prefix = keys.index_prefix("blocked", ())
+    found: list[tuple[str, int, str]] = []
+    for key in store.keys_from(_FAMILY, prefix, prefix):
+        if len(found) >= cap:
+            break
+        pipeline, rest = _string_at(key, len(prefix))
+        version, rest = _string_at(key, rest)
+        found.append((pipeline, int(version), keys.index_tail(key[rest:])[1]))
+    return found
+
+
+def _string_at(key: bytes, at: int) -> tuple[str, int]:
+    """The length-prefixed string at ``at`` of ``key``, and where it ends."""
+    text = keys.decode_string_key(key[at:])
+    return text, at + 4 + len(text.encode())

@@ -40,6 +40,7 @@ from processor.facts.models import (
     FactHeader,
     InteractionTimedOut,
     RetryScheduled,
+    RunDefinitionBlocked,
     RunFailed,
     RunRedriven,
     RunStopped,
@@ -312,7 +313,53 @@ def _every_fact_type() -> list[FactHeader]:
         StepCompleted(**e("s0"), segment=0, attempt=1, generation=1, step=0, output=b"x"),
     ]
     run_e.append(run_e[-1])  # the same fact twice: the second changes nothing
-    runs = [run_a, run_b, run_c, run_d, run_e]
+    f = _Header("run-f")
+    run_f: list[FactHeader] = [  # left blocked: its row stays in the runs index
+        RunSubmitted(**f("submitted"), pipeline="p", pipeline_version=3, input=b"", submitted_ms=2),
+        RunDefinitionBlocked(
+            **f("b1"),
+            segment=1,
+            attempt=1,
+            generation=1,
+            first_step=0,
+            step_attempts=0,
+            reason="no_live_worker",
+            detail="no live worker loads pipeline 'p' v3",
+        ),
+    ]
+    g = _Header("run-g")
+    run_g: list[FactHeader] = [  # refused by a worker, dispatched again, blocked, cancelled
+        RunSubmitted(**g("submitted"), pipeline="p", pipeline_version=2, input=b"", submitted_ms=3),
+        SegmentAttemptStarted(
+            **g("a1"), segment=1, attempt=1, generation=1, first_step=0, expires_ms=5_000
+        ),
+        RunDefinitionBlocked(
+            **g("b2"),
+            segment=1,
+            attempt=1,
+            generation=2,
+            first_step=0,
+            step_attempts=0,
+            reason="worker_lacks_version",
+            worker_id="w-1",
+        ),
+        SegmentAttemptStarted(
+            **g("a2"), segment=1, attempt=1, generation=2, first_step=0, expires_ms=6_000
+        ),
+        StepCompleted(**g("s0"), segment=1, attempt=1, generation=2, step=0, output=b"o"),
+        RunDefinitionBlocked(
+            **g("b3"),
+            segment=1,
+            attempt=1,
+            generation=3,
+            first_step=1,
+            step_attempts=1,
+            reason="worker_lacks_version",
+        ),
+        RunStopRequested(**g("stop"), reason="cancelled", detail="by user"),
+        RunStopped(**g("stopped"), execution="Cancelled", recovery="NotRequired", detail=""),
+    ]
+    runs = [run_a, run_b, run_c, run_d, run_e, run_f, run_g]
     interleaved = []
     for index in range(max(map(len, runs))):
         interleaved += [run[index] for run in runs if index < len(run)]
