@@ -406,6 +406,7 @@ def worker(
             deployment.topology,
             group=deployment.settings.worker_group,
             max_payload_bytes=deployment.settings.max_payload_bytes,
+            announce_interval_ms=deployment.settings.worker_announce_interval_ms,
         )
         for _ in range(workers)
     ]

@@ -74,6 +74,7 @@ class Host:
                 worker_id=f"{self.instance_id}-w{index}",
                 clock=self.clock,  # work item expiry is stamped with the processor's clock
                 max_payload_bytes=settings.max_payload_bytes,
+                announce_interval_ms=settings.worker_announce_interval_ms,
             )
             self._spawn(worker.worker_id, _runner(worker, self.stop_event))
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from processor.admission.admit import admit
 from processor.admission.arrivals import Refusal, completion_arrival, handoff_arrival
 from processor.config.settings import Settings
+from processor.engine.fleet import Fleet
 from processor.engine.spans import Traced, record_spans
 from processor.errors import (
     AppendConflictError,
@@ -44,6 +45,7 @@ from processor.facts.models import (
     RunSubmitted,
     SegmentResult,
     SubmitRun,
+    WorkerAnnouncement,
 )
 from processor.facts.rejection import rejected
 from processor.facts.topics import RUN_ADDRESSED_INPUTS, TopicName
@@ -61,10 +63,12 @@ from processor.model.decide import (
     decide_result,
     decide_submit,
     decide_timer,
+    decide_unblock,
 )
 from processor.model.state import RunState
 from processor.restore.catch_up import catch_up
 from processor.restore.parallel import catch_up_partitions, worker_count
+from processor.store.census import blocked_runs
 from processor.store.rocks import PartitionStore, open_store, store_path, stored_facts_offset
 from processor.store.staging import Staging
 from processor.telemetry import logs, metrics, tracing
@@ -111,6 +115,8 @@ class LoopConfig:
     native_fold: bool
     # The largest run input or completion payload admitted (payload_too_large beyond).
     max_payload_bytes: int
+    # How often workers announce themselves (engine/fleet.py: expiry and warm-up).
+    announce_interval_ms: int
 
     @staticmethod
     def from_settings(settings: Settings, *, instance_id: str, resume_keys: KeyRing) -> LoopConfig:
@@ -129,6 +135,7 @@ class LoopConfig:
             parallel_restore_min_facts=settings.parallel_restore_min_facts,
             native_fold=settings.native_fold,
             max_payload_bytes=settings.max_payload_bytes,
+            announce_interval_ms=settings.worker_announce_interval_ms,
         )
 
 
@@ -171,6 +178,9 @@ class ProcessorLoop:
         self._session: ProcessorSession | None = None
         self._effects_producer: Producer | None = None
         self._batch = _Batch()
+        # The live workers (not durable) and what they load, as of this round.
+        self.fleet = Fleet(config.announce_interval_ms, clock())
+        self._live = self.fleet.live_versions(clock())
         self._next_timer_scan = (
             0.0  # monotonic seconds: the tick is wall time, due times use the clock
         )
@@ -251,6 +261,7 @@ class ProcessorLoop:
             self.restoring = frozenset()
         if self._session is not None:
             self.input_positions.update(self._session.committed_positions())
+        self.fleet.changed()  # their blocked runs may find a worker now
 
     def _restore(self, partitions: list[int]) -> None:
         for partition in partitions:
@@ -356,8 +367,10 @@ class ProcessorLoop:
         if self._session is None:
             self._join()
         assert self._session is not None
+        self._wake_blocked(self._clock())
         records = self._session.poll(self._config.max_batch, self._config.poll_timeout_s)
         now = self._clock()
+        self._live = self.fleet.live_versions(now)
         for record in records:
             self._handle(record, now)
         if time.monotonic() >= self._next_timer_scan:
@@ -367,7 +380,33 @@ class ProcessorLoop:
         return len(records)
 
     def _context(self, now: int) -> Context:
-        return Context(self._catalog, now, self._config.resume_keys, self._config.max_payload_bytes)
+        return Context(
+            self._catalog,
+            now,
+            self._config.resume_keys,
+            self._config.max_payload_bytes,
+            self._live,
+        )
+
+    def _wake_blocked(self, now: int) -> None:
+        """When the fleet of workers changed, dispatch the ``definition_blocked`` runs
+        whose version a live worker now loads (committed ones: a run blocked in the
+        previous round is in the store by now). At most ``timer_batch`` a partition a
+        round; the rest in the next rounds."""
+        self._live = live = self.fleet.live_versions(now)
+        if not self.fleet.take_change():
+            return
+        for partition, staging in self._stagings.items():
+            blocked = blocked_runs(staging.store, self._config.timer_batch)
+            if len(blocked) == self._config.timer_batch:
+                self.fleet.changed()
+            for pipeline, version, run_id in blocked:
+                if live is not None and (pipeline, version) not in live:
+                    continue
+                with logs.run_scope():
+                    decision = decide_unblock(_run(staging, run_id), self._context(now))
+                    if decision.facts:
+                        self._append(staging, partition, run_id, decision)
 
     def _handle(self, record: Record, now: int) -> None:
         staging = self._stagings.get(record.partition)
@@ -413,7 +452,14 @@ class ProcessorLoop:
                 case RedriveRun():
                     return command.run_id, decide_redrive(command, state, ctx)
         if topic is TopicName.RESULTS:
-            result = codec().decode_as(record.value, SegmentResult)
+            result = codec().decode(record.value)
+            if isinstance(result, WorkerAnnouncement):  # on every partition: not routed
+                self.fleet.heard(result, now)
+                self._live = self.fleet.live_versions(now)
+                return None
+            if not isinstance(result, SegmentResult):
+                detail = f"expected SegmentResult, got {type(result).__name__}"
+                raise FactDecodeError("wrong_schema", detail, record.value)
             if not self._routed_here(record, result.run_id):
                 return None
             return result.run_id, decide_result(result, _run(staging, result.run_id), ctx)

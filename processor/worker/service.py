@@ -13,7 +13,7 @@ import uuid
 from processor.config.settings import default_of
 from processor.errors import FactDecodeError, TransportError
 from processor.facts.codec import codec, encode
-from processor.facts.models import WorkItem
+from processor.facts.models import StopNotice, WorkItem
 from processor.facts.rejection import rejected
 from processor.facts.topics import TopicName
 from processor.facts.traceparent import TRACEPARENT_HEADER, is_traceparent
@@ -22,6 +22,7 @@ from processor.telemetry.metrics import REJECTED
 from processor.transport.base import GroupConsumer, Outbound, Producer, Record, Transport
 from processor.transport.clock import Clock, wall_clock_ms
 from processor.transport.topology import Topology
+from processor.worker.announce import Announcer
 from processor.worker.executor import execute
 from processor.worker.pipeline import Application
 
@@ -44,6 +45,7 @@ class Worker:
         max_batch: int = 10,
         clock: Clock = wall_clock_ms,
         max_payload_bytes: int = default_of("max_payload_bytes"),
+        announce_interval_ms: int = default_of("worker_announce_interval_ms"),
     ) -> None:
         self._transport = transport
         self._app = app
@@ -53,6 +55,14 @@ class Worker:
         self._max_batch = max_batch
         self._clock = clock
         self._max_payload_bytes = max_payload_bytes
+        self.announcer = Announcer(
+            app,
+            topology,
+            worker_id=self.worker_id,
+            group=group,
+            interval_ms=announce_interval_ms,
+            clock=clock,
+        )
 
     def run(self, stop: threading.Event) -> None:
         work_topic = self._topology.name(TopicName.WORK)
@@ -60,12 +70,14 @@ class Worker:
         producer = self._transport.producer()
         try:
             while not stop.is_set():
+                self.announcer.announce_if_due(producer)  # at start, then every interval
                 try:
                     self._run_batch(consumer.poll(self._max_batch, 0.1), consumer, producer)
                 except TransportError as exc:
                     logger.warning("%s: transport error, retrying: %s", self.worker_id, exc)
                     stop.wait(0.5)
         finally:
+            self.announcer.leave(producer)
             consumer.close()
             producer.close()
 
@@ -84,7 +96,12 @@ class Worker:
 
     def _process(self, record: Record) -> Outbound | None:
         try:
-            item = codec().decode_as(record.value, WorkItem)
+            item = codec().decode(record.value)
+            if isinstance(item, StopNotice):
+                return None  # for a running attempt; this worker runs one at a time
+            if not isinstance(item, WorkItem):
+                detail = f"expected WorkItem, got {type(item).__name__}"
+                raise FactDecodeError("wrong_schema", detail, record.value)
         except FactDecodeError as exc:
             return self._rejected(record, exc)
         with logs.run_context(item.run_id, item.pipeline, item.first_step, item.attempt):

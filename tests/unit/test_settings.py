@@ -24,6 +24,7 @@ def test_the_loop_configuration_comes_from_the_settings(tmp_path: Path) -> None:
         parallel_restore_min_facts=13,
         native_fold=False,
         max_payload_bytes=2048,
+        worker_announce_interval_ms=700,
     )
     config = LoopConfig.from_settings(settings, instance_id="i-1", resume_keys=KeyRing.single(b"s"))
     assert config == LoopConfig(
@@ -40,6 +41,7 @@ def test_the_loop_configuration_comes_from_the_settings(tmp_path: Path) -> None:
         parallel_restore_min_facts=13,
         native_fold=False,
         max_payload_bytes=2048,
+        announce_interval_ms=700,
     )
 
 
