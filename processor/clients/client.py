@@ -537,6 +537,7 @@ def status_dict(state: RunState) -> dict[str, Any]:
         "generation": state.attempt.generation,
         "next_step": state.attempt.next_step,
         "waiting": _waiting(state),
+        "blocked": _blocked(state),
         "publications": dict(state.publication.targets),
         "deadline_ms": state.deadline_ms,
         "stop_reason": state.stop.reason,
@@ -561,6 +562,19 @@ def _compensation(state: RunState) -> dict[str, Any] | None:
         "compensated": state.compensation.compensated,
         "skipped": state.compensation.skipped,
         "failed": state.compensation.failed,
+    }
+
+
+def _blocked(state: RunState) -> dict[str, Any] | None:
+    """What a ``definition_blocked`` run waits for: a live worker that loads its version."""
+    if state.phase != "definition_blocked" or state.terminal:
+        return None
+    return {
+        "pipeline": state.pipeline,
+        "version": state.pipeline_version,
+        "attempt": state.attempt.number,
+        "next_step": state.attempt.next_step,
+        "waiting_for": f"a live worker that loads {state.pipeline} v{state.pipeline_version}",
     }
 
 

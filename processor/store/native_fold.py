@@ -34,6 +34,9 @@ __all__ = ["NativeFold", "covered_fact_types", "native_fold_available", "parse_f
 #: extension built for other families (an older build: a claims family where the index
 #: is now) declares others, or none, and is not used.
 _FAMILIES = ("history", "runs", "due", "index")
+#: A fact type an extension must fold to be used: one built before it knows neither the
+#: phase it starts nor that phase's runs-index row, and would leave stale rows.
+_REQUIRED = "RunDefinitionBlocked"
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +66,24 @@ def _extension() -> Any | None:
             _FAMILIES,
         )
         return None
+    if not _folds(extension, _REQUIRED):
+        logger.warning(
+            "processor_native does not fold %s (an older build): its rows of runs in "
+            "phase definition_blocked would be wrong; folding in Python: reinstall native/",
+            _REQUIRED,
+        )
+        return None
     return extension
+
+
+def _folds(extension: Any, name: str) -> bool:
+    """Whether the extension's kernel folds the fact type ``name`` (any fingerprint)."""
+    declared = (SCHEMA_DIR / f"{name}.avsc").read_text()
+    try:
+        extension.Kernel([(bytes(8), declared)])
+    except ValueError:
+        return False
+    return True
 
 
 _EXTENSION = _extension()

@@ -18,7 +18,7 @@ def greet(version: int) -> Pipeline:
     """Version ``version`` of ``greet``: its step adds ``{"ran": version}``."""
     pipeline = Pipeline("greet", version=version)
 
-    @pipeline.step(name="hello", timeout_s=5.0)
+    @pipeline.step(name="hello", timeout_s=600.0)
     def hello(value: dict[str, Any]) -> dict[str, Any]:
         return {**value, "ran": version}
 
