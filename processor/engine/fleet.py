@@ -6,13 +6,17 @@ they leave. The catalog is not durable: a processor rebuilds it by listening. Un
 one interval after the processor started (a warm-up, so every live worker had a
 chance to announce), and while it has never heard an announcement at all (workers of
 an older release), it knows nothing: every version counts as loaded. A worker not
-heard for ``EXPIRY_INTERVALS`` intervals is gone. Times are the processor's clock
-when it heard the worker (not the worker's ``at_ms``: clocks differ).
+heard for ``EXPIRY_INTERVALS`` intervals is gone. Liveness is measured in elapsed
+time (a monotonic clock by default), never with the processor's injected clock, which
+tests and the test kit move by hours at once, nor with the worker's ``at_ms``
+(clocks differ).
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 
 from processor.facts.models import WorkerAnnouncement
 from processor.model.decision import LiveVersions
@@ -24,12 +28,17 @@ logger = logging.getLogger(__name__)
 EXPIRY_INTERVALS = 3
 
 
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
 class Fleet:
     """The processor's catalog of live workers (one per processor loop)."""
 
-    def __init__(self, announce_interval_ms: int, started_ms: int) -> None:
+    def __init__(self, announce_interval_ms: int, clock: Callable[[], int] = monotonic_ms) -> None:
         self._interval = announce_interval_ms
-        self._warm_until = started_ms + announce_interval_ms
+        self._clock = clock
+        self._warm_until = clock() + announce_interval_ms
         self._workers: dict[str, tuple[int, frozenset[tuple[str, int]]]] = {}
         self._heard_any = False
         self._live: LiveVersions = frozenset()
@@ -37,8 +46,9 @@ class Fleet:
         # The fleet changed since ``take_change``: blocked runs may now find a worker.
         self._changed = False
 
-    def heard(self, announcement: WorkerAnnouncement, now: int) -> None:
-        """Take a worker's announcement (heard at ``now``, the processor's clock)."""
+    def heard(self, announcement: WorkerAnnouncement) -> None:
+        """Take a worker's announcement, heard now."""
+        now = self._clock()
         self._heard_any = True
         worker = announcement.worker_id
         if announcement.leaving:
@@ -53,8 +63,9 @@ class Fleet:
             logger.info("worker %s loads %s", worker, _named(loads))
             self._changed_now()
 
-    def live_versions(self, now: int) -> LiveVersions | None:
+    def live_versions(self) -> LiveVersions | None:
         """What live workers load; None while not known (every version counts as loaded)."""
+        now = self._clock()
         self._expire(now)
         if not self._heard_any or now < self._warm_until:
             return None

@@ -179,8 +179,8 @@ class ProcessorLoop:
         self._effects_producer: Producer | None = None
         self._batch = _Batch()
         # The live workers (not durable) and what they load, as of this round.
-        self.fleet = Fleet(config.announce_interval_ms, clock())
-        self._live = self.fleet.live_versions(clock())
+        self.fleet = Fleet(config.announce_interval_ms)
+        self._live = self.fleet.live_versions()
         self._next_timer_scan = (
             0.0  # monotonic seconds: the tick is wall time, due times use the clock
         )
@@ -370,7 +370,7 @@ class ProcessorLoop:
         self._wake_blocked(self._clock())
         records = self._session.poll(self._config.max_batch, self._config.poll_timeout_s)
         now = self._clock()
-        self._live = self.fleet.live_versions(now)
+        self._live = self.fleet.live_versions()
         for record in records:
             self._handle(record, now)
         if time.monotonic() >= self._next_timer_scan:
@@ -393,7 +393,7 @@ class ProcessorLoop:
         whose version a live worker now loads (committed ones: a run blocked in the
         previous round is in the store by now). At most ``timer_batch`` a partition a
         round; the rest in the next rounds."""
-        self._live = live = self.fleet.live_versions(now)
+        self._live = live = self.fleet.live_versions()
         if not self.fleet.take_change():
             return
         for partition, staging in self._stagings.items():
@@ -454,8 +454,8 @@ class ProcessorLoop:
         if topic is TopicName.RESULTS:
             result = codec().decode(record.value)
             if isinstance(result, WorkerAnnouncement):  # on every partition: not routed
-                self.fleet.heard(result, now)
-                self._live = self.fleet.live_versions(now)
+                self.fleet.heard(result)
+                self._live = self.fleet.live_versions()
                 return None
             if not isinstance(result, SegmentResult):
                 detail = f"expected SegmentResult, got {type(result).__name__}"

@@ -131,6 +131,15 @@ def block(
             detail=detail,
         )
     )
+    logger.info(
+        "definition_blocked run=%s segment=%d attempt=%d generation=%d reason=%s %s",
+        maker.run_id,
+        segment,
+        number,
+        generation,
+        reason,
+        detail,
+    )
 
 
 def start_next(maker: FactMaker, spec: PipelineSpec, attempt: Attempt) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from processor.engine.fleet import Fleet
 from processor.facts.models import (
     RetryScheduled,
     RunDefinitionBlocked,
@@ -71,6 +72,9 @@ class Deployment:
         self.h = LoopHarness(
             self.settings.data_dir, application(*versions), self.clock, settings=self.settings
         )
+        # Liveness on the fake clock too, so the test moves past the warm-up at once.
+        interval = self.settings.worker_announce_interval_ms
+        self.h.loop.fleet = Fleet(interval, self.clock)
         return self.h
 
     def warm_up(self) -> None:
@@ -204,3 +208,38 @@ def _listing(d: Deployment, status: str) -> dict[str, str]:
     finally:
         for store in stores:
             store.close()
+
+
+def test_a_real_worker_announces_itself_runs_a_blocked_run_and_leaves(
+    deployment: Deployment,
+) -> None:
+    import threading
+
+    from processor.worker.service import Worker as RealWorker
+
+    d = deployment
+    h = d.start(1, 2)
+    Worker("v1-only", 1).announce(h)
+    d.warm_up()
+    run_id = h.submit("greet", {"who": "real"})
+    d.until(run_id, lambda s: s.phase == "definition_blocked", "blocked")
+    worker = RealWorker(
+        h.deployment.transport,
+        application(1, 2),
+        h.deployment.topology,
+        group=h.deployment.settings.worker_group,
+        worker_id="real-worker",
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        loads = frozenset({("greet", 1), ("greet", 2)})
+        h.drive(lambda: h.loop.fleet.workers.get("real-worker") == loads, "the worker heard")
+        state = d.until(run_id, lambda s: s.terminal, "the run done by the real worker")
+        assert _result(state) == {"who": "real", "ran": 2}
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not thread.is_alive()
+    h.drive(lambda: "real-worker" not in h.loop.fleet.workers, "the worker left")

@@ -297,34 +297,62 @@ def _announcement(worker: str, *versions: int, leaving: bool = False) -> WorkerA
     )
 
 
+class Clock:
+    def __init__(self, now: int) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
 def test_the_fleet_is_unknown_while_warming_up_and_until_a_worker_is_heard() -> None:
-    fleet = Fleet(1_000, started_ms=10_000)
-    assert fleet.live_versions(10_500) is None
-    assert fleet.live_versions(20_000) is None  # no announcement ever: older workers
-    fleet.heard(_announcement("w1", 1), 20_000)
-    assert fleet.live_versions(20_000) == frozenset({("greet", 1)})
-    early = Fleet(1_000, started_ms=10_000)
-    early.heard(_announcement("w1", 1), 10_100)
-    assert early.live_versions(10_999) is None  # another worker may not have spoken yet
-    assert early.live_versions(11_000) == frozenset({("greet", 1)})
+    clock = Clock(10_000)
+    fleet = Fleet(1_000, clock)
+    clock.now = 10_500
+    assert fleet.live_versions() is None
+    clock.now = 20_000
+    assert fleet.live_versions() is None  # no announcement ever: older workers
+    fleet.heard(_announcement("w1", 1))
+    assert fleet.live_versions() == frozenset({("greet", 1)})
+    clock.now = 10_000
+    early = Fleet(1_000, clock)
+    clock.now = 10_100
+    early.heard(_announcement("w1", 1))
+    clock.now = 10_999
+    assert early.live_versions() is None  # another worker may not have spoken yet
+    clock.now = 11_000
+    assert early.live_versions() == frozenset({("greet", 1)})
 
 
 def test_workers_come_leave_and_expire_and_each_change_is_reported_once() -> None:
-    fleet = Fleet(1_000, started_ms=0)
-    fleet.heard(_announcement("w1", 1), 2_000)
-    assert fleet.live_versions(2_000) == frozenset({("greet", 1)})
+    clock = Clock(0)
+    fleet = Fleet(1_000, clock)
+    clock.now = 2_000
+    fleet.heard(_announcement("w1", 1))
+    assert fleet.live_versions() == frozenset({("greet", 1)})
     assert fleet.take_change() and not fleet.take_change()
-    fleet.heard(_announcement("w1", 1), 2_500)  # the same again: no change
+    clock.now = 2_500
+    fleet.heard(_announcement("w1", 1))  # the same again: no change
     assert not fleet.take_change()
-    fleet.heard(_announcement("w2", 1, 2), 2_600)
-    assert fleet.live_versions(2_600) == frozenset({("greet", 1), ("greet", 2)})
+    clock.now = 2_600
+    fleet.heard(_announcement("w2", 1, 2))
+    assert fleet.live_versions() == frozenset({("greet", 1), ("greet", 2)})
     assert fleet.take_change()
-    fleet.heard(_announcement("w2", 1, 2, leaving=True), 2_700)
-    assert fleet.live_versions(2_700) == frozenset({("greet", 1)})
+    clock.now = 2_700
+    fleet.heard(_announcement("w2", 1, 2, leaving=True))
+    assert fleet.live_versions() == frozenset({("greet", 1)})
     assert fleet.take_change()
-    assert fleet.live_versions(5_499) == frozenset({("greet", 1)})  # heard at 2500
-    assert fleet.live_versions(5_501) == frozenset()  # not heard for three intervals
+    clock.now = 5_499
+    assert fleet.live_versions() == frozenset({("greet", 1)})  # heard at 2500
+    clock.now = 5_501
+    assert fleet.live_versions() == frozenset()  # not heard for three intervals
     assert fleet.take_change()
+
+
+def test_the_fleet_measures_liveness_in_elapsed_time_not_the_processor_clock() -> None:
+    fleet = Fleet(60_000)  # a monotonic clock: a test kit's jump of hours changes nothing
+    fleet.heard(_announcement("w1", 1))
+    assert "w1" in fleet.workers
 
 
 def test_a_worker_announces_to_every_results_partition() -> None:
