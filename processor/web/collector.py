@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 from processor.engine.loop import ProcessorLoop
 from processor.errors import TransportError
 from processor.facts.topics import TopicName
-from processor.store.census import unknown_attempts, waiting_by_target
+from processor.store.census import blocked_runs, unknown_attempts, waiting_by_target
 from processor.transport.base import Reader, TopicPartition
 from processor.transport.topology import Topology
 from processor.web.stores import StoreReaders
@@ -62,12 +62,17 @@ class LoopCollector(Collector):
             "processor_partitions_restoring",
             "Partitions being restored or caught up (the processor is not ready meanwhile)",
         )
+        workers = GaugeMetricFamily(
+            "processor_live_workers",
+            "Workers this processor has heard announce themselves and not yet lost",
+        )
         if loop is not None:
             with self._lock:
                 self._lags(loop, consumer, projection)
             owned.add_metric([], len(loop.owned_partitions))
             restoring.add_metric([], len(loop.restoring))
-        yield from (consumer, projection, owned, restoring)
+            workers.add_metric([], len(loop.fleet.workers))
+        yield from (consumer, projection, owned, restoring, workers)
 
     def _lags(
         self, loop: ProcessorLoop, consumer: GaugeMetricFamily, projection: GaugeMetricFamily
@@ -104,13 +109,22 @@ class StoreCollector(Collector):
             "processor_unknown_attempts",
             "Runs whose attempt's outcome is unknown: waiting for an operator (processor resolve)",
         )
+        blocked = GaugeMetricFamily(
+            "processor_runs_definition_blocked",
+            "Runs waiting for a live worker that loads their pinned version, by version",
+            labels=["pipeline", "version"],
+        )
         targets: Counter[str] = Counter()
+        versions: Counter[tuple[str, int]] = Counter()
         open_unknown = 0
         with self._stores.fresh() as stores:
             for store in stores:
                 targets.update(waiting_by_target(store, CENSUS_CAP))
                 open_unknown += unknown_attempts(store, CENSUS_CAP)
+                versions.update((p, v) for p, v, _ in blocked_runs(store, CENSUS_CAP))
         for target, count in sorted(targets.items()):
             waiting.add_metric([target], count)
         unknown.add_metric([], open_unknown)
-        yield from (waiting, unknown)
+        for (pipeline, version), count in sorted(versions.items()):
+            blocked.add_metric([pipeline, str(version)], count)
+        yield from (waiting, unknown, blocked)

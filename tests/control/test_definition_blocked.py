@@ -185,6 +185,7 @@ def test_old_runs_finish_on_v1_new_ones_use_v2_a_blocked_run_waits_for_v3(
     assert not [f for f in blocked if isinstance(f, SegmentFailed | RetryScheduled)]
     listed = _listing(d, "running")
     assert {listed[early], listed[late]} == {"definition_blocked"}
+    assert _blocked_gauge(d) == {("greet", "3"): 2.0}
 
     # A worker with v3 starts (the other leaves): both blocked runs go on.
     v3_worker = Worker("v3", 1, 2, 3)
@@ -243,3 +244,17 @@ def test_a_real_worker_announces_itself_runs_a_blocked_run_and_leaves(
         thread.join(30)
     assert not thread.is_alive()
     h.drive(lambda: "real-worker" not in h.loop.fleet.workers, "the worker left")
+
+
+def _blocked_gauge(d: Deployment) -> dict[tuple[str, ...], float]:
+    """``processor_runs_definition_blocked`` as a scrape computes it."""
+    from processor.web.collector import StoreCollector
+    from processor.web.stores import StoreReaders
+
+    readers = StoreReaders(d.settings.state_dir)
+    try:
+        families = {f.name: f for f in StoreCollector(readers).collect()}
+    finally:
+        readers.close()
+    samples = families["processor_runs_definition_blocked"].samples
+    return {(s.labels["pipeline"], s.labels["version"]): s.value for s in samples}
