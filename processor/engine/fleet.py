@@ -9,7 +9,9 @@ an older release), it knows nothing: every version counts as loaded. A worker no
 heard for ``EXPIRY_INTERVALS`` intervals is gone. Liveness is measured in elapsed
 time (a monotonic clock by default), never with the processor's injected clock, which
 tests and the test kit move by hours at once, nor with the worker's ``at_ms``
-(clocks differ).
+(clocks differ). Time the processor spent not looking (a long restore, a stall of
+more than an interval between two rounds) does not count: the announcements sent
+meanwhile wait in the topic, and expiring their workers would block runs for nothing.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class Fleet:
         self._heard_any = False
         self._live: LiveVersions = frozenset()
         self._known = False  # past the warm-up, with an announcement heard
+        self._looked: int | None = None  # when ``live_versions`` was last called
         # The fleet changed since ``take_change``: blocked runs may now find a worker.
         self._changed = False
 
@@ -66,6 +69,7 @@ class Fleet:
     def live_versions(self) -> LiveVersions | None:
         """What live workers load; None while not known (every version counts as loaded)."""
         now = self._clock()
+        self._skip_stall(now)
         self._expire(now)
         if not self._heard_any or now < self._warm_until:
             return None
@@ -88,6 +92,15 @@ class Fleet:
     def workers(self) -> dict[str, frozenset[tuple[str, int]]]:
         """The live workers and what each loads (as last computed)."""
         return {worker: loads for worker, (_, loads) in self._workers.items()}
+
+    def _skip_stall(self, now: int) -> None:
+        """Move every worker's last-heard time on by a gap between two looks longer
+        than an interval: the processor was not listening then."""
+        looked, self._looked = self._looked, now
+        if looked is None or now - looked <= self._interval:
+            return
+        gap = now - looked
+        self._workers = {w: (heard + gap, loads) for w, (heard, loads) in self._workers.items()}
 
     def _expire(self, now: int) -> None:
         horizon = now - EXPIRY_INTERVALS * self._interval

@@ -342,11 +342,25 @@ def test_workers_come_leave_and_expire_and_each_change_is_reported_once() -> Non
     fleet.heard(_announcement("w2", 1, 2, leaving=True))
     assert fleet.live_versions() == frozenset({("greet", 1)})
     assert fleet.take_change()
-    clock.now = 5_499
-    assert fleet.live_versions() == frozenset({("greet", 1)})  # heard at 2500
+    for clock.now in range(3_000, 5_500, 500):  # the processor looks every round
+        assert fleet.live_versions() == frozenset({("greet", 1)})  # heard at 2500
     clock.now = 5_501
     assert fleet.live_versions() == frozenset()  # not heard for three intervals
     assert fleet.take_change()
+
+
+def test_time_the_processor_was_not_looking_does_not_expire_workers() -> None:
+    clock = Clock(0)
+    fleet = Fleet(1_000, clock)
+    clock.now = 1_000
+    fleet.heard(_announcement("w1", 1))
+    assert fleet.live_versions() == frozenset({("greet", 1)})
+    clock.now = 60_000  # a long restore: the worker's announcements wait in the topic
+    assert fleet.live_versions() == frozenset({("greet", 1)})
+    for clock.now in range(60_500, 63_001, 500):  # three intervals after the stall
+        assert fleet.live_versions() == frozenset({("greet", 1)})
+    clock.now = 63_001
+    assert fleet.live_versions() == frozenset()  # now three intervals unheard
 
 
 def test_the_fleet_measures_liveness_in_elapsed_time_not_the_processor_clock() -> None:
