@@ -391,22 +391,23 @@ class ProcessorLoop:
     def _wake_blocked(self, now: int) -> None:
         """When the fleet of workers changed, dispatch the ``definition_blocked`` runs
         whose version a live worker now loads (committed ones: a run blocked in the
-        previous round is in the store by now). At most ``timer_batch`` a partition a
-        round; the rest in the next rounds."""
+        previous round is in the store by now). At most ``timer_batch`` of each version
+        a partition a round; the rest in the next rounds."""
         self._live = live = self.fleet.live_versions()
         if not self.fleet.take_change():
             return
+        cap = self._config.timer_batch
         for partition, staging in self._stagings.items():
-            blocked = blocked_runs(staging.store, self._config.timer_batch)
-            if len(blocked) == self._config.timer_batch:
-                self.fleet.changed()
-            for pipeline, version, run_id in blocked:
-                if live is not None and (pipeline, version) not in live:
-                    continue
+            blocked = blocked_runs(staging.store, cap, live)
+            woken = 0
+            for _, _, run_id in blocked:
                 with logs.run_scope():
                     decision = decide_unblock(_run(staging, run_id), self._context(now))
                     if decision.facts:
                         self._append(staging, partition, run_id, decision)
+                        woken += 1
+            if woken and len(blocked) >= cap:
+                self.fleet.changed()  # more to wake: the woken ones leave the index
 
     def _handle(self, record: Record, now: int) -> None:
         staging = self._stagings.get(record.partition)

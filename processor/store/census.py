@@ -7,7 +7,9 @@ and stops after ``cap`` rows, so a scrape costs at most that much per partition.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 
+from processor.model.listing import blocked_parts
 from processor.model.state import RUNNING
 from processor.store import keys
 from processor.store.rocks import PartitionStore
@@ -53,15 +55,28 @@ def _unknown_in(store: PartitionStore, run_ids: list[str]) -> int:
     return sum(state_of(raw).phase == "unknown" for raw in rows)
 
 
-def blocked_runs(store: PartitionStore, cap: int) -> list[tuple[str, int, str]]:
-    """(pipeline, version, run id) of the store's ``definition_blocked`` runs, at most
-    ``cap``, read from the runs index alone (the runs family is not touched)."""
-    prefix = keys.index_prefix("blocked", ())
+def blocked_runs(
+    store: PartitionStore, cap: int, versions: Iterable[tuple[str, int]] | None = None
+) -> list[tuple[str, int, str]]:
+    """(pipeline, version, run id) of the store's ``definition_blocked`` runs, of
+    ``versions`` only if given, at most ``cap`` of each version (``cap`` in all without
+    ``versions``), read from the runs index alone (the runs family is not touched)."""
+    if versions is None:
+        return _blocked_from(store, keys.index_prefix("blocked", ()), cap)
     found: list[tuple[str, int, str]] = []
+    for pipeline, version in sorted(versions):
+        prefix = keys.index_prefix("blocked", blocked_parts(pipeline, version))
+        found += _blocked_from(store, prefix, cap)
+    return found
+
+
+def _blocked_from(store: PartitionStore, prefix: bytes, cap: int) -> list[tuple[str, int, str]]:
+    found: list[tuple[str, int, str]] = []
+    start = len(keys.index_prefix("blocked", ()))
     for key in store.keys_from(_FAMILY, prefix, prefix):
         if len(found) >= cap:
             break
-        pipeline, rest = _string_at(key, len(prefix))
+        pipeline, rest = _string_at(key, start)
         version, rest = _string_at(key, rest)
         found.append((pipeline, int(version), keys.index_tail(key[rest:])[1]))
     return found

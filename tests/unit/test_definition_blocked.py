@@ -4,6 +4,7 @@ stop notices reach the running attempt and the outside systems of open interacti
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import ClassVar
 
 from processor.clients.client import new_submit
@@ -36,10 +37,12 @@ from processor.model.decide import (
 )
 from processor.model.decision import LiveVersions
 from processor.model.due import due_entries
-from processor.model.listing import index_entries
+from processor.model.listing import IndexEntry, index_entries
 from processor.model.pipeline_spec import AwaitSpec, PipelineSpec, RetryPolicy, StepSpec
 from processor.model.reduce import fold
 from processor.model.state import RunState
+from processor.store.census import blocked_runs
+from processor.store.rocks import PartitionStore
 from processor.transport.topology import Topology
 from processor.worker.announce import Announcer
 from tests.apps.version_pipelines import application
@@ -385,3 +388,24 @@ def test_a_worker_announces_to_every_results_partition() -> None:
     sent = announcer.announcement(leaving=True)
     assert [(p.name, p.version) for p in sent.pipelines] == [("greet", 1), ("greet", 2)]
     assert sent.leaving and sent.worker_id == "w1" and sent.at_ms == 1_000
+
+
+def test_blocked_runs_are_found_by_version_from_the_runs_index(tmp_path: Path) -> None:
+    store = PartitionStore(tmp_path / "p0000")
+    try:
+        batch = store.batch()
+        for index, version in enumerate((3, 3, 3, 2, 2, 10)):
+            batch.put_index(IndexEntry("blocked", ("greet", str(version)), index, f"r{index}"))
+        batch.put_index(IndexEntry("status", ("running",), 0, "r0"))
+        store.write(batch)
+        everything = blocked_runs(store, 100)
+        versions = (3, 3, 3, 2, 2, 10)
+        assert sorted(everything) == sorted(("greet", v, f"r{i}") for i, v in enumerate(versions))
+        assert len(blocked_runs(store, 2)) == 2
+        assert {r for _, _, r in blocked_runs(store, 2, {("greet", 3)})} < {"r0", "r1", "r2"}
+        assert len(blocked_runs(store, 2, {("greet", 3)})) == 2
+        both = blocked_runs(store, 5, {("greet", 2), ("greet", 10)})
+        assert sorted(r for _, _, r in both) == ["r3", "r4", "r5"]
+        assert blocked_runs(store, 5, set()) == []
+    finally:
+        store.close()
