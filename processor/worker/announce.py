@@ -5,11 +5,15 @@ reads only the partitions it owns, and must hear every worker): when the worker
 starts, every ``worker_announce_interval_ms`` (``PROCESSOR_WORKER_ANNOUNCE_INTERVAL_MS``)
 while it runs, and with ``leaving=True`` when it stops. The processors keep the live
 ones (``engine/fleet.py``) and hold back runs whose version none of them loads.
+
+Announcing runs on a thread of its own, with a producer of its own: a worker busy
+with a long step is still alive, and must not expire at the processors.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 
 from processor.config.settings import default_of
 from processor.errors import TransportError
@@ -27,7 +31,7 @@ logger = logging.getLogger(__name__)
 
 
 class Announcer:
-    """Sends one worker's announcements on its own schedule (``announce_if_due``)."""
+    """Sends one worker's announcements (``run``, on a thread of its own)."""
 
     def __init__(
         self,
@@ -47,7 +51,6 @@ class Announcer:
         self._interval_ms = interval_ms
         self._clock = clock
         self._pipelines = tuple(LoadedPipeline(name=n, version=v) for n, v in app.versions)
-        self._next_ms: int | None = None  # None: not announced yet
 
     def announcement(self, *, leaving: bool = False) -> WorkerAnnouncement:
         return WorkerAnnouncement(
@@ -66,18 +69,17 @@ class Announcer:
         key = self._worker_id.encode()
         return [Outbound(topic, key, value, (), p) for p in range(self._topology.partitions)]
 
-    def announce_if_due(self, producer: Producer) -> None:
-        """Announce at the first call, then whenever the interval has passed."""
-        now = self._clock()
-        if self._next_ms is not None and now < self._next_ms:
-            return
-        self._next_ms = now + self._interval_ms
-        self._send(producer, leaving=False)
-
-    def leave(self, producer: Producer) -> None:
-        """Say the worker stops (best effort: otherwise it expires)."""
-        if self._next_ms is not None:
+    def run(self, producer: Producer, stop: threading.Event) -> None:
+        """Announce now and every interval until ``stop`` is set, then say the worker
+        leaves (best effort: otherwise it expires); close ``producer``."""
+        try:
+            while True:
+                self._send(producer, leaving=False)
+                if stop.wait(self._interval_ms / 1000):
+                    break
             self._send(producer, leaving=True)
+        finally:
+            producer.close()
 
     def _send(self, producer: Producer, *, leaving: bool) -> None:
         try:

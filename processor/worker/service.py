@@ -68,16 +68,24 @@ class Worker:
         work_topic = self._topology.name(TopicName.WORK)
         consumer = self._transport.consumer(self._group, [work_topic])
         producer = self._transport.producer()
+        announcing = threading.Event()
+        announcer = threading.Thread(
+            target=self.announcer.run,
+            args=(self._transport.producer(), announcing),
+            name=f"{self.worker_id}-announcer",
+            daemon=True,
+        )
+        announcer.start()
         try:
             while not stop.is_set():
-                self.announcer.announce_if_due(producer)  # at start, then every interval
                 try:
                     self._run_batch(consumer.poll(self._max_batch, 0.1), consumer, producer)
                 except TransportError as exc:
                     logger.warning("%s: transport error, retrying: %s", self.worker_id, exc)
                     stop.wait(0.5)
         finally:
-            self.announcer.leave(producer)
+            announcing.set()  # it says the worker leaves
+            announcer.join(10)
             consumer.close()
             producer.close()
 

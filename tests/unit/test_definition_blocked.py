@@ -10,6 +10,7 @@ from typing import ClassVar
 from processor.clients.client import new_submit
 from processor.engine.fleet import Fleet
 from processor.facts import json_wire
+from processor.facts.codec import codec
 from processor.facts.models import (
     BoundaryRequest,
     CancelRun,
@@ -43,8 +44,10 @@ from processor.model.reduce import fold
 from processor.model.state import RunState
 from processor.store.census import blocked_runs
 from processor.store.rocks import PartitionStore
+from processor.transport.base import Outbound
 from processor.transport.topology import Topology
 from processor.worker.announce import Announcer
+from tests.apps.support import wait_until
 from tests.apps.version_pipelines import application
 
 RETRY = RetryPolicy(max_attempts=2, initial_backoff_ms=10)
@@ -409,3 +412,36 @@ def test_blocked_runs_are_found_by_version_from_the_runs_index(tmp_path: Path) -
         assert blocked_runs(store, 5, set()) == []
     finally:
         store.close()
+
+
+def test_announcing_runs_until_stopped_then_says_the_worker_leaves() -> None:
+    import threading
+
+    class Recording:
+        def __init__(self) -> None:
+            self.sent: list[Outbound] = []
+            self.closed = False
+
+        def produce(self, record: Outbound) -> None:
+            self.sent.append(record)
+
+        def flush(self, timeout_s: float = 30.0) -> None:
+            pass
+
+        def close(self) -> None:
+            self.closed = True
+
+    producer = Recording()
+    stop = threading.Event()
+    announcer = Announcer(
+        application(1), Topology(partitions=2), worker_id="w", group="g", interval_ms=10
+    )
+    thread = threading.Thread(target=announcer.run, args=(producer, stop))
+    thread.start()
+    wait_until(lambda: len(producer.sent) >= 6, 10, "three rounds of announcements")
+    stop.set()
+    thread.join(10)
+    decoded = [codec().decode_as(r.value, WorkerAnnouncement) for r in producer.sent]
+    assert [a.leaving for a in decoded[-2:]] == [True, True]  # to both partitions
+    assert not any(a.leaving for a in decoded[:-2])
+    assert producer.closed
