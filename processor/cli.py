@@ -418,6 +418,7 @@ def worker(
             max_payload_bytes=deployment.settings.max_payload_bytes,
             concurrency=concurrency or deployment.settings.worker_concurrency,
             start_report_after_ms=deployment.settings.start_report_after_ms,
+            announce_interval_ms=deployment.settings.worker_announce_interval_ms,
         )
         for _ in range(workers)
     ]

@@ -43,6 +43,7 @@ pub enum Kind {
     AttemptLost,
     SleepStarted,
     SleepCompleted,
+    RunDefinitionBlocked,
 }
 
 impl Kind {
@@ -79,6 +80,7 @@ impl Kind {
             "AttemptLost" => Kind::AttemptLost,
             "SleepStarted" => Kind::SleepStarted,
             "SleepCompleted" => Kind::SleepCompleted,
+            "RunDefinitionBlocked" => Kind::RunDefinitionBlocked,
             _ => return None,
         })
     }
@@ -340,6 +342,18 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.step_attempts = (s.step_attempts - 1).max(0);
             s.infrastructure_losses = fact.long("losses")?;
         }
+        Kind::RunDefinitionBlocked => {
+            // The attempt named waits, not started: no expiry, the budget without it.
+            s.segment = fact.long("segment")?;
+            s.attempt = fact.long("attempt")?;
+            s.generation = fact.long("generation")?;
+            s.next_step = fact.long("first_step")?;
+            s.step_attempts = fact.long("step_attempts")?;
+            s.attempt_expires_ms = None;
+            s.retry_due_ms = None;
+            set(&mut s.phase, "definition_blocked");
+            s.unknown = None;
+        }
         Kind::StepCompleted => {
             let step = fact.long("step")?;
             let output = fact.bytes("output")?;
@@ -484,7 +498,10 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
                 s.sleep_step = None;
                 s.sleep_wake_ms = None;
             }
-            let fenced = s.phase == "retry_wait" || s.phase == "suspended" || s.phase == "sleeping";
+            let fenced = matches!(
+                s.phase.as_str(),
+                "retry_wait" | "suspended" | "sleeping" | "definition_blocked"
+            );
             s.stop_reason = Some(reason);
             s.stop_detail = Some(fact.string("detail")?);
             if fenced {

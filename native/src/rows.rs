@@ -166,6 +166,7 @@ const STATUS: u8 = 1;
 const PIPELINE_STATUS: u8 = 2;
 const WAITING: u8 = 3;
 const WAITING_PIPELINE: u8 = 4;
+const BLOCKED: u8 = 5;
 
 /// ``listing.index_entries``, each as ``keys.index_key`` builds it, sorted.
 pub fn index_keys(state: Option<&RunState>, out: &mut IndexKeys) {
@@ -191,6 +192,10 @@ pub fn index_keys(state: Option<&RunState>, out: &mut IndexKeys) {
     for target in waiting_targets(s) {
         push(WAITING, &[target]);
         push(WAITING_PIPELINE, &[target, pipeline]);
+    }
+    if s.phase == "definition_blocked" && !s.terminal() {
+        // ``listing.blocked_parts``: the pipeline and its version, as a string
+        push(BLOCKED, &[pipeline, &s.pipeline_version.to_string()]);
     }
     let bytes = &out.bytes;
     out.keys

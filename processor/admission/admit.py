@@ -67,8 +67,8 @@ def admit(arrival: Arrival, state: RunState | None, ctx: Context) -> Decision:
     if spec is None:
         detail = f"pipeline {state.pipeline!r} v{state.pipeline_version} is not loaded"
         return Decision.refuse("unknown_pipeline", detail)
-    maker = FactMaker(state, state.run_id, ctx.now, arrival.cause_id)
-    control.deadline_first(maker)
+    maker = FactMaker(state, state.run_id, ctx.now, arrival.cause_id, live=ctx.live_versions)
+    control.deadline_first(maker, spec)
     if maker.current.stopping:  # stop intent closed the run's interactions
         control.settle_stop(maker, spec)
         return maker.decision("run_terminal", f"run {state.run_id} is stopping")
@@ -138,7 +138,7 @@ def _admit_start(arrival: Arrival, state: RunState | None, ctx: Context) -> Deci
     spec = ctx.catalog.latest(arrival.start_pipeline)
     if spec is None:
         return Decision.refuse("unknown_pipeline", f"no pipeline named {arrival.start_pipeline!r}")
-    maker = FactMaker(None, arrival.run_id, ctx.now, arrival.cause_id)
+    maker = FactMaker(None, arrival.run_id, ctx.now, arrival.cause_id, live=ctx.live_versions)
     start_run(
         maker,
         spec,

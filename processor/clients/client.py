@@ -546,6 +546,7 @@ def status_dict(state: RunState) -> dict[str, Any]:
         "timers": [{"kind": e.kind, "due_ms": e.due_ms} for e in sorted(due_entries(state))],
         "waiting": _waiting(state),
         "sleeping": _sleeping(state),
+        "blocked": _blocked(state),
         "publications": dict(state.publication.targets),
         "deadline_ms": state.deadline_ms,
         "stop_reason": state.stop.reason,
@@ -592,6 +593,19 @@ def _sleeping(state: RunState) -> dict[str, Any] | None:
     if state.phase != "sleeping":
         return None
     return {"step": state.sleep.step, "wake_ms": state.sleep.wake_ms}
+
+
+def _blocked(state: RunState) -> dict[str, Any] | None:
+    """What a ``definition_blocked`` run waits for: a live worker that loads its version."""
+    if state.phase != "definition_blocked" or state.terminal:
+        return None
+    return {
+        "pipeline": state.pipeline,
+        "version": state.pipeline_version,
+        "attempt": state.attempt.number,
+        "next_step": state.attempt.next_step,
+        "waiting_for": f"a live worker that loads {state.pipeline} v{state.pipeline_version}",
+    }
 
 
 def _waiting(state: RunState) -> dict[str, Any] | None:

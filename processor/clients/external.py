@@ -3,7 +3,10 @@
 ``CompletionClient.complete(token, payload)`` / ``fail(token, error)`` produce a
 BoundaryCompletion keyed by the run id the token names, so it reaches the
 partition that owns the run. ``Responder`` consumes boundary.requests for one
-or more targets and answers with a handler (the demo's payment simulator).
+or more targets and answers with a handler (the demo's payment simulator). A
+cancel notice (``BoundaryRequest.cancel`` set: the run was stopped while the
+interaction was open) is never answered: it goes to ``on_cancel``, if given, so the
+simulated system can stop its work too.
 """
 
 from __future__ import annotations
@@ -23,12 +26,13 @@ from processor.facts.topics import TopicName
 from processor.transport.base import Headers, Outbound, Producer, Transport
 from processor.transport.topology import Topology
 
-__all__ = ["CompletionClient", "Handler", "Responder"]
+__all__ = ["CompletionClient", "Handler", "OnCancel", "Responder"]
 
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[BoundaryRequest, Any], Any]
 AfterAnswer = Callable[[BoundaryRequest, BoundaryCompletion, "CompletionClient"], None]
+OnCancel = Callable[[BoundaryRequest], None]
 
 
 class CompletionClient:
@@ -117,8 +121,11 @@ class Responder:
         *,
         group: str = "processor-responders",
         after: AfterAnswer | None = None,
+        on_cancel: OnCancel | None = None,
     ) -> None:
         self._after = after
+        self._on_cancel = on_cancel
+        self.cancelled = 0  # cancel notices seen for our targets
         self._transport = transport
         self._topology = topology
         self._handlers = dict(handlers)
@@ -152,6 +159,11 @@ class Responder:
             )
             handler = self._handlers.get(request.target)
             if handler is None:
+                continue
+            if request.cancel is not None:
+                self.cancelled += 1
+                if self._on_cancel is not None:
+                    self._on_cancel(request)
                 continue
             token = request.resume_token
             try:

@@ -34,6 +34,14 @@ class Settings(BaseSettings):
     )
     group: str = Field(default="processor", description="Consumer group of the processors")
     worker_group: str = Field(default="processor-workers", description="Consumer group of workers")
+    worker_announce_interval_ms: int = Field(
+        default=5_000,
+        ge=100,
+        description="A worker announces the pipeline versions it loads at start, then this "
+        "often, and when it stops; a processor forgets a worker not heard for 3 intervals "
+        "and, after starting, waits one interval before it holds back a run whose version "
+        "no live worker loads (phase definition_blocked)",
+    )
     instance_id: str | None = Field(
         default=None,
         description="This processor's id (its Kafka transactional.id suffix); unset: one "

@@ -79,6 +79,7 @@ class Host:
                 max_payload_bytes=settings.max_payload_bytes,
                 concurrency=self.concurrency or settings.worker_concurrency,
                 start_report_after_ms=settings.start_report_after_ms,
+                announce_interval_ms=settings.worker_announce_interval_ms,
             )
             self._spawn(worker.worker_id, _runner(worker, self.stop_event))
 

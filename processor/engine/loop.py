@@ -24,6 +24,7 @@ from pathlib import Path
 from processor.admission.admit import admit
 from processor.admission.arrivals import Refusal, completion_arrival, handoff_arrival
 from processor.config.settings import Settings
+from processor.engine.fleet import Fleet
 from processor.engine.spans import Traced, record_spans
 from processor.errors import (
     AppendConflictError,
@@ -64,11 +65,12 @@ from processor.model.decide import (
     decide_result,
     decide_submit,
     decide_timer,
+    decide_unblock,
 )
 from processor.model.state import RunState
 from processor.restore.catch_up import catch_up
 from processor.restore.parallel import catch_up_partitions, worker_count
-from processor.store.census import RunCensus
+from processor.store.census import RunCensus, blocked_runs
 from processor.store.rocks import PartitionStore, open_store, store_path, stored_facts_offset
 from processor.store.staging import Staging
 from processor.telemetry import logs, metrics, tracing
@@ -117,6 +119,8 @@ class LoopConfig:
     max_payload_bytes: int
     # Attempts a run may lose to the infrastructure before a loss counts as a failure.
     max_infrastructure_losses: int
+    # How often workers announce themselves (engine/fleet.py: expiry and warm-up).
+    announce_interval_ms: int
 
     @staticmethod
     def from_settings(settings: Settings, *, instance_id: str, resume_keys: KeyRing) -> LoopConfig:
@@ -136,6 +140,7 @@ class LoopConfig:
             native_fold=settings.native_fold,
             max_payload_bytes=settings.max_payload_bytes,
             max_infrastructure_losses=settings.max_infrastructure_losses,
+            announce_interval_ms=settings.worker_announce_interval_ms,
         )
 
 
@@ -178,6 +183,9 @@ class ProcessorLoop:
         self._session: ProcessorSession | None = None
         self._effects_producer: Producer | None = None
         self._batch = _Batch()
+        # The live workers (not durable) and what they load, as of this round.
+        self.fleet = Fleet(config.announce_interval_ms)
+        self._live = self.fleet.live_versions()
         self._next_timer_scan = (
             0.0  # monotonic seconds: the tick is wall time, due times use the clock
         )
@@ -261,6 +269,7 @@ class ProcessorLoop:
             self.restoring = frozenset()
         if self._session is not None:
             self.input_positions.update(self._session.committed_positions())
+        self.fleet.changed()  # their blocked runs may find a worker now
 
     def _restore(self, partitions: list[int]) -> None:
         for partition in partitions:
@@ -369,8 +378,10 @@ class ProcessorLoop:
         if self._session is None:
             self._join()
         assert self._session is not None
+        self._wake_blocked(self._clock())
         records = self._session.poll(self._config.max_batch, self._config.poll_timeout_s)
         now = self._clock()
+        self._live = self.fleet.live_versions()
         for record in records:
             self._handle(record, now)
         if time.monotonic() >= self._next_timer_scan:
@@ -386,8 +397,30 @@ class ProcessorLoop:
             now,
             config.resume_keys,
             config.max_payload_bytes,
-            config.max_infrastructure_losses,
+            max_infrastructure_losses=config.max_infrastructure_losses,
+            live_versions=self._live,
         )
+
+    def _wake_blocked(self, now: int) -> None:
+        """When the fleet of workers changed, dispatch the ``definition_blocked`` runs
+        whose version a live worker now loads (committed ones: a run blocked in the
+        previous round is in the store by now). At most ``timer_batch`` of each version
+        a partition a round; the rest in the next rounds."""
+        self._live = live = self.fleet.live_versions()
+        if not self.fleet.take_change():
+            return
+        cap = self._config.timer_batch
+        for partition, staging in self._stagings.items():
+            blocked = blocked_runs(staging.store, cap, live)
+            woken = 0
+            for _, _, run_id in blocked:
+                with logs.run_scope():
+                    decision = decide_unblock(_run(staging, run_id), self._context(now))
+                    if decision.facts:
+                        self._append(staging, partition, run_id, decision)
+                        woken += 1
+            if woken and len(blocked) >= cap:
+                self.fleet.changed()  # more to wake: the woken ones leave the index
 
     def _handle(self, record: Record, now: int) -> None:
         staging = self._stagings.get(record.partition)
@@ -454,7 +487,9 @@ class ProcessorLoop:
         """segments.results: a segment's result, a worker's progress report, or a worker
         announcement (not the loop's: ignored here, never rejected)."""
         message = _decode_result(record.value)
-        if isinstance(message, WorkerAnnouncement):
+        if isinstance(message, WorkerAnnouncement):  # on every partition: not routed
+            self.fleet.heard(message)
+            self._live = self.fleet.live_versions()
             return None
         if not self._routed_here(record, message.run_id):
             return None

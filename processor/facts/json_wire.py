@@ -10,6 +10,11 @@ boundary.requests as a JSON document with these headers::
      "target": "payments", "request": {...}, "deadline_ms": 1800000060000,
      "resume_token": "v2...."}
 
+When the run is stopped while the interaction is open, a cancel notice follows in
+the same shape, with ``"cancel"`` naming the stop reason (``cancelled``,
+``timed_out`` or ``failed``), ``"request": null`` and an empty ``resume_token``;
+ordinary requests have no ``cancel`` field.
+
 and any system may answer on boundary.completions with a JSON completion,
 recognized by its ``content-type: application/vnd.processor.completion+json``
 header (or ``content-type: application/json`` plus ``processor-schema:
@@ -96,6 +101,8 @@ def encode_request(request: BoundaryRequest) -> bytes:
     """The JSON document of a request; its ``request`` is the JSON value itself."""
     document: dict[str, Any] = {name: getattr(request, name) for name in _REQUEST_FIELDS}
     document["request"] = payload.loads(request.request) if request.request else None
+    if request.cancel is not None:
+        document["cancel"] = request.cancel
     return payload.dumps(document)
 
 
@@ -104,7 +111,9 @@ def decode_request(value: bytes | None) -> BoundaryRequest:
     document = _object(value, "request")
     try:
         fields = {name: document[name] for name in _REQUEST_FIELDS}
-        fields["request"] = payload.dumps(fields["request"])
+        cancel = document.get("cancel")
+        fields["request"] = b"" if cancel is not None else payload.dumps(fields["request"])
+        fields["cancel"] = cancel
         return BoundaryRequest(**fields)
     except (KeyError, ValueError, payload.InvalidPayloadError) as exc:
         raise FactDecodeError("malformed", f"not a JSON request: {exc}", value) from exc

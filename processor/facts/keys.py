@@ -13,6 +13,7 @@ __all__ = [
     "boundary_continued",
     "boundary_dispatched",
     "boundary_suspended",
+    "definition_blocked",
     "in_redrive",
     "interaction_admitted",
     "interaction_dispatched",
@@ -52,6 +53,10 @@ def heartbeat_recorded(segment: int, generation: int, due_ms: int) -> str:
 
 def attempt_lost(segment: int, generation: int) -> str:
     return f"segment/{segment}/generation/{generation}/lost"
+
+
+def definition_blocked(segment: int, generation: int) -> str:
+    return f"segment/{segment}/generation/{generation}/definition_blocked"
 
 
 def retry_scheduled(segment: int, generation: int) -> str:

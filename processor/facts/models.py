@@ -44,6 +44,7 @@ __all__ = [
     "Rejected",
     "ResolveAttempt",
     "RetryScheduled",
+    "RunDefinitionBlocked",
     "RunFailed",
     "RunOutcome",
     "RunRedriven",
@@ -137,6 +138,23 @@ class AttemptLost(FactHeader):
     step: int
     cause: str  # schedule_to_start_timeout | heartbeat_timeout
     losses: int  # the run's infrastructure losses, this one included
+
+
+class RunDefinitionBlocked(FactHeader):
+    """The run's next forward attempt waits for a worker that loads its pinned version.
+
+    ``attempt``/``generation``/``first_step`` name the attempt that starts once such a
+    worker announces itself; ``step_attempts`` is the retry budget used without it
+    (an attempt a worker refused with ``UnknownPipeline`` is not charged)."""
+
+    segment: int
+    attempt: int
+    generation: int
+    first_step: int
+    step_attempts: int
+    reason: str  # no_live_worker | worker_lacks_version
+    worker_id: str | None = None  # the worker that answered UnknownPipeline
+    detail: str = ""
 
 
 class StepCompleted(FactHeader):
@@ -383,6 +401,7 @@ FACT_TYPES: tuple[type[FactHeader], ...] = (
     AttemptLost,
     SleepStarted,
     SleepCompleted,
+    RunDefinitionBlocked,
 )
 
 
@@ -558,6 +577,9 @@ class BoundaryRequest(AvroModel):
     request: bytes
     deadline_ms: int
     resume_token: str
+    # Set on a cancel notice: the run was stopped (cancelled, timed_out or failed); the
+    # request and resume token are empty, and a completion would be refused.
+    cancel: str | None = None
 
 
 class BoundaryCompletion(AvroModel):

@@ -17,6 +17,7 @@ from processor.facts import keys
 from processor.facts.models import (
     AttemptOutcomeUnknown,
     CompensationAttemptStarted,
+    RunDefinitionBlocked,
     SegmentAttemptStarted,
     WorkItem,
 )
@@ -29,6 +30,7 @@ from processor.model.state import FORWARD, Attempt, AttemptKind, RunState
 __all__ = [
     "NO_EXPIRY",
     "RetryDecision",
+    "block",
     "expired",
     "is_current",
     "mark_unknown",
@@ -53,13 +55,27 @@ def start(
     first_step: int,
     input: bytes,
 ) -> None:
-    """The attempt's started fact and the work item that carries it to a worker.
+    """The attempt's started fact and the work item that carries it to a worker; a
+    forward attempt that no live worker could run waits instead (``block``).
 
     A forward attempt's timer does not count the queue: at dispatch it is the first
     step's schedule-to-start timeout, if it has one, else none; the start-to-close
     timer is armed when a worker reports the start (``progress``). A compensator's
     timer still runs from dispatch.
     """
+    if kind == FORWARD and not maker.loads(spec):
+        detail = f"no live worker loads pipeline {spec.name!r} v{spec.version}"
+        block(
+            maker,
+            segment=scope,
+            number=number,
+            generation=generation,
+            first_step=first_step,
+            step_attempts=maker.current.attempt.step_attempts,
+            reason="no_live_worker",
+            detail=detail,
+        )
+        return
     timeout = _timeout_ms(spec, kind, first_step)
     expires_ms = None if timeout is None else maker.now + timeout
     if kind == FORWARD:
@@ -98,6 +114,44 @@ def start(
         run_deadline_ms=maker.current.deadline_ms,
     )
     maker.emit(TopicName.WORK, item)
+
+
+def block(
+    maker: FactMaker,
+    *,
+    segment: int,
+    number: int,
+    generation: int,
+    first_step: int,
+    step_attempts: int,
+    reason: str,
+    detail: str,
+    worker_id: str | None = None,
+) -> None:
+    """The forward attempt (``number``, ``generation``) waits, undispatched, for a worker
+    that loads the run's version: phase ``definition_blocked``, no timer, nothing charged."""
+    maker.add(
+        RunDefinitionBlocked(
+            **maker.header(keys.definition_blocked(segment, generation)),
+            segment=segment,
+            attempt=number,
+            generation=generation,
+            first_step=first_step,
+            step_attempts=step_attempts,
+            reason=reason,
+            worker_id=worker_id,
+            detail=detail,
+        )
+    )
+    logger.info(
+        "definition_blocked run=%s segment=%d attempt=%d generation=%d reason=%s %s",
+        maker.run_id,
+        segment,
+        number,
+        generation,
+        reason,
+        detail,
+    )
 
 
 def start_next(maker: FactMaker, spec: PipelineSpec, attempt: Attempt) -> None:

@@ -24,6 +24,7 @@ from processor.model import attempts
 from processor.model.decision import FactMaker
 from processor.model.pipeline_spec import PipelineSpec
 from processor.model.state import COMPENSATE, RunState
+from processor.model.stop_notices import notify_stop
 
 __all__ = [
     "EXECUTION_OF_STOP",
@@ -39,7 +40,7 @@ __all__ = [
 EXECUTION_OF_STOP = {"cancelled": "Cancelled", "timed_out": "TimedOut", "failed": "Failed"}
 
 
-def deadline_first(maker: FactMaker) -> None:
+def deadline_first(maker: FactMaker, spec: PipelineSpec) -> None:
     """At or after the run deadline, commit TimedOut stop intent before anything else.
 
     The deadline is authoritative over dispatch order: whatever input is being
@@ -52,12 +53,20 @@ def deadline_first(maker: FactMaker) -> None:
     if state.phase == "publishing" or maker.now < state.deadline_ms:
         return  # a publishing run already completed its execution
     detail = f"run deadline {state.deadline_ms} passed (now {maker.now})"
-    maker.add(RunStopRequested(**maker.header(keys.STOP), reason="timed_out", detail=detail))
+    _stop_requested(maker, spec, "timed_out", detail)
 
 
 def request_stop(maker: FactMaker, spec: PipelineSpec, reason: str, detail: str) -> None:
-    maker.add(RunStopRequested(**maker.header(keys.STOP), reason=reason, detail=detail))
+    _stop_requested(maker, spec, reason, detail)
     settle_stop(maker, spec)
+
+
+def _stop_requested(maker: FactMaker, spec: PipelineSpec, reason: str, detail: str) -> None:
+    """Stop intent, and the notices that carry it to the running attempt and to the
+    outside systems of open interactions (``stop_notices``)."""
+    before = maker.current
+    maker.add(RunStopRequested(**maker.header(keys.STOP), reason=reason, detail=detail))
+    notify_stop(maker, before, spec, reason)
 
 
 def settle_stop(maker: FactMaker, spec: PipelineSpec) -> None:
@@ -77,7 +86,7 @@ def fail_execution(maker: FactMaker, spec: PipelineSpec, *, error: str) -> None:
         settle_stop(maker, spec)
         return
     if spec.compensates and state.completed_steps:
-        maker.add(RunStopRequested(**maker.header(keys.STOP), reason="failed", detail=error))
+        _stop_requested(maker, spec, "failed", error)
         _begin_unwind(maker, spec)
         return
     _terminate(maker, "NotRequired")

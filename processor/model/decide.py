@@ -69,12 +69,16 @@ __all__ = [
     "decide_result",
     "decide_submit",
     "decide_timer",
+    "decide_unblock",
     "start_attempt",
     "start_run",
     "timeout_interaction",
 ]
 
 ATTEMPT_TIMEOUT = "attempt_timeout"
+#: The error type of a worker's answer to a work item whose pipeline version it has not
+#: loaded (``worker/executor.py``): the run waits for another worker, uncharged.
+UNKNOWN_PIPELINE = "UnknownPipeline"
 
 
 # --- submit -------------------------------------------------------------------------------
@@ -101,7 +105,7 @@ def decide_submit(command: SubmitRun, existing: RunState | None, ctx: Context) -
         fingerprint = _submit_fingerprint(command, canonical_input)
     if existing is not None:
         return _resubmitted(command, existing, fingerprint, reply)
-    maker = FactMaker(None, command.run_id, ctx.now, command.command_id)
+    maker = FactMaker(None, command.run_id, ctx.now, command.command_id, live=ctx.live_versions)
     start_run(
         maker,
         spec,
@@ -174,12 +178,14 @@ def decide_result(result: SegmentResult, state: RunState | None, ctx: Context) -
     problem = _result_problem(result, state, spec)
     if problem:
         return Decision.refuse("malformed_result", problem)
-    maker = FactMaker(state, state.run_id, ctx.now, result.result_id)
-    control.deadline_first(maker)
+    maker = FactMaker(state, state.run_id, ctx.now, result.result_id, live=ctx.live_versions)
+    control.deadline_first(maker, spec)
     for done in result.steps:
         step_completed(maker, state, done.step, done.output)
     if maker.current.stopping:
         _settle_under_stop(maker, spec, result)
+    elif _lacks_version(result):
+        _worker_lacks_version(maker, result)
     elif result.outcome == "completed":
         _segment_completed(maker, spec)
         finish_success(maker, spec)
@@ -202,6 +208,28 @@ def decide_result(result: SegmentResult, state: RunState | None, ctx: Context) -
             retryable=result.retryable,
         )
     return maker.decision()
+
+
+def _lacks_version(result: SegmentResult) -> bool:
+    return result.outcome == "failed" and result.error_type == UNKNOWN_PIPELINE and not result.steps
+
+
+def _worker_lacks_version(maker: FactMaker, result: SegmentResult) -> None:
+    """The worker owning the run's work partition has not loaded its version: the attempt
+    never ran, so it is not charged; the run waits, blocked, and is dispatched again
+    (the same attempt number, the next generation) when the fleet of workers changes."""
+    attempt = maker.current.attempt
+    attempts.block(
+        maker,
+        segment=attempt.segment,
+        number=attempt.number,
+        generation=attempt.generation + 1,
+        first_step=attempt.next_step,
+        step_attempts=max(0, attempt.step_attempts - 1),
+        reason="worker_lacks_version",
+        detail=result.error or "",
+        worker_id=result.worker_id,
+    )
 
 
 def _is_current(result: SegmentResult, state: RunState) -> bool:
@@ -261,7 +289,7 @@ def _compensation_result(result: SegmentResult, state: RunState, ctx: Context) -
     spec = ctx.catalog.get(state.pipeline, state.pipeline_version)
     if spec is None:
         return Decision.refuse("unknown_pipeline", f"pipeline {state.pipeline!r} is not loaded")
-    maker = FactMaker(state, state.run_id, ctx.now, result.result_id)
+    maker = FactMaker(state, state.run_id, ctx.now, result.result_id, live=ctx.live_versions)
     if state.phase == "unknown":  # the compensator's own result settles its Unknown attempt
         maker.add(
             AttemptResolved(
@@ -340,6 +368,37 @@ def _suspension_problem(result: SegmentResult, spec: PipelineSpec, reached: int,
     return ""
 
 
+# --- the fleet of workers -----------------------------------------------------------------
+
+
+def decide_unblock(state: RunState | None, ctx: Context) -> Decision:
+    """Dispatch the waiting attempt of a ``definition_blocked`` run if a live worker now
+    loads its version (the engine asks when the fleet of workers changed)."""
+    if state is None or state.terminal or state.phase != "definition_blocked":
+        return Decision()
+    spec = ctx.catalog.get(state.pipeline, state.pipeline_version)
+    live = ctx.live_versions
+    if spec is None or (live is not None and (spec.name, spec.version) not in live):
+        return Decision()
+    waiting = state.attempt
+    cause = f"fleet/{waiting.segment}/{waiting.generation}"
+    maker = FactMaker(state, state.run_id, ctx.now, cause, live=live)
+    control.deadline_first(maker, spec)
+    if maker.current.stopping:
+        control.settle_stop(maker, spec)
+        return maker.decision()
+    start_attempt(
+        maker,
+        spec,
+        segment=waiting.segment,
+        attempt=waiting.number,
+        generation=waiting.generation,
+        first_step=waiting.next_step,
+        input=state.last_output,
+    )
+    return maker.decision()
+
+
 # --- timers -------------------------------------------------------------------------------
 
 
@@ -351,12 +410,12 @@ def decide_timer(timer: TimerFired, state: RunState | None, ctx: Context) -> Dec
     spec = ctx.catalog.get(state.pipeline, state.pipeline_version)
     if spec is None:
         return Decision()  # kept due: it fires again once the pipeline version is loaded
-    maker = FactMaker(state, state.run_id, ctx.now, timer.cause_id)
+    maker = FactMaker(state, state.run_id, ctx.now, timer.cause_id, live=ctx.live_versions)
     if entry.kind == "publication":
         if state.phase == "publishing":
             publish(maker, spec, ctx.resume_keys)
         return maker.decision()
-    control.deadline_first(maker)
+    control.deadline_first(maker, spec)
     if entry.kind == "schedule_to_start_timeout":
         progress.not_started(maker, spec, entry, ctx.max_infrastructure_losses)
     elif entry.kind == "heartbeat_timeout":

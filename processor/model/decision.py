@@ -26,6 +26,7 @@ __all__ = [
     "Emit",
     "FactMaker",
     "Header",
+    "LiveVersions",
     "PipelineCatalog",
     "Publish",
     "Reply",
@@ -47,6 +48,10 @@ class PipelineCatalog(Protocol):
     def get(self, name: str, version: int) -> PipelineSpec | None: ...
 
 
+#: The (pipeline, version) pairs that live workers announce they load.
+LiveVersions = frozenset[tuple[str, int]]
+
+
 @dataclass(frozen=True, slots=True)
 class Context:
     """What every decision may depend on besides the run: pipelines, time, resume keys."""
@@ -61,6 +66,11 @@ class Context:
     # Attempts a run may lose to the infrastructure before a loss counts as a failure
     # (``processor.model.progress``); the loop passes the configured bound.
     max_infrastructure_losses: int = 20
+    # What live workers load (the processor's catalog of workers, engine/fleet.py); None:
+    # not known (no announcement heard, or still warming up), every version counts as
+    # loaded. A forward attempt of a version no live worker loads is not dispatched: the
+    # run waits in phase ``definition_blocked``.
+    live_versions: LiveVersions | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +149,7 @@ class FactMaker:
     facts: list[FactHeader] = field(default_factory=list)
     emits: list[Emit] = field(default_factory=list)
     effects: list[Publish] = field(default_factory=list)
+    live: LiveVersions | None = None  # ``Context.live_versions``
     _folded: RunState | None = None
 
     def __post_init__(self) -> None:
@@ -147,6 +158,10 @@ class FactMaker:
     @property
     def base_version(self) -> int:
         return self.state.version if self.state is not None else 0
+
+    def loads(self, spec: PipelineSpec) -> bool:
+        """Whether a live worker loads ``spec``'s version (True when not known)."""
+        return self.live is None or (spec.name, spec.version) in self.live
 
     @property
     def current(self) -> RunState:

@@ -15,9 +15,16 @@ from typing import Literal
 
 from processor.model.state import RunState
 
-__all__ = ["IndexEntry", "IndexKind", "index_entries", "is_unknown", "waiting_targets"]
+__all__ = [
+    "IndexEntry",
+    "IndexKind",
+    "blocked_parts",
+    "index_entries",
+    "is_unknown",
+    "waiting_targets",
+]
 
-IndexKind = Literal["status", "pipeline_status", "waiting", "waiting_pipeline"]
+IndexKind = Literal["status", "pipeline_status", "waiting", "waiting_pipeline", "blocked"]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -25,7 +32,8 @@ class IndexEntry:
     """One row of the runs index.
 
     ``parts`` are what the kind lists by, in key order: (status,), (pipeline, status),
-    (target,) or (target, pipeline).
+    (target,), (target, pipeline), or (pipeline, version) of a ``definition_blocked``
+    run (``blocked_parts``: the processor wakes these when a worker loads the version).
     """
 
     kind: IndexKind
@@ -61,4 +69,13 @@ def index_entries(state: RunState | None) -> frozenset[IndexEntry]:
     for target in waiting_targets(state):
         rows.append(IndexEntry("waiting", (target,), at, run_id))
         rows.append(IndexEntry("waiting_pipeline", (target, pipeline), at, run_id))
+    if state.phase == "definition_blocked" and not state.terminal:
+        rows.append(
+            IndexEntry("blocked", blocked_parts(pipeline, state.pipeline_version), at, run_id)
+        )
     return frozenset(rows)
+
+
+def blocked_parts(pipeline: str, version: int) -> tuple[str, str]:
+    """The parts of the ``blocked`` index rows of a pipeline version."""
+    return (pipeline, str(version))

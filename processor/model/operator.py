@@ -35,8 +35,8 @@ def decide_cancel(command: CancelRun, state: RunState | None, ctx: Context) -> D
     spec = ctx.catalog.get(state.pipeline, state.pipeline_version)
     if spec is None:
         return refuse(reply, "unknown_pipeline", f"pipeline {state.pipeline!r} is not loaded")
-    maker = FactMaker(state, state.run_id, ctx.now, command.command_id)
-    control.deadline_first(maker)
+    maker = FactMaker(state, state.run_id, ctx.now, command.command_id, live=ctx.live_versions)
+    control.deadline_first(maker, spec)
     current = maker.current
     if current.stop.reason is not None:
         control.settle_stop(maker, spec)
@@ -93,9 +93,9 @@ def decide_resolve(command: ResolveAttempt, state: RunState | None, ctx: Context
             return refuse(reply, "deadline_elapsed", "the run deadline has passed")
         if state.stop.reason is not None:
             return refuse(reply, "retry_forbidden", f"the run is stopping: {state.stop.reason}")
-    maker = FactMaker(state, state.run_id, ctx.now, command.command_id)
+    maker = FactMaker(state, state.run_id, ctx.now, command.command_id, live=ctx.live_versions)
     if command.kind == "forward":
-        control.deadline_first(maker)
+        control.deadline_first(maker, spec)
     answer = response(
         state,
         action=command.action,

@@ -57,7 +57,7 @@ def decide_redrive(command: RedriveRun, state: RunState | None, ctx: Context) ->
     answer = response(
         state, redrive=ordinal, from_step=from_step, segment=segment, generation=generation
     )
-    maker = FactMaker(state, state.run_id, ctx.now, command.command_id)
+    maker = FactMaker(state, state.run_id, ctx.now, command.command_id, live=ctx.live_versions)
     maker.add(_redriven(maker, state, command, ordinal=ordinal, from_step=from_step, answer=answer))
     start_attempt(
         maker,

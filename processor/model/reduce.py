@@ -29,6 +29,7 @@ from processor.facts.models import (
     FactHeader,
     InteractionTimedOut,
     RetryScheduled,
+    RunDefinitionBlocked,
     RunFailed,
     RunRedriven,
     RunStopped,
@@ -236,6 +237,24 @@ def _(fact: AttemptLost, state: RunState) -> dict[str, object]:
 
 
 @_changes.register
+def _(fact: RunDefinitionBlocked, state: RunState) -> dict[str, object]:
+    # The attempt named waits, not started: no expiry, the budget without it.
+    attempt = evolve(
+        state.attempt,
+        {
+            "segment": fact.segment,
+            "number": fact.attempt,
+            "generation": fact.generation,
+            "next_step": fact.first_step,
+            "step_attempts": fact.step_attempts,
+            "expires_ms": None,
+            "retry_due_ms": None,
+        },
+    )
+    return {"phase": "definition_blocked", "attempt": attempt, "unknown": None}
+
+
+@_changes.register
 def _(fact: StepCompleted, state: RunState) -> dict[str, object]:
     # The attempt that completed this step now tries the next.
     attempt = evolve(state.attempt, {"next_step": fact.step + 1, "step_attempts": 1})
@@ -427,9 +446,10 @@ _FENCED_RETRY_REASONS = {"timed_out": "deadline_elapsed", "cancelled": "cancelle
 
 @_changes.register
 def _(fact: RunStopRequested, state: RunState) -> dict[str, object]:
-    # Queued forward work, open interactions and a sleep are fenced: their timers
-    # disappear from the due index (see due.py); a running attempt keeps settling.
-    fenced = state.phase in ("retry_wait", "suspended", "sleeping")
+    # Queued forward work (a retry, a run blocked on its version), open interactions
+    # and a sleep are fenced: their timers disappear from the due index (see due.py);
+    # a running attempt keeps settling.
+    fenced = state.phase in ("retry_wait", "suspended", "sleeping", "definition_blocked")
     attempt = _no_retry(state)
     if state.phase == "retry_wait":
         attempt = _with_reason(attempt, _FENCED_RETRY_REASONS.get(fact.reason))

@@ -36,11 +36,13 @@ SUCCEEDED: RunStatus = "succeeded"
 FAILED: RunStatus = "failed"
 TERMINAL: frozenset[str] = frozenset({SUCCEEDED, FAILED, "cancelled", "timed_out"})
 
-# What the run waits for: a worker result, a retry timer, outside input at a
-# boundary, its sleep's timer, the terminal publication, an operator (unknown
-# outcome), a compensator (or its retry timer), or nothing.
+# What the run waits for: a worker result, a retry timer, a worker that loads its
+# pinned pipeline version, outside input at a boundary, its sleep's timer, the
+# terminal publication, an operator (unknown outcome), a compensator (or its retry
+# timer), or nothing.
 Phase = Literal[
     "dispatched",
+    "definition_blocked",
     "retry_wait",
     "suspended",
     "sleeping",

@@ -1,5 +1,5 @@
-"""The metrics census of a partition: runs waiting at a boundary by target, and runs
-whose attempt's outcome is Unknown.
+"""The metrics census of a partition: runs waiting at a boundary by target, runs
+whose attempt's outcome is Unknown, and runs blocked on a pipeline version.
 
 ``RunCensus`` is counted once from the store's runs index when the partition is
 assigned (bounded: ``count_from``) and then kept by the live loop's flushes, which
@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Iterable
 
-from processor.model.listing import is_unknown, waiting_targets
+from processor.model.listing import blocked_parts, is_unknown, waiting_targets
 from processor.model.state import RUNNING, RunState
 from processor.store import keys
 from processor.store.rocks import PartitionStore
 from processor.store.run_row import state_of
 
-__all__ = ["CENSUS_CAP", "RunCensus", "unknown_attempts", "waiting_by_target"]
+__all__ = ["CENSUS_CAP", "RunCensus", "blocked_runs", "unknown_attempts", "waiting_by_target"]
 
 #: Index rows the first count walks at most per partition for each count (README).
 CENSUS_CAP = 100_000
@@ -31,33 +32,55 @@ class RunCensus:
     """The counts of one partition; ``change`` and ``snapshot`` may run on different
     threads (the loop's and a scrape's)."""
 
-    def __init__(self, waiting: Counter[str] | None = None, unknown: int = 0) -> None:
+    def __init__(
+        self,
+        waiting: Counter[str] | None = None,
+        unknown: int = 0,
+        blocked: Counter[tuple[str, int]] | None = None,
+    ) -> None:
         self._lock = threading.Lock()
         self._waiting: Counter[str] = Counter() if waiting is None else waiting
         self._unknown = unknown
+        self._blocked: Counter[tuple[str, int]] = Counter() if blocked is None else blocked
 
     @classmethod
     def count_from(cls, store: PartitionStore, cap: int = CENSUS_CAP) -> RunCensus:
         """The counts over the store's index, at most ``cap`` rows of each listing."""
-        return cls(waiting_by_target(store, cap), unknown_attempts(store, cap))
+        blocked = Counter((pipeline, version) for pipeline, version, _ in blocked_runs(store, cap))
+        return cls(waiting_by_target(store, cap), unknown_attempts(store, cap), blocked)
 
     def change(self, before: RunState | None, after: RunState | None) -> None:
         """Account one run written with the state ``after`` over ``before``."""
         left = waiting_targets(before) if before is not None else ()
         entered = waiting_targets(after) if after is not None else ()
         unknown = is_unknown(after) - is_unknown(before)
-        if left == entered and not unknown:
+        unblocked, blocked = _blocked_on(before), _blocked_on(after)
+        if left == entered and not unknown and unblocked == blocked:
             return
         with self._lock:
             self._waiting.subtract(left)
             self._waiting.update(entered)
             self._unknown += unknown
+            self._blocked.subtract(unblocked)
+            self._blocked.update(blocked)
 
     def snapshot(self) -> tuple[dict[str, int], int]:
         """(runs waiting by target, runs with an Unknown attempt), never below zero."""
         with self._lock:
             waiting = {target: n for target, n in self._waiting.items() if n > 0}
             return waiting, max(0, self._unknown)
+
+    def blocked(self) -> dict[tuple[str, int], int]:
+        """Runs in phase ``definition_blocked`` by (pipeline, version)."""
+        with self._lock:
+            return {version: n for version, n in self._blocked.items() if n > 0}
+
+
+def _blocked_on(state: RunState | None) -> tuple[tuple[str, int], ...]:
+    """The (pipeline, version) a ``definition_blocked`` run waits for, if it is one."""
+    if state is None or state.terminal or state.phase != "definition_blocked":
+        return ()
+    return ((state.pipeline, state.pipeline_version),)
 
 
 def waiting_by_target(store: PartitionStore, cap: int) -> Counter[str]:
@@ -92,3 +115,36 @@ def _unknown_in(store: PartitionStore, run_ids: list[str]) -> int:
     # every quote inside a string value, so a row without this text is not unknown.
     rows = [raw for raw in store.raw_runs(run_ids) if raw is not None and b'"unknown"' in raw]
     return sum(is_unknown(state_of(raw)) for raw in rows)
+
+
+def blocked_runs(
+    store: PartitionStore, cap: int, versions: Iterable[tuple[str, int]] | None = None
+) -> list[tuple[str, int, str]]:
+    """(pipeline, version, run id) of the store's ``definition_blocked`` runs, of
+    ``versions`` only if given, at most ``cap`` of each version (``cap`` in all without
+    ``versions``), read from the runs index alone (the runs family is not touched)."""
+    if versions is None:
+        return _blocked_from(store, keys.index_prefix("blocked", ()), cap)
+    found: list[tuple[str, int, str]] = []
+    for pipeline, version in sorted(versions):
+        prefix = keys.index_prefix("blocked", blocked_parts(pipeline, version))
+        found += _blocked_from(store, prefix, cap)
+    return found
+
+
+def _blocked_from(store: PartitionStore, prefix: bytes, cap: int) -> list[tuple[str, int, str]]:
+    found: list[tuple[str, int, str]] = []
+    start = len(keys.index_prefix("blocked", ()))
+    for key in store.keys_from(_FAMILY, prefix, prefix):
+        if len(found) >= cap:
+            break
+        pipeline, rest = _string_at(key, start)
+        version, rest = _string_at(key, rest)
+        found.append((pipeline, int(version), keys.index_tail(key[rest:])[1]))
+    return found
+
+
+def _string_at(key: bytes, at: int) -> tuple[str, int]:
+    """The length-prefixed string at ``at`` of ``key``, and where it ends."""
+    text = keys.decode_string_key(key[at:])
+    return text, at + 4 + len(text.encode())

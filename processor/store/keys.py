@@ -48,6 +48,7 @@ _INDEX_KINDS: dict[IndexKind, int] = {
     "pipeline_status": 2,
     "waiting": 3,
     "waiting_pipeline": 4,
+    "blocked": 5,
 }
 _U64_MAX = 2**64 - 1
 

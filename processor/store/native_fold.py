@@ -39,6 +39,9 @@ _FAMILIES = ("history", "runs", "due", "index")
 #: ``ROW_FIELDS``): a build from before a field was added is not used. ``redrives`` is
 #: not among them: a redriven run's batches are folded in Python.
 _ROW_FIELDS = tuple(name for name in RunRow.model_fields if name != "redrives")
+#: A fact type an extension must fold to be used: one built before it knows neither the
+#: phase it starts nor that phase's runs-index row, and would leave stale rows.
+_REQUIRED = "RunDefinitionBlocked"
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +77,24 @@ def _extension() -> Any | None:
             "folding in Python: reinstall native/"
         )
         return None
+    if not _folds(extension, _REQUIRED):
+        logger.warning(
+            "processor_native does not fold %s (an older build): its rows of runs in "
+            "phase definition_blocked would be wrong; folding in Python: reinstall native/",
+            _REQUIRED,
+        )
+        return None
     return extension
+
+
+def _folds(extension: Any, name: str) -> bool:
+    """Whether the extension's kernel folds the fact type ``name`` (any fingerprint)."""
+    declared = (SCHEMA_DIR / f"{name}.avsc").read_text()
+    try:
+        extension.Kernel([(bytes(8), declared)])
+    except ValueError:
+        return False
+    return True
 
 
 _EXTENSION = _extension()

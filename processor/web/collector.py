@@ -57,12 +57,17 @@ class LoopCollector(Collector):
             "processor_partitions_restoring",
             "Partitions being restored or caught up (the processor is not ready meanwhile)",
         )
+        workers = GaugeMetricFamily(
+            "processor_live_workers",
+            "Workers this processor has heard announce themselves and not yet lost",
+        )
         if loop is not None:
             with self._lock:
                 self._lags(loop, consumer, projection)
             owned.add_metric([], len(loop.owned_partitions))
             restoring.add_metric([], len(loop.restoring))
-        yield from (consumer, projection, owned, restoring)
+            workers.add_metric([], len(loop.fleet.workers))
+        yield from (consumer, projection, owned, restoring, workers)
 
     def _lags(
         self, loop: ProcessorLoop, consumer: GaugeMetricFamily, projection: GaugeMetricFamily
@@ -83,8 +88,9 @@ class LoopCollector(Collector):
 
 
 class CensusCollector(Collector):
-    """Runs waiting at a boundary by target, and open Unknown attempts, from the counts
-    the loop keeps for its partitions (``store/census.py``): a scrape reads no store."""
+    """Runs waiting at a boundary by target, open Unknown attempts and runs blocked on a
+    pipeline version, from the counts the loop keeps for its partitions
+    (``store/census.py``): a scrape reads no store."""
 
     def __init__(self, current: Callable[[], ProcessorLoop | None]) -> None:
         self._current = current
@@ -99,14 +105,23 @@ class CensusCollector(Collector):
             "processor_unknown_attempts",
             "Runs whose attempt's outcome is unknown: waiting for an operator (processor resolve)",
         )
+        blocked = GaugeMetricFamily(
+            "processor_runs_definition_blocked",
+            "Runs waiting for a live worker that loads their pinned version, by version",
+            labels=["pipeline", "version"],
+        )
         targets: Counter[str] = Counter()
+        versions: Counter[tuple[str, int]] = Counter()
         open_unknown = 0
         loop = self._current()
         for census in [] if loop is None else list(loop.census.values()):
             by_target, count = census.snapshot()
             targets.update(by_target)
             open_unknown += count
+            versions.update(census.blocked())
         for target, count in sorted(targets.items()):
             waiting.add_metric([target], count)
         unknown.add_metric([], open_unknown)
-        yield from (waiting, unknown)
+        for (pipeline, version), count in sorted(versions.items()):
+            blocked.add_metric([pipeline, str(version)], count)
+        yield from (waiting, unknown, blocked)

@@ -292,6 +292,11 @@ class Application:
         return sorted(self._latest)
 
     @property
+    def versions(self) -> list[tuple[str, int]]:
+        """(name, version) of every pipeline version loaded, sorted."""
+        return sorted(self._pipelines)
+
+    @property
     def triggers(self) -> list[tuple[str, Trigger]]:
         """(pipeline name, trigger) of each pipeline's latest version: submits start it."""
         return [

@@ -33,6 +33,7 @@ from processor.telemetry.metrics import REJECTED
 from processor.transport.base import GroupConsumer, Outbound, Record, TopicPartition, Transport
 from processor.transport.clock import Clock, wall_clock_ms
 from processor.transport.topology import Topology
+from processor.worker.announce import Announcer
 from processor.worker.attempts import RUNNING, RunningAttempt, ref_of
 from processor.worker.executor import execute, execute_async, needs_loop
 from processor.worker.offsets import PendingOffsets
@@ -67,6 +68,7 @@ class Worker:
         start_report_after_ms: int = default_of("start_report_after_ms"),
         drain_timeout_s: float = 10.0,
         static_member: bool = False,
+        announce_interval_ms: int = default_of("worker_announce_interval_ms"),
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -91,6 +93,15 @@ class Worker:
         # the work items it held (processor run's in-process workers).
         self._instance_id = self.worker_id if static_member else None
         self._freed = threading.Event()
+        self.announcer = Announcer(
+            app,
+            topology,
+            worker_id=self.worker_id,
+            group=group,
+            concurrency=concurrency,
+            interval_ms=announce_interval_ms,
+            clock=clock,
+        )
 
     @property
     def taken(self) -> int:
@@ -109,6 +120,14 @@ class Worker:
         except BaseException:
             outbox.close()
             raise
+        announcing = threading.Event()
+        announcer = threading.Thread(
+            target=self.announcer.run,
+            args=(self._transport.producer(), announcing),
+            name=f"{self.worker_id}-announcer",
+            daemon=True,
+        )
+        announcer.start()
         try:
             while not stop.is_set():
                 try:
@@ -118,6 +137,8 @@ class Worker:
                     stop.wait(0.5)
         finally:
             self._drain(consumer)
+            announcing.set()  # it says the worker leaves
+            announcer.join(10)
             outbox.close()
             runtime.close()
             consumer.close()

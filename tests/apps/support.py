@@ -18,7 +18,14 @@ from processor.config.settings import Settings
 from processor.engine.loop import LoopConfig, ProcessorLoop
 from processor.facts.codec import codec, decode_fact, encode
 from processor.facts.keyring import KeyRing
-from processor.facts.models import AttemptProgress, AvroModel, FactHeader, Rejected, WorkItem
+from processor.facts.models import (
+    AttemptProgress,
+    AvroModel,
+    FactHeader,
+    Rejected,
+    StopNotice,
+    WorkItem,
+)
 from processor.facts.topics import TopicName
 from processor.model.state import RunState
 from processor.transport.base import Headers, Outbound, Reader, Record, TopicPartition
@@ -327,6 +334,7 @@ class LoopHarness:
         self._work = TopicTail(self.reader, topology.name(TopicName.WORK), topology.partitions)
         self.rejected = RejectedWatch(self.reader, self.deployment)
         self.work_items: list[WorkItem] = []
+        self.stop_notices: list[StopNotice] = []
 
     @classmethod
     def for_settings(
@@ -408,8 +416,16 @@ class LoopHarness:
         return [type(f).__name__ for f in self.facts(run_id)]
 
     def new_work(self) -> list[WorkItem]:
-        """Work items dispatched since the last call (also kept in ``work_items``)."""
-        items = decode_records(self._work.new(), WorkItem)
+        """Work items dispatched since the last call (also kept in ``work_items``); the
+        stop notices on segments.work are kept in ``stop_notices``."""
+        items = []
+        for record in self._work.new():
+            message = codec().decode(record.value)
+            if isinstance(message, StopNotice):
+                self.stop_notices.append(message)
+            else:
+                assert isinstance(message, WorkItem), f"{message!r} on segments.work"
+                items.append(message)
         self.work_items.extend(items)
         return items
 

@@ -305,11 +305,20 @@ class Control:
     # --- boundary requests and completions ---------------------------------------------
 
     def requests_of(self, run_id: str, *, refresh: bool = True) -> list[BoundaryRequest]:
-        """The boundary requests of the run dispatched so far (no driving)."""
+        """The boundary requests of the run dispatched so far (no driving; cancel
+        notices are ``cancel_notices_of``)."""
         if refresh:
             self.requests.extend(decode_records(self._requests.new(), BoundaryRequest))
         return sorted(
-            (r for r in self.requests if r.run_id == run_id),
+            (r for r in self.requests if r.run_id == run_id and r.cancel is None),
+            key=lambda r: (r.boundary, r.item_index),
+        )
+
+    def cancel_notices_of(self, run_id: str) -> list[BoundaryRequest]:
+        """The cancel notices of the run's interactions on boundary.requests so far."""
+        self.requests_of(run_id)
+        return sorted(
+            (r for r in self.requests if r.run_id == run_id and r.cancel is not None),
             key=lambda r: (r.boundary, r.item_index),
         )
 

@@ -43,6 +43,7 @@ from processor.facts.models import (
     FactHeader,
     InteractionTimedOut,
     RetryScheduled,
+    RunDefinitionBlocked,
     RunFailed,
     RunRedriven,
     RunStopped,
@@ -399,7 +400,53 @@ def _every_fact_type() -> list[FactHeader]:
         SleepStarted(**g("sleep2"), segment=3, attempt=1, generation=1, step=2, wake_ms=9_000),
         RunStopRequested(**g("stop2"), reason="cancelled", detail="again"),
     ]
-    runs = [run_a, run_b, run_c, run_d, run_e, run_f, run_g, run_h]
+    i = _Header("run-i")
+    run_i: list[FactHeader] = [  # left blocked: its row stays in the runs index
+        RunSubmitted(**i("submitted"), pipeline="p", pipeline_version=3, input=b"", submitted_ms=2),
+        RunDefinitionBlocked(
+            **i("b1"),
+            segment=1,
+            attempt=1,
+            generation=1,
+            first_step=0,
+            step_attempts=0,
+            reason="no_live_worker",
+            detail="no live worker loads pipeline 'p' v3",
+        ),
+    ]
+    j = _Header("run-j")
+    run_j: list[FactHeader] = [  # refused by a worker, dispatched again, blocked, cancelled
+        RunSubmitted(**j("submitted"), pipeline="p", pipeline_version=2, input=b"", submitted_ms=3),
+        SegmentAttemptStarted(
+            **j("a1"), segment=1, attempt=1, generation=1, first_step=0, expires_ms=5_000
+        ),
+        RunDefinitionBlocked(
+            **j("b2"),
+            segment=1,
+            attempt=1,
+            generation=2,
+            first_step=0,
+            step_attempts=0,
+            reason="worker_lacks_version",
+            worker_id="w-1",
+        ),
+        SegmentAttemptStarted(
+            **j("a2"), segment=1, attempt=1, generation=2, first_step=0, expires_ms=6_000
+        ),
+        StepCompleted(**j("s0"), segment=1, attempt=1, generation=2, step=0, output=b"o"),
+        RunDefinitionBlocked(
+            **j("b3"),
+            segment=1,
+            attempt=1,
+            generation=3,
+            first_step=1,
+            step_attempts=1,
+            reason="worker_lacks_version",
+        ),
+        RunStopRequested(**j("stop"), reason="cancelled", detail="by user"),
+        RunStopped(**j("stopped"), execution="Cancelled", recovery="NotRequired", detail=""),
+    ]
+    runs = [run_a, run_b, run_c, run_d, run_e, run_f, run_g, run_h, run_i, run_j]
     interleaved = []
     for index in range(max(map(len, runs))):
         interleaved += [run[index] for run in runs if index < len(run)]

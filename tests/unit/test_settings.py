@@ -25,6 +25,7 @@ def test_the_loop_configuration_comes_from_the_settings(tmp_path: Path) -> None:
         native_fold=False,
         max_payload_bytes=2048,
         max_infrastructure_losses=5,
+        worker_announce_interval_ms=700,
     )
     config = LoopConfig.from_settings(settings, instance_id="i-1", resume_keys=KeyRing.single(b"s"))
     assert config == LoopConfig(
@@ -42,6 +43,7 @@ def test_the_loop_configuration_comes_from_the_settings(tmp_path: Path) -> None:
         native_fold=False,
         max_payload_bytes=2048,
         max_infrastructure_losses=5,
+        announce_interval_ms=700,
     )
 
 

@@ -1,0 +1,62 @@
+"""Stop that reaches the work: what a committed stop tells workers and outside systems.
+
+When stop intent commits (cancel, run deadline, failure) while the run's forward
+attempt runs, a ``StopNotice`` goes to segments.work (keyed by run id, so it reaches
+the partition of the attempt's work item): the worker sets the step context's
+``stop_requested``. When the run waits at an await boundary, each open interaction
+gets a cancel notice on boundary.requests: a ``BoundaryRequest`` whose ``cancel``
+names the stop reason (empty request and resume token), in the await's wire, so
+the external system can stop too. A completion sent anyway is refused. Pure.
+"""
+
+from __future__ import annotations
+
+from processor.facts.models import BoundaryRequest, StopNotice
+from processor.facts.topics import TopicName
+from processor.model.decision import FactMaker
+from processor.model.pipeline_spec import PipelineSpec
+from processor.model.state import FORWARD, RunState
+
+__all__ = ["notify_stop"]
+
+
+def notify_stop(maker: FactMaker, before: RunState, spec: PipelineSpec, reason: str) -> None:
+    """The notices of a stop just committed on a run that was in ``before``'s phase."""
+    if before.phase == "dispatched":
+        attempt = before.attempt
+        notice = StopNotice(
+            run_id=before.run_id,
+            kind=FORWARD,
+            segment=attempt.segment,
+            attempt=attempt.number,
+            generation=attempt.generation,
+            reason=reason,
+            at_ms=maker.now,
+        )
+        maker.emit(TopicName.WORK, notice)
+    elif before.phase == "suspended":
+        _cancel_interactions(maker, before, spec, reason)
+
+
+def _cancel_interactions(
+    maker: FactMaker, before: RunState, spec: PipelineSpec, reason: str
+) -> None:
+    step = before.boundary.step
+    awaits = spec.steps[step].awaits if step is not None and step <= spec.last_step else None
+    if awaits is None or awaits.kind != "await":
+        return  # a checkpoint handoff sent no request: there is no one to tell
+    for interaction_id, interaction in sorted(before.interactions.items()):
+        if interaction.boundary != before.boundary.number or interaction.status != "open":
+            continue
+        notice = BoundaryRequest(
+            run_id=before.run_id,
+            boundary=interaction.boundary,
+            interaction=interaction_id,
+            item_index=interaction.item_index,
+            target=interaction.target,
+            request=b"",
+            deadline_ms=interaction.deadline_ms,
+            resume_token="",
+            cancel=reason,
+        )
+        maker.emit(TopicName.REQUESTS, notice, awaits.wire)
