@@ -61,7 +61,9 @@ from processor.worker.trigger import Trigger, TriggerRecord
 
 __all__ = ["Application", "NonRetryableError", "Pipeline", "Step", "load_application"]
 
-StepFunction = Callable[[Any], Any]
+#: A step, compensator or await-step function: ``(value)`` or ``(value, ctx: StepContext)``,
+#: sync or ``async def`` (worker/context.py decides how it is called).
+StepFunction = Callable[..., Any]
 
 
 class NonRetryableError(ProcessorError):
