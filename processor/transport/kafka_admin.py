@@ -76,9 +76,10 @@ class KafkaAdmin(Closeable):
             if not name.startswith("__")
         }
         configs = self._configs(sorted(topics))
-        return {
-            name: TopicSpec(name, partitions, configs.get(name, {}))
+        return {  # a topic deleted since the listing has no configs: it is left out
+            name: TopicSpec(name, partitions, configs[name])
             for name, partitions in sorted(topics.items())
+            if name in configs
         }
 
     def close(self) -> None:
@@ -106,17 +107,19 @@ class KafkaAdmin(Closeable):
         resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names]
         try:
             futures = self._admin.describe_configs(resources, request_timeout=_REQUEST_TIMEOUT_S)
-            return {
-                resource.name: {
+        except KafkaException as exc:
+            raise translate("describe topic configs", exc) from exc
+        configs: dict[str, dict[str, str]] = {}
+        for resource, future in futures.items():
+            entries = _topic_configs(future)
+            if entries is not None:
+                configs[resource.name] = {
                     key: entry.value
-                    for key, entry in future.result().items()
+                    for key, entry in entries.items()
                     if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
                     and entry.value is not None
                 }
-                for resource, future in futures.items()
-            }
-        except KafkaException as exc:
-            raise translate("describe topic configs", exc) from exc
+        return configs
 
     def _await_visible(self, names: list[str]) -> None:
         """Wait until every partition of the created topics has a leader in the metadata."""
@@ -150,3 +153,16 @@ def _ready(topic: Any) -> bool:
     if topic is None or topic.error is not None or not topic.partitions:
         return False
     return all(p.leader >= 0 and p.error is None for p in topic.partitions.values())
+
+
+def _topic_configs(future: Future[Any]) -> dict[str, Any] | None:
+    """A described topic's config entries; None for a topic deleted since it was listed
+    (another client's), which is no error."""
+    try:
+        result: dict[str, Any] = future.result()
+    except KafkaException as exc:
+        error = kafka_error(exc)
+        if error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return None
+        raise translate("describe topic configs", exc) from exc
+    return result

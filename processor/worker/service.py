@@ -93,6 +93,7 @@ class Worker:
         # the work items it held (processor run's in-process workers).
         self._instance_id = self.worker_id if static_member else None
         self._freed = threading.Event()
+        self.reporter_id = self.worker_id  # the id progress reports carry (set by run)
         self.announcer = Announcer(
             app,
             topology,
@@ -114,7 +115,10 @@ class Worker:
         outbox = Outbox(self._transport.producer, self.worker_id)
         outbox.start()
         runtime = StepRuntime(self.concurrency, self.worker_id)
-        progress = ProducedProgress(outbox.send, self._results, self.worker_id)
+        # Progress names this life of the worker: a static member back after a crash
+        # starts its attempts again, and the processor must see them started anew.
+        self.reporter_id = f"{self.worker_id}/{uuid.uuid4().hex[:8]}"
+        progress = ProducedProgress(outbox.send, self._results, self.reporter_id)
         try:
             consumer = self._transport.consumer(self._group, [work_topic], self._instance_id)
         except BaseException:

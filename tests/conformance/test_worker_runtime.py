@@ -232,7 +232,7 @@ def test_progress_reports_and_a_stop_notice_reach_a_running_step(space: Space) -
     fast = work("watched", {"wait": False})
     slow = work("watched", {"wait": True})
     space.produce(fast, slow)
-    space.start_worker(concurrency=1, clock=clock)  # the notice arrives while it is full
+    worker = space.start_worker(concurrency=1, clock=clock)  # the notice: while it is full
 
     def reports(found: list[SegmentResult | AttemptProgress]) -> list[AttemptProgress]:
         return [m for m in found if isinstance(m, AttemptProgress) and m.run_id == slow.run_id]
@@ -251,7 +251,9 @@ def test_progress_reports_and_a_stop_notice_reach_a_running_step(space: Space) -
     ]
     first = reports(found)[0]
     assert (first.kind, first.segment, first.attempt, first.generation) == ("forward", 0, 1, 1)
-    assert first.worker_id.startswith("worker-")
+    # The worker's id and this life of it: started again after a crash, it reports anew.
+    assert first.worker_id == worker.reporter_id
+    assert first.worker_id.startswith(f"{worker.worker_id}/")
     assert outputs(found) == {slow.run_id: {"stopped": True}, fast.run_id: {"stopped": False}}
 
 
