@@ -23,7 +23,12 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from processor.clients.client import Client
 from processor.config.settings import Settings
+from processor.facts.codec import encode
+from processor.facts.models import AttemptProgress
+from processor.facts.topics import TopicName
 from processor.model.state import RunState
+from processor.transport.base import Outbound
+from processor.transport.deployment import Deployment
 from tests.apps.support import ProcessorProcess, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -83,6 +88,31 @@ def _run_state(client: Client, run_id: str, check: Callable[[RunState], bool], w
         return state is not None and check(state)
 
     wait_until(reached, RUN_WAIT_S, f"run {run_id} {what}", max_pause_s=0.2)
+
+
+def _report_started(data_dir: Path, client: Client, run_id: str) -> None:
+    """What a worker sends when it starts the run's current step (then it vanishes)."""
+    state = client.status(run_id)
+    assert state is not None
+    attempt = state.attempt
+    report = AttemptProgress(
+        run_id=run_id,
+        segment=attempt.segment,
+        attempt=attempt.number,
+        generation=attempt.generation,
+        step=attempt.next_step,
+        report="started",
+        worker_id="vanished-worker",
+        at_ms=state.updated_ms,
+    )
+    deployment = Deployment.from_settings(Settings(data_dir=data_dir))
+    producer = deployment.transport.producer()
+    try:
+        topic = deployment.topology.name(TopicName.RESULTS)
+        producer.produce(Outbound(topic, run_id.encode(), encode(report)))
+        producer.flush()
+    finally:
+        producer.close()
 
 
 def _suspended(state: RunState) -> bool:
@@ -442,7 +472,10 @@ def test_an_unknown_attempt_is_shown_waiting_for_an_operator_until_resolved(
 ) -> None:
     with Client(settings=Settings(data_dir=unattended.data_dir)) as client:
         run_id = _submit(client, "payment", {"id": "pay-1", "amount": 5})
-        # No worker runs the effectful step: at its timeout its outcome is Unknown.
+        # A worker reports it started the effectful step and is never heard of again: at
+        # the step's timeout (from that start) its outcome is Unknown.
+        _run_state(client, run_id, lambda s: s.phase == "dispatched", "to be dispatched")
+        _report_started(unattended.data_dir, client, run_id)
         _run_state(client, run_id, lambda s: s.unknown is not None, "to have an Unknown attempt")
         state = client.status(run_id)
         assert state is not None
