@@ -91,7 +91,7 @@ def bind_step(step: int) -> None:
     """Name the step of the current run, once the code reaches it."""
     current = _CURRENT.get()
     if current is not None:
-        _CURRENT.set(dataclasses.replace(current, step=step))
+        _CURRENT.set(RunFields(current.run_id, current.pipeline, step, current.attempt))
 
 
 @contextmanager
@@ -99,9 +99,11 @@ def run_context(
     run_id: str, pipeline: str | None = None, step: int | None = None, attempt: int | None = None
 ) -> Iterator[None]:
     """A scope about one run: ``run_scope`` and ``bind_run`` in one."""
-    with run_scope():
-        bind_run(run_id, pipeline, step, attempt)
+    token = _CURRENT.set(RunFields(run_id, pipeline, step, attempt))
+    try:
         yield
+    finally:
+        _CURRENT.reset(token)
 
 
 def run_extra(

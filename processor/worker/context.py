@@ -25,9 +25,8 @@ import hashlib
 import inspect
 import json
 import logging
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
 
@@ -72,17 +71,19 @@ class ProgressReporter(Protocol):
 
 @dataclass(slots=True)
 class StopFlag:
-    """Set once a stop notice for the attempt arrived; shared by its steps' contexts."""
+    """Set once a stop notice for the attempt arrived; shared by its steps' contexts.
 
-    _event: threading.Event = field(default_factory=threading.Event)
+    Set by the worker's thread, read by the step's (an attribute write is atomic)."""
+
+    requested: bool = False
     reason: str = ""
 
     def set(self, reason: str) -> None:
         self.reason = reason
-        self._event.set()
+        self.requested = True
 
     def is_set(self) -> bool:
-        return self._event.is_set()
+        return self.requested
 
 
 HeartbeatSink = Callable[[bytes | None], None]

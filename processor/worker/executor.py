@@ -12,9 +12,9 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any
 
 from processor.facts import payload
@@ -106,7 +106,7 @@ def _forward_sync(run: _Attempt) -> SegmentResult:
         step = run.step(index)
         with run.step_scope(index, "processor.step") as span:
             try:
-                value = run.timed(step, partial(_call, step.function, value, run.context(index)))
+                value = run.timed(step, partial(run.call, step.function, value, index))
                 ended = run.after(index, step, value)
             except Exception as exc:  # a step's failure is data, reported to the processor
                 return run.failure(index, exc, span)
@@ -124,7 +124,7 @@ def _compensate_sync(run: _Attempt) -> SegmentResult:
     with run.step_scope(index, "processor.compensate") as span:
         try:
             value = payload.loads(run.item.input)
-            run.timed(step, partial(_call, compensator, value, run.context(index)))
+            run.timed(step, partial(run.call, compensator, value, index))
         except Exception as exc:  # a compensator's failure is data, reported to the processor
             return run.failure(index, exc, span)
     return run.compensated()
@@ -165,11 +165,6 @@ async def _compensate_async(run: _Attempt, run_sync: SyncRunner) -> SegmentResul
         except Exception as exc:  # a compensator's failure is data, reported to the processor
             return run.failure(index, exc, span)
     return run.compensated()
-
-
-def _call(function: Callable[..., Any], value: Any, ctx: StepContext) -> Any:
-    """Call a step function with the context if it declares a second parameter."""
-    return function(value, ctx) if wants_context(function) else function(value)
 
 
 async def _inline(function: Callable[[], Any]) -> Any:
@@ -247,10 +242,7 @@ class _Attempt:
     @staticmethod
     def functions_async(item: WorkItem, pipeline: Pipeline, last: int) -> bool:
         """Whether the attempt of ``item`` (steps up to ``last``) has an async function."""
-        if item.kind == "compensate":
-            compensator = pipeline.steps[item.first_step].compensator
-            return compensator is not None and is_async(compensator)
-        return any(is_async(pipeline.steps[i].function) for i in range(item.first_step, last + 1))
+        return _has_async(pipeline, item.kind, item.first_step, last)
 
     def needs_loop(self) -> bool:
         last = self.spec.segment_end(self.item.first_step)
@@ -261,6 +253,13 @@ class _Attempt:
 
     def step(self, index: int) -> Step:
         return self.pipeline.steps[index]
+
+    def call(self, function: Callable[..., Any], value: Any, index: int) -> Any:
+        """Call a step function; with the context of step ``index`` if it declares a
+        second parameter (only then is the context made)."""
+        if wants_context(function):
+            return function(value, self.context(index))
+        return function(value)
 
     def context(self, index: int) -> StepContext:
         """The context of step ``index`` in this attempt."""
@@ -284,9 +283,7 @@ class _Attempt:
         """Around one step: the log context names it, its span, the worker knows it runs."""
         step = self.step(index)
         logs.bind_step(index)
-        attributes = _attributes(self.item, index)
-        name = f"{prefix} {step.spec.name}"
-        with tracing.step_span(self._traceparent, name, **attributes) as span:
+        with self._span(index, f"{prefix} {step.spec.name}") as span:
             if self._attempt is not None:
                 self._attempt.step_began(index, step.spec)
             try:
@@ -294,6 +291,11 @@ class _Attempt:
             finally:
                 if self._attempt is not None:
                     self._attempt.step_ended()
+
+    def _span(self, index: int, name: str) -> AbstractContextManager[tracing.SpanHandle]:
+        if not tracing.enabled() or self._traceparent is None:
+            return nullcontext(tracing.SpanHandle(None, self._traceparent))
+        return tracing.step_span(self._traceparent, name, **_attributes(self.item, index))
 
     def timed(self, step: Step, call: Callable[[], Any]) -> Any:
         """Call the step function; record how long it took, whether it returned or raised."""
@@ -312,12 +314,11 @@ class _Attempt:
         run_sync: SyncRunner,
     ) -> Any:
         """``timed`` for an attempt on the event loop: awaited, or run by ``run_sync``."""
-        ctx = self.context(index)
         began = time.perf_counter()
         try:
             if is_async(function):
-                return await _call(function, value, ctx)
-            return await run_sync(partial(_call, function, value, ctx))
+                return await self.call(function, value, index)
+            return await run_sync(partial(self.call, function, value, index))
         finally:
             observe_step(self.item.pipeline, step.spec.name, time.perf_counter() - began)
 
@@ -373,6 +374,16 @@ class _Attempt:
 
     def compensated(self) -> SegmentResult:
         return SegmentResult(**self.common, kind="compensate", steps=(), outcome="completed")
+
+
+@lru_cache(maxsize=4096)
+def _has_async(pipeline: Pipeline, kind: str, first: int, last: int) -> bool:
+    """Whether steps ``first`` to ``last`` of ``pipeline`` (or the compensator of
+    ``first``) have an ``async def`` function; the same for every attempt."""
+    if kind == "compensate":
+        compensator = pipeline.steps[first].compensator
+        return compensator is not None and is_async(compensator)
+    return any(is_async(pipeline.steps[i].function) for i in range(first, last + 1))
 
 
 def _what(step: Step, part: str) -> str:

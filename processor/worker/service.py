@@ -9,6 +9,8 @@ items than it has free slots (when every slot is busy it reads at most one recor
 ahead, so that a stop notice reaches a running attempt; a work item read that way
 starts when a slot frees), and commits a partition's offset only up to its oldest
 unfinished record, so a crash redelivers every attempt that had not finished.
+A slot frees when its attempt ends; the result is produced after that, and its
+record is finished once the result is flushed.
 A worker never drops a work item: an attempt whose timer ran out while the item was
 queued is run anyway, and its result refused by the processor if it is stale.
 """
@@ -86,6 +88,7 @@ class Worker:
         self._results = topology.name(TopicName.RESULTS)
         self._offsets = PendingOffsets()
         self._running: dict[_Slot, RunningAttempt] = {}  # the slots in use
+        self._unflushed = 0  # results of ended attempts not flushed yet
         self._held: tuple[Record, WorkItem] | None = None  # read ahead while every slot was busy
         self._held_stop: StopNotice | None = None  # a stop notice for the held item
         self._lock = threading.Lock()
@@ -179,8 +182,19 @@ class Worker:
         self._commit(consumer)
 
     def _free(self) -> int:
+        """Slots free for a new attempt. Ended attempts whose results wait to be flushed
+        take no slot, up to ``concurrency`` of them (then the worker waits for the
+        producer, instead of piling up results it cannot send)."""
         with self._lock:
-            return self.concurrency - len(self._running)
+            running = len(self._running)
+            return max(
+                0, min(self.concurrency - running, 2 * self.concurrency - running - self._unflushed)
+            )
+
+    def _busy(self) -> bool:
+        """Whether an attempt runs, or an ended one's result is not flushed yet."""
+        with self._lock:
+            return bool(self._running) or self._unflushed > 0
 
     def _attempts(self) -> list[RunningAttempt]:
         with self._lock:
@@ -292,27 +306,25 @@ class Worker:
         done: Future[SegmentResult],
         outbox: Outbox,
     ) -> None:
-        """Produce the attempt's result; its slot and offset are free once it is flushed."""
+        """Free the attempt's slot and produce its result; its offset is finished once
+        the result is flushed."""
         RUNNING.remove(attempt)
-        if done.cancelled():  # the worker stopped before the attempt ended
-            self._release(record, finished=False)
+        result = _result_of(done, attempt)
+        with self._lock:
+            self._running.pop(_slot(record), None)
+            self._unflushed += result is not None
+        self._freed.set()
+        if result is None:  # delivered again: its offset stays unfinished
             return
-        failure = done.exception()
-        if failure is not None:  # a bug in the executor, not a step's failure
-            logger.error("attempt of run %s crashed", attempt.item.run_id, exc_info=failure)
-            self._release(record, finished=False)
-            return
-        result = done.result()
         # The result carries the run's traceparent on, like the work item it answers.
         headers = () if traceparent is None else ((TRACEPARENT_HEADER, traceparent.encode()),)
         outbound = Outbound(self._results, result.run_id.encode(), encode(result), headers)
-        outbox.send(outbound, lambda: self._release(record, finished=True))
+        outbox.send(outbound, lambda: self._flushed(record))
 
-    def _release(self, record: Record, *, finished: bool) -> None:
-        if finished:
-            self._offsets.finished(record)
+    def _flushed(self, record: Record) -> None:
+        self._offsets.finished(record)
         with self._lock:
-            self._running.pop(_slot(record), None)
+            self._unflushed -= 1
         self._freed.set()
 
     # --- offsets ---------------------------------------------------------------------------
@@ -331,16 +343,19 @@ class Worker:
         self._offsets.committed(positions)
 
     def _drain(self, consumer: GroupConsumer) -> None:
-        """At stop: let running attempts finish (up to the drain timeout), commit."""
+        """At stop: let running attempts finish and their results flush (up to the drain
+        timeout), commit."""
         deadline = time.monotonic() + self._drain_timeout_s
-        while self._free() < self.concurrency and time.monotonic() < deadline:
+        while self._busy() and time.monotonic() < deadline:
             self._freed.wait(_POLL_S)
             self._freed.clear()
-        if self._free() < self.concurrency:
+        with self._lock:
+            running = len(self._running)
+        if running:
             logger.warning(
                 "%s: stopping with %d attempts still running (delivered again later)",
                 self.worker_id,
-                self.concurrency - self._free(),
+                running,
             )
         self._commit(consumer)
 
@@ -355,6 +370,18 @@ _Slot = tuple[TopicPartition, int]
 
 def _slot(record: Record) -> _Slot:
     return record.position, record.offset
+
+
+def _result_of(done: Future[SegmentResult], attempt: RunningAttempt) -> SegmentResult | None:
+    """The attempt's result; None if the worker stopped before it ended, or it crashed
+    (a bug in the executor, not a step's failure)."""
+    if done.cancelled():
+        return None
+    failure = done.exception()
+    if failure is not None:
+        logger.error("attempt of run %s crashed", attempt.item.run_id, exc_info=failure)
+        return None
+    return done.result()
 
 
 def _traceparent(record: Record) -> str | None:
