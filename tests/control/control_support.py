@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
+
 from processor.clients.client import Client, new_submit
+from processor.config.settings import Settings
 from processor.facts.models import (
     AttemptProgress,
     BoundaryCompletion,
@@ -34,9 +38,72 @@ from processor.store.rocks import PartitionStore
 from processor.transport.base import Record
 from processor.transport.partitioner import partition_for
 from processor.worker.executor import execute
-from tests.apps.support import LoopHarness, TopicTail, decode_records
+from processor.worker.pipeline import Application
+from tests.apps.support import FakeClock, LoopHarness, TopicTail, decode_records
 
-__all__ = ["Control", "Work", "timers_held"]
+__all__ = ["SECRET", "Control", "Work", "loop_settings", "own_loops", "shared_loop", "timers_held"]
+
+SECRET = b"control-tests-secret-0123456789"
+
+#: ``start(previous=None)``: a loop of the test's own (see ``own_loops``).
+StartLoop = Callable[["Control | None"], "Control"]
+
+
+def loop_settings(kind: str, path: Path) -> Settings:
+    """Settings of a loop on the ``kind`` transport: its own topics and group on Kafka
+    (skipped when no broker is there)."""
+    if kind == "embedded":
+        return Settings(data_dir=path / "data")
+    from tests.kafka_broker import kafka_bootstrap, unavailable_reason
+
+    bootstrap = kafka_bootstrap()
+    if bootstrap is None:
+        pytest.skip(unavailable_reason())
+    return Settings(
+        broker=f"kafka://{bootstrap}",
+        data_dir=path / "data",
+        topic_prefix=f"t{uuid.uuid4().hex[:10]}.",
+        group=f"g{uuid.uuid4().hex[:10]}",
+        partitions=2,
+    )
+
+
+def shared_loop(app: Application, kind: str, path: Path) -> Iterator[LoopHarness]:
+    """The body of a module's ``shared`` fixture: one loop of ``app`` for its tests."""
+    settings = loop_settings(kind, path)
+    h = LoopHarness(settings.data_dir, app, FakeClock(), settings=settings, secret=SECRET)
+    try:
+        yield h
+    finally:
+        h.close()
+
+
+def own_loops(app: Application, kind: str, path: Path) -> Iterator[StartLoop]:
+    """The body of a ``start`` fixture: start a loop of ``app`` of the test's own on
+    fresh topics; given the previous Control, restart it.
+
+    A restarted loop (closed, then opened on the same data dir, topics and group)
+    keeps the fake clock and the work items already dispatched.
+    """
+    settings = loop_settings(kind, path)
+    opened: list[Control] = []
+
+    def start(previous: Control | None = None) -> Control:
+        clock = FakeClock()
+        if previous is not None:
+            previous.close()
+            clock = previous.h.clock
+        h = LoopHarness(settings.data_dir, app, clock, settings=settings, secret=SECRET)
+        control = Control(h, previous, owned=True)
+        opened.append(control)
+        return control
+
+    try:
+        yield start
+    finally:
+        for control in opened:
+            control.close()
+
 
 F = TypeVar("F", bound=FactHeader)
 Work = tuple[str, str, int, int]  # run, kind, segment, generation: one work item

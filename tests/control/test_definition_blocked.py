@@ -30,7 +30,7 @@ from processor.worker.executor import execute
 from processor.worker.pipeline import Application
 from tests.apps.support import FakeClock, LoopHarness
 from tests.apps.version_pipelines import application
-from tests.control.conftest import _settings
+from tests.control.control_support import loop_settings
 
 WARM_UP_MS = 5_001  # one announce interval (the default) and a little
 
@@ -61,7 +61,7 @@ class Deployment:
     """The processor, restarted with other versions loaded; the work it dispatched."""
 
     def __init__(self, transport: str, path: Path) -> None:
-        self.settings = _settings(transport, path)
+        self.settings = loop_settings(transport, path)
         self.clock = FakeClock()
         self.h: LoopHarness | None = None
         self.taken: set[tuple[str, int, int]] = set()
