@@ -11,6 +11,7 @@ class TopicName(StrEnum):
     COMMANDS = "runs.commands"
     FACTS = "runs.facts"
     WORK = "segments.work"
+    CONTROL = "segments.control"
     RESULTS = "segments.results"
     OUTCOMES = "runs.results"
     REPLIES = "runs.replies"

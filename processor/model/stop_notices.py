@@ -1,9 +1,8 @@
 """Stop that reaches the work: what a committed stop tells workers and outside systems.
 
 When stop intent commits (cancel, run deadline, failure) while the run's forward
-attempt runs, a ``StopNotice`` goes to segments.work (keyed by run id, so it reaches
-the partition of the attempt's work item): the worker sets the step context's
-``stop_requested``. When the run waits at an await boundary, each open interaction
+attempt runs, a ``StopNotice`` goes to segments.control, which every worker reads:
+the one running the attempt sets the step context's ``stop_requested``. When the run waits at an await boundary, each open interaction
 gets a cancel notice on boundary.requests: a ``BoundaryRequest`` whose ``cancel``
 names the stop reason (empty request and resume token), in the await's wire, so
 the external system can stop too. A completion sent anyway is refused. Pure.
@@ -33,7 +32,7 @@ def notify_stop(maker: FactMaker, before: RunState, spec: PipelineSpec, reason: 
             reason=reason,
             at_ms=maker.now,
         )
-        maker.emit(TopicName.WORK, notice)
+        maker.emit(TopicName.CONTROL, notice)
     elif before.phase == "suspended":
         _cancel_interactions(maker, before, spec, reason)
 

@@ -5,14 +5,14 @@ that is no longer current is refused by the processor, so duplicates are safe.
 
 A worker runs up to ``concurrency`` attempts at once: ``async def`` steps on an
 event loop, sync steps on a pool of ``concurrency`` threads. It polls no more work
-items than it has free slots (when every slot is busy it reads at most one record
-ahead, so that a stop notice reaches a running attempt; a work item read that way
-starts when a slot frees), and commits a partition's offset only up to its oldest
+items than it has free slots, and commits a partition's offset only up to its oldest
 unfinished record, so a crash redelivers every attempt that had not finished.
 A slot frees when its attempt ends; the result is produced after that, and its
 record is finished once the result is flushed.
 A worker never drops a work item: an attempt whose timer ran out while the item was
 queued is run anyway, and its result refused by the processor if it is stale.
+Stop notices come apart from the work, on segments.control (``StopListener``), so
+they reach a running attempt however much work is queued in front of them.
 """
 
 from __future__ import annotations
@@ -36,13 +36,14 @@ from processor.transport.base import GroupConsumer, Outbound, Record, TopicParti
 from processor.transport.clock import Clock, wall_clock_ms
 from processor.transport.topology import Topology
 from processor.worker.announce import Announcer
-from processor.worker.attempts import RUNNING, RunningAttempt, ref_of
+from processor.worker.attempts import RUNNING, RunningAttempt
 from processor.worker.executor import execute, execute_async, needs_loop
 from processor.worker.offsets import PendingOffsets
 from processor.worker.outbox import Outbox
 from processor.worker.pipeline import Application
 from processor.worker.progress import ProducedProgress
 from processor.worker.runtime import StepRuntime
+from processor.worker.stops import StopListener
 
 __all__ = ["Worker"]
 
@@ -89,13 +90,12 @@ class Worker:
         self._offsets = PendingOffsets()
         self._running: dict[_Slot, RunningAttempt] = {}  # the slots in use
         self._unflushed = 0  # results of ended attempts not flushed yet
-        self._held: tuple[Record, WorkItem] | None = None  # read ahead while every slot was busy
-        self._held_stop: StopNotice | None = None  # a stop notice for the held item
         self._lock = threading.Lock()
         # A static member (a stable ``worker_id``): back after a crash, it gets at once
         # the work items it held (processor run's in-process workers).
         self._instance_id = self.worker_id if static_member else None
         self._freed = threading.Event()
+        self.stops = StopListener(transport, topology, self.worker_id)
         self.reporter_id = self.worker_id  # the id progress reports carry (set by run)
         self.announcer = Announcer(
             app,
@@ -109,9 +109,9 @@ class Worker:
 
     @property
     def taken(self) -> int:
-        """Work items this worker holds now: running, and read ahead (at most one)."""
+        """Work items this worker runs now."""
         with self._lock:
-            return len(self._running) + (self._held is not None)
+            return len(self._running)
 
     def run(self, stop: threading.Event) -> None:
         work_topic = self._topology.name(TopicName.WORK)
@@ -135,6 +135,11 @@ class Worker:
             daemon=True,
         )
         announcer.start()
+        listening = threading.Event()
+        listener = threading.Thread(
+            target=self.stops.run, args=(listening,), name=f"{self.worker_id}-stops", daemon=True
+        )
+        listener.start()
         try:
             while not stop.is_set():
                 try:
@@ -146,6 +151,8 @@ class Worker:
             self._drain(consumer)
             announcing.set()  # it says the worker leaves
             announcer.join(10)
+            listening.set()
+            listener.join(10)
             outbox.close()
             runtime.close()
             consumer.close()
@@ -159,17 +166,11 @@ class Worker:
         runtime: StepRuntime,
         progress: ProducedProgress,
     ) -> None:
-        """Start what fits, poll for more (or a stop notice), check the running attempts,
-        commit the offsets below the oldest unfinished record."""
-        if self._held is not None and self._free() > 0:
-            record, item = self._held
-            self._held = None
-            self._start(record, item, outbox, runtime, progress)
+        """Poll for what fits in the free slots and start it, check the running
+        attempts, commit the offsets below the oldest unfinished record."""
         free = self._free()
         if free > 0:
             records = consumer.poll(min(self._max_batch, free), _POLL_S)
-        elif self._held is None:
-            records = consumer.poll(1, _POLL_S)  # one ahead: a stop notice for a running step
         else:
             records = []
             self._freed.wait(_POLL_S)
@@ -214,14 +215,11 @@ class Worker:
         except FactDecodeError as exc:
             outbox.send(self._rejected(record, exc), lambda: self._offsets.finished(record))
             return
-        if isinstance(message, WorkItem):
-            if self._free() > 0:
-                self._start(record, message, outbox, runtime, progress)
-            else:
-                self._held = (record, message)
+        if isinstance(message, WorkItem):  # polled for a free slot: it starts at once
+            self._start(record, message, outbox, runtime, progress)
             return
-        if isinstance(message, StopNotice):
-            self._stop_requested(message)
+        if isinstance(message, StopNotice):  # where processors before segments.control sent it
+            self.stops.apply(message)
             self._offsets.finished(record)
             return
         wrong = FactDecodeError(
@@ -230,16 +228,6 @@ class Worker:
             record.value,
         )
         outbox.send(self._rejected(record, wrong), lambda: self._offsets.finished(record))
-
-    def _stop_requested(self, notice: StopNotice) -> None:
-        """Set the stop flag of the attempt the notice names (running here or read ahead)."""
-        if RUNNING.stop(notice):
-            logger.info("stop requested for attempt %s of run %s", notice.attempt, notice.run_id)
-            return
-        if self._held is not None and ref_of(self._held[1]) == ref_of(notice):
-            self._held_stop = notice
-            return
-        logger.debug("stop notice for run %s: no such attempt runs here", notice.run_id)
 
     # --- attempts --------------------------------------------------------------------------
 
@@ -253,9 +241,9 @@ class Worker:
     ) -> None:
         """Run the item's attempt in a free slot."""
         attempt = RunningAttempt(item, progress, self._clock, self._start_report_after_ms)
-        held_stop, self._held_stop = self._held_stop, None
-        if held_stop is not None and ref_of(held_stop) == attempt.ref:
-            attempt.stop.set(held_stop.reason)
+        notice = self.stops.notice_for(attempt.ref)  # read before the attempt started
+        if notice is not None:
+            attempt.stop.set(notice.reason)
         with self._lock:
             self._running[_slot(record)] = attempt
         RUNNING.add(attempt)

@@ -332,6 +332,9 @@ class LoopHarness:
         self.producer = transport.producer()
         self.reader = transport.reader()
         self._work = TopicTail(self.reader, topology.name(TopicName.WORK), topology.partitions)
+        self._control = TopicTail(
+            self.reader, topology.name(TopicName.CONTROL), topology.partitions
+        )
         self.rejected = RejectedWatch(self.reader, self.deployment)
         self.work_items: list[WorkItem] = []
         self.stop_notices: list[StopNotice] = []
@@ -417,15 +420,16 @@ class LoopHarness:
 
     def new_work(self) -> list[WorkItem]:
         """Work items dispatched since the last call (also kept in ``work_items``); the
-        stop notices on segments.work are kept in ``stop_notices``."""
+        stop notices on segments.control are kept in ``stop_notices``."""
         items = []
         for record in self._work.new():
             message = codec().decode(record.value)
-            if isinstance(message, StopNotice):
-                self.stop_notices.append(message)
-            else:
-                assert isinstance(message, WorkItem), f"{message!r} on segments.work"
-                items.append(message)
+            assert isinstance(message, WorkItem), f"{message!r} on segments.work"
+            items.append(message)
+        for record in self._control.new():
+            message = codec().decode(record.value)
+            assert isinstance(message, StopNotice), f"{message!r} on segments.control"
+            self.stop_notices.append(message)
         self.work_items.extend(items)
         return items
 

@@ -297,11 +297,6 @@ def test_a_step_near_its_timeout_gets_a_deadline_warning_and_goes_on(
     assert warning.levelno == logging.WARNING
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a stop notice queued behind work items a full worker has not read is not seen "
-    "until a slot frees: the worker reads at most one record ahead (see the report)",
-)
 def test_a_cancel_reaches_a_running_step_with_work_queued_behind_it(
     kind: str, tmp_path: Path
 ) -> None:

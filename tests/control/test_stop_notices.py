@@ -1,4 +1,4 @@
-"""Stop that reaches the work: notices on segments.work and boundary.requests."""
+"""Stop that reaches the work: notices on segments.control and boundary.requests."""
 
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ from tests.control.control_support import Control
 def _stop_notices(ctl: Control, run_id: str) -> list[tuple[Record, StopNotice]]:
     topology = ctl.h.deployment.topology
     found = []
-    for record in read_topic(ctl.h.reader, ctl.h.name(TopicName.WORK), topology.partitions):
+    for record in read_topic(ctl.h.reader, ctl.h.name(TopicName.CONTROL), topology.partitions):
         message = codec().decode(record.value)
         if isinstance(message, StopNotice) and message.run_id == run_id:
             found.append((record, message))
     return found
 
 
-def test_a_stop_while_a_step_runs_sends_a_notice_to_its_work_partition(ctl: Control) -> None:
+def test_a_stop_while_a_step_runs_sends_a_notice_to_segments_control(ctl: Control) -> None:
     run_id = ctl.submit("booking", {"id": "sn-1"})
     item = ctl.work(run_id)  # running
     ctl.cancel(run_id, "no longer wanted")

@@ -250,7 +250,7 @@ def test_a_stop_while_an_attempt_runs_sends_it_a_stop_notice() -> None:
         )
     ]
     topics = [t for t, v, _ in run.emitted if isinstance(v, StopNotice)]
-    assert topics == [TopicName.WORK]
+    assert topics == [TopicName.CONTROL]
 
 
 def test_the_run_deadline_while_an_attempt_runs_sends_a_timed_out_notice() -> None:

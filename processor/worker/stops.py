@@ -1,0 +1,105 @@
+"""Stop notices for a worker's running attempts, read from segments.control.
+
+The processor sends a ``StopNotice`` when a stop commits while the run's attempt
+runs. Every worker reads every notice (a reader of all the topic's partitions, from
+their ends when the worker starts, outside any consumer group), so a notice reaches
+its attempt wherever the attempt runs and however much work is queued in front of
+it. A notice for an attempt that has not started here yet is remembered for a
+while, so the attempt starts with its stop flag set if it comes later.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+
+from processor.errors import FactDecodeError, TransportError
+from processor.facts.codec import codec
+from processor.facts.models import StopNotice
+from processor.facts.topics import TopicName
+from processor.transport.base import Reader, TopicPartition, Transport
+from processor.transport.topology import Topology
+from processor.worker.attempts import RUNNING
+from processor.worker.context import AttemptRef
+
+__all__ = ["REMEMBERED", "StopListener"]
+
+logger = logging.getLogger(__name__)
+
+#: How often the listener looks for new notices.
+POLL_S = 0.1
+#: Notices kept for attempts that have not started here (the oldest go first).
+REMEMBERED = 10_000
+
+
+class StopListener:
+    """Applies the stop notices of segments.control to the attempts of this process."""
+
+    def __init__(self, transport: Transport, topology: Topology, name: str) -> None:
+        self._transport = transport
+        topic = topology.name(TopicName.CONTROL)
+        self._partitions = [TopicPartition(topic, p) for p in range(topology.partitions)]
+        self._name = name
+        self._lock = threading.Lock()
+        self._recent: OrderedDict[AttemptRef, StopNotice] = OrderedDict()
+        self._missing_logged = False
+
+    def notice_for(self, ref: AttemptRef) -> StopNotice | None:
+        """A notice already read for the attempt ``ref`` (one about to start)."""
+        with self._lock:
+            return self._recent.get(ref)
+
+    def apply(self, notice: StopNotice) -> None:
+        """Set the stop flag of the notice's attempt if it runs here; remember it."""
+        ref = AttemptRef(
+            notice.run_id, notice.kind, notice.segment, notice.attempt, notice.generation
+        )
+        with self._lock:
+            self._recent[ref] = notice
+            self._recent.move_to_end(ref)
+            while len(self._recent) > REMEMBERED:
+                self._recent.popitem(last=False)
+        if RUNNING.stop(notice):
+            logger.info("stop requested for attempt %s of run %s", notice.attempt, notice.run_id)
+
+    def run(self, stop: threading.Event) -> None:
+        """Read notices from the ends the topic has now, until ``stop`` is set."""
+        reader = self._transport.reader()
+        positions: dict[TopicPartition, int] = {}
+        try:
+            self._read_new(reader, positions)
+            while not stop.wait(POLL_S):
+                self._read_new(reader, positions)
+        finally:
+            reader.close()
+
+    def _read_new(self, reader: Reader, positions: dict[TopicPartition, int]) -> None:
+        """Apply the notices after ``positions``. A partition seen for the first time
+        (at start, or once the topic exists) starts at its end then."""
+        for tp in self._partitions:
+            try:
+                end = reader.end_offset(tp)
+                start = positions.setdefault(tp, end)
+                if end > start:
+                    for batch in reader.read(tp, start, end):
+                        for record in batch:
+                            self._take(record.value)
+                    positions[tp] = end
+            except TransportError as exc:
+                if not self._missing_logged:
+                    logger.warning("%s: cannot read stop notices yet: %s", self._name, exc)
+                    self._missing_logged = True
+
+    def _take(self, value: bytes | None) -> None:
+        try:
+            message = codec().decode(value or b"")
+        except FactDecodeError as exc:
+            logger.warning("%s: not a stop notice on segments.control: %s", self._name, exc)
+            return
+        if isinstance(message, StopNotice):
+            self.apply(message)
+        else:
+            logger.warning(
+                "%s: not a stop notice on segments.control: %s", self._name, type(message).__name__
+            )
