@@ -2,10 +2,11 @@
 
 When stop intent commits (cancel, run deadline, failure) while the run's forward
 attempt runs, a ``StopNotice`` goes to segments.control, which every worker reads:
-the one running the attempt sets the step context's ``stop_requested``. When the run waits at an await boundary, each open interaction
-gets a cancel notice on boundary.requests: a ``BoundaryRequest`` whose ``cancel``
-names the stop reason (empty request and resume token), in the await's wire, so
-the external system can stop too. A completion sent anyway is refused. Pure.
+the one running the attempt sets the step context's ``stop_requested``. When the
+run waits at an await boundary, each open interaction gets a cancel notice on
+boundary.requests: a ``BoundaryRequest`` whose ``cancel`` names the stop reason
+(empty request and resume token), in the await's wire, so the external system can
+stop too. A completion sent anyway is refused. Pure.
 """
 
 from __future__ import annotations
