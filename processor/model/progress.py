@@ -31,6 +31,7 @@ from processor.model.decision import Context, Decision, FactMaker
 from processor.model.due import DueEntry
 from processor.model.pipeline_spec import PipelineSpec
 from processor.model.state import FORWARD, RunState
+from processor.model.stop_notices import notify_lost
 from processor.model.transitions import segment_failed
 
 __all__ = ["LOSS_CAUSES", "decide_progress", "heartbeat_lost", "not_started"]
@@ -204,6 +205,7 @@ def _lost(maker: FactMaker, spec: PipelineSpec, cause: str, step: int, limit: in
             losses=losses,
         )
     )
+    notify_lost(maker, attempt)
     if maker.current.stopping:
         control.settle_stop(maker, spec)
         return

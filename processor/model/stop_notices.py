@@ -6,7 +6,10 @@ the one running the attempt sets the step context's ``stop_requested``. When the
 run waits at an await boundary, each open interaction gets a cancel notice on
 boundary.requests: a ``BoundaryRequest`` whose ``cancel`` names the stop reason
 (empty request and resume token), in the await's wire, so the external system can
-stop too. A completion sent anyway is refused. Pure.
+stop too. A completion sent anyway is refused. An attempt the processor gave up as
+lost (``AttemptLost``: its heartbeat stopped, it did not start in time) gets a
+``StopNotice`` too, with reason ``attempt_lost``: if it still runs somewhere, its
+step can see that its result will be refused. Pure.
 """
 
 from __future__ import annotations
@@ -15,27 +18,38 @@ from processor.facts.models import BoundaryRequest, StopNotice
 from processor.facts.topics import TopicName
 from processor.model.decision import FactMaker
 from processor.model.pipeline_spec import PipelineSpec
-from processor.model.state import FORWARD, RunState
+from processor.model.state import FORWARD, Attempt, RunState
 
-__all__ = ["notify_stop"]
+__all__ = ["LOST", "notify_lost", "notify_stop"]
+
+#: The reason of the stop notice of a lost attempt.
+LOST = "attempt_lost"
 
 
 def notify_stop(maker: FactMaker, before: RunState, spec: PipelineSpec, reason: str) -> None:
     """The notices of a stop just committed on a run that was in ``before``'s phase."""
     if before.phase == "dispatched":
-        attempt = before.attempt
-        notice = StopNotice(
-            run_id=before.run_id,
-            kind=FORWARD,
-            segment=attempt.segment,
-            attempt=attempt.number,
-            generation=attempt.generation,
-            reason=reason,
-            at_ms=maker.now,
-        )
-        maker.emit(TopicName.CONTROL, notice)
+        _notice(maker, before.attempt_of(FORWARD), reason)
     elif before.phase == "suspended":
         _cancel_interactions(maker, before, spec, reason)
+
+
+def notify_lost(maker: FactMaker, attempt: Attempt) -> None:
+    """The notice to a lost attempt, which may still run somewhere."""
+    _notice(maker, attempt, LOST)
+
+
+def _notice(maker: FactMaker, attempt: Attempt, reason: str) -> None:
+    notice = StopNotice(
+        run_id=maker.current.run_id,
+        kind=attempt.kind,
+        segment=attempt.scope,
+        attempt=attempt.number,
+        generation=attempt.generation,
+        reason=reason,
+        at_ms=maker.now,
+    )
+    maker.emit(TopicName.CONTROL, notice)
 
 
 def _cancel_interactions(

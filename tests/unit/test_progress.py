@@ -11,8 +11,10 @@ from processor.facts.models import (
     AttemptStepStarted,
     FactHeader,
     SegmentFailed,
+    StopNotice,
     WorkItem,
 )
+from processor.facts.topics import TopicName
 from processor.model.attempts import NO_EXPIRY
 from processor.model.decide import (
     Context,
@@ -62,6 +64,7 @@ class Run:
         self.max_losses = max_losses
         self.facts: list[FactHeader] = []
         self.work: list[WorkItem] = []
+        self.notices: list[tuple[TopicName, StopNotice]] = []
         command = new_submit(pipeline, {"x": 1})
         self.run_id = command.run_id
         self.take(decide_submit(command, None, self.ctx))
@@ -79,6 +82,9 @@ class Run:
     def take(self, decision: Decision) -> Decision:
         self.facts.extend(decision.facts)
         self.work.extend(e.value for e in decision.emits if isinstance(e.value, WorkItem))
+        self.notices.extend(
+            (e.topic, e.value) for e in decision.emits if isinstance(e.value, StopNotice)
+        )
         return decision
 
     def report(self, report: str = "started", *, step: int = 0, worker: str = "w") -> Decision:
@@ -151,3 +157,14 @@ def test_an_effectful_step_is_unknown_after_its_own_timeout_or_a_lost_heartbeat(
     run.advance(run.now + 1_000)  # heartbeats stopped: never retried blindly
     assert isinstance(run.facts[-1], AttemptOutcomeUnknown)
     assert not any(isinstance(f, AttemptLost) for f in run.facts)
+
+
+def test_a_lost_attempt_gets_a_stop_notice_it_may_still_run_somewhere() -> None:
+    run = Run("hb")
+    run.report()
+    lost = run.work[-1]
+    run.advance(run.now + 1_000)
+    assert [(topic, n.segment, n.attempt, n.generation, n.reason) for topic, n in run.notices] == [
+        (TopicName.CONTROL, lost.segment, lost.attempt, lost.generation, "attempt_lost")
+    ]
+    assert run.work[-1].generation == lost.generation + 1  # the next one is not stopped
