@@ -97,7 +97,7 @@ def needs_loop(item: WorkItem, app: Application) -> bool:
         return False
     spec = app.get(item.pipeline, item.pipeline_version)
     assert spec is not None  # the pipeline exists, so does its spec
-    return _Attempt.functions_async(item, pipeline, spec.segment_end(item.first_step))
+    return _has_async(pipeline, item.kind, item.first_step, spec.segment_end(item.first_step))
 
 
 def _forward_sync(run: _Attempt) -> SegmentResult:
@@ -239,14 +239,9 @@ class _Attempt:
             attempt=attempt,
         )
 
-    @staticmethod
-    def functions_async(item: WorkItem, pipeline: Pipeline, last: int) -> bool:
-        """Whether the attempt of ``item`` (steps up to ``last``) has an async function."""
-        return _has_async(pipeline, item.kind, item.first_step, last)
-
     def needs_loop(self) -> bool:
         last = self.spec.segment_end(self.item.first_step)
-        return self.functions_async(self.item, self.pipeline, last)
+        return _has_async(self.pipeline, self.item.kind, self.item.first_step, last)
 
     def indexes(self) -> range:
         return range(self.item.first_step, self.spec.segment_end(self.item.first_step) + 1)

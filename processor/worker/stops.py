@@ -20,7 +20,7 @@ from processor.facts.models import StopNotice
 from processor.facts.topics import TopicName
 from processor.transport.base import Reader, TopicPartition, Transport
 from processor.transport.topology import Topology
-from processor.worker.attempts import RUNNING
+from processor.worker.attempts import RUNNING, ref_of
 from processor.worker.context import AttemptRef
 
 __all__ = ["REMEMBERED", "StopListener"]
@@ -52,9 +52,7 @@ class StopListener:
 
     def apply(self, notice: StopNotice) -> None:
         """Set the stop flag of the notice's attempt if it runs here; remember it."""
-        ref = AttemptRef(
-            notice.run_id, notice.kind, notice.segment, notice.attempt, notice.generation
-        )
+        ref = ref_of(notice)
         with self._lock:
             self._recent[ref] = notice
             self._recent.move_to_end(ref)
