@@ -9,9 +9,12 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, TypeVar
+
+import pytest
 
 from processor.clients.client import new_submit
 from processor.config.settings import Settings
@@ -45,6 +48,7 @@ __all__ = [
     "read_topic",
     "run_facts",
     "subprocess_env",
+    "transport_settings",
     "wait_until",
 ]
 
@@ -477,3 +481,22 @@ class LoopHarness:
         self.loop.close()
         self.producer.close()
         self.reader.close()
+
+
+def transport_settings(kind: str, path: Path) -> Settings:
+    """Settings of a deployment on the ``kind`` transport (``embedded`` or ``kafka``)
+    under ``path``: on Kafka its own topics and group (skipped with no broker)."""
+    if kind == "embedded":
+        return Settings(data_dir=path / "data")
+    from tests.kafka_broker import kafka_bootstrap, unavailable_reason
+
+    bootstrap = kafka_bootstrap()
+    if bootstrap is None:
+        pytest.skip(unavailable_reason())
+    return Settings(
+        broker=f"kafka://{bootstrap}",
+        data_dir=path / "data",
+        topic_prefix=f"t{uuid.uuid4().hex[:10]}.",
+        group=f"g{uuid.uuid4().hex[:10]}",
+        partitions=2,
+    )

@@ -14,10 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-import pytest
-
 from processor.clients.client import Client, new_submit
-from processor.config.settings import Settings
 from processor.facts.models import (
     AttemptProgress,
     BoundaryCompletion,
@@ -39,9 +36,9 @@ from processor.transport.base import Record
 from processor.transport.partitioner import partition_for
 from processor.worker.executor import execute
 from processor.worker.pipeline import Application
-from tests.apps.support import FakeClock, LoopHarness, TopicTail, decode_records
+from tests.apps.support import FakeClock, LoopHarness, TopicTail, decode_records, transport_settings
 
-__all__ = ["SECRET", "Control", "Work", "loop_settings", "own_loops", "shared_loop", "timers_held"]
+__all__ = ["SECRET", "Control", "Work", "own_loops", "shared_loop", "timers_held"]
 
 SECRET = b"control-tests-secret-0123456789"
 
@@ -49,28 +46,9 @@ SECRET = b"control-tests-secret-0123456789"
 StartLoop = Callable[["Control | None"], "Control"]
 
 
-def loop_settings(kind: str, path: Path) -> Settings:
-    """Settings of a loop on the ``kind`` transport: its own topics and group on Kafka
-    (skipped when no broker is there)."""
-    if kind == "embedded":
-        return Settings(data_dir=path / "data")
-    from tests.kafka_broker import kafka_bootstrap, unavailable_reason
-
-    bootstrap = kafka_bootstrap()
-    if bootstrap is None:
-        pytest.skip(unavailable_reason())
-    return Settings(
-        broker=f"kafka://{bootstrap}",
-        data_dir=path / "data",
-        topic_prefix=f"t{uuid.uuid4().hex[:10]}.",
-        group=f"g{uuid.uuid4().hex[:10]}",
-        partitions=2,
-    )
-
-
 def shared_loop(app: Application, kind: str, path: Path) -> Iterator[LoopHarness]:
     """The body of a module's ``shared`` fixture: one loop of ``app`` for its tests."""
-    settings = loop_settings(kind, path)
+    settings = transport_settings(kind, path)
     h = LoopHarness(settings.data_dir, app, FakeClock(), settings=settings, secret=SECRET)
     try:
         yield h
@@ -85,7 +63,7 @@ def own_loops(app: Application, kind: str, path: Path) -> Iterator[StartLoop]:
     A restarted loop (closed, then opened on the same data dir, topics and group)
     keeps the fake clock and the work items already dispatched.
     """
-    settings = loop_settings(kind, path)
+    settings = transport_settings(kind, path)
     opened: list[Control] = []
 
     def start(previous: Control | None = None) -> Control:

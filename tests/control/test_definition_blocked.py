@@ -28,9 +28,8 @@ from processor.store.rocks import PartitionStore
 from processor.worker.announce import Announcer
 from processor.worker.executor import execute
 from processor.worker.pipeline import Application
-from tests.apps.support import FakeClock, LoopHarness
+from tests.apps.support import FakeClock, LoopHarness, transport_settings
 from tests.apps.version_pipelines import application
-from tests.control.control_support import loop_settings
 
 WARM_UP_MS = 5_001  # one announce interval (the default) and a little
 
@@ -61,7 +60,7 @@ class Deployment:
     """The processor, restarted with other versions loaded; the work it dispatched."""
 
     def __init__(self, transport: str, path: Path) -> None:
-        self.settings = loop_settings(transport, path)
+        self.settings = transport_settings(transport, path)
         self.clock = FakeClock()
         self.h: LoopHarness | None = None
         self.taken: set[tuple[str, int, int]] = set()

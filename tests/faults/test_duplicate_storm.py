@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import random
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +27,7 @@ from processor.facts.models import (
 from processor.facts.topics import TopicName
 from processor.restore.replay import replay
 from tests.apps.control_pipelines import app, expected_approval_result, expected_survey_result
-from tests.apps.support import FakeClock, LoopHarness
+from tests.apps.support import FakeClock, LoopHarness, transport_settings
 from tests.control.control_support import Control
 
 SECRET = b"duplicate-storm-secret-0123456789"
@@ -41,20 +40,7 @@ COPIES = 3
 
 @pytest.fixture(params=["embedded", pytest.param("kafka", marks=pytest.mark.kafka)])
 def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
-    if request.param == "embedded":
-        return Settings(data_dir=tmp_path / "data")
-    from tests.kafka_broker import kafka_bootstrap, unavailable_reason
-
-    bootstrap = kafka_bootstrap()
-    if bootstrap is None:
-        pytest.skip(unavailable_reason())
-    return Settings(
-        broker=f"kafka://{bootstrap}",
-        data_dir=tmp_path / "data",
-        topic_prefix=f"t{uuid.uuid4().hex[:10]}.",
-        group=f"g{uuid.uuid4().hex[:10]}",
-        partitions=2,
-    )
+    return transport_settings(request.param, tmp_path)
 
 
 @pytest.fixture
