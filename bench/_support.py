@@ -93,10 +93,11 @@ def engine(data_dir: Path, workers: int, group: str | None = None) -> Iterator[E
     settings = Settings(data_dir=data_dir, group=group or f"bench-{uuid.uuid4().hex[:8]}")
     deployment = Deployment.from_settings(settings)
     app, handlers = demo_app()
-    host = Host(deployment, app, workers=workers)
+    host = Host(deployment, app, workers=workers, app_ref=f"{APP}:app")  # as processor demo
     responding = None
     try:
         host.start()
+        host.workers_ready(60)  # the child process's start is not part of a figure
         if handlers:
             from processor.clients.external import Responder
 

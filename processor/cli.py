@@ -341,12 +341,13 @@ def run(
     inv = _inv(ctx)
     pipelines = _load_app(inv, app)
     deployment = inv.deployment()
-    host = Host(deployment, pipelines, workers=workers, concurrency=concurrency)
+    serve_http = _http_wanted(inv, no_http)  # before the workers start: they record or not
+    host = Host(deployment, pipelines, workers=workers, concurrency=concurrency, app_ref=app)
     _stop_on_signals(host.stop_event)
     host.start()
     typer.echo(f"processor {host.instance_id} running ({workers} workers); Ctrl-C stops", err=True)
     web = None
-    if _http_wanted(inv, no_http):
+    if serve_http:
         from processor.web.wiring import ProcessorWeb  # FastAPI costs other commands' start
 
         web = ProcessorWeb(host, port=http_port)
@@ -369,6 +370,7 @@ def _run_until_stopped(inv: Invocation, host: Host, workers: int, http: str | No
     """Say ready once partitions are assigned, then wait until stopped."""
     deployment = host.deployment
     partitions = _wait_assigned(host, READY_WAIT_S)
+    host.workers_ready(READY_WAIT_S)
     if not host.stop_event.is_set():
         broker = deployment.settings.broker or f"embedded:{deployment.settings.log_dir}"
         ready = {
@@ -683,7 +685,12 @@ def demo(
     inv = _inv(ctx)
     try:
         report = run_demo(
-            inv.settings(), demo_app, runs, workers, handlers={"payments": payments_simulator}
+            inv.settings(),
+            demo_app,
+            runs,
+            workers,
+            handlers={"payments": payments_simulator},
+            app_ref="processor.examples.demo:app",
         )
     except TimeoutError as exc:
         inv.fail(str(exc))

@@ -64,6 +64,12 @@ class Settings(BaseSettings):
         "each in-process worker of processor run): async def steps on an event loop, sync "
         "steps on a pool of this many threads. A worker polls no more work than it can start",
     )
+    worker_isolation: Literal["process", "thread"] = Field(
+        default="process",
+        description="Where processor run (and demo) runs its in-process workers: process, "
+        "in one child process (off the processor's GIL; it ends with the processor); "
+        "thread, as threads of the processor's own process",
+    )
     start_report_after_ms: int = Field(
         default=1000,
         ge=0,

@@ -1,8 +1,15 @@
-"""Run a processor and in-process workers together (``processor run``, ``demo``)."""
+"""Run a processor and in-process workers together (``processor run``, ``demo``).
+
+The workers run in one child process when the Host knows the application's import
+path (``app_ref``), the ``worker_isolation`` setting is ``process`` (the default) and
+the clock is the wall clock; else as threads of this process (the test kit's
+controllable clock, an Application built in code).
+"""
 
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -12,8 +19,10 @@ from processor.config.resume_secret import resume_keys
 from processor.engine.instance import InstanceClaim, claim_instance
 from processor.engine.loop import LoopConfig, ProcessorLoop
 from processor.engine.trigger import TriggerStage
+from processor.engine.worker_process import ChildSpec, WorkerProcess, in_process_workers
 from processor.errors import TransportError
 from processor.facts.keyring import KeyRing
+from processor.telemetry.metrics import recording
 from processor.transport.clock import Clock, wall_clock_ms
 from processor.transport.deployment import Deployment, ensure_topics
 from processor.worker.pipeline import Application
@@ -27,13 +36,15 @@ logger = logging.getLogger(__name__)
 @dataclass
 class Host:
     """A processor loop on one thread and ``workers`` workers, each running up to
-    ``concurrency`` attempts at once (None: the ``worker_concurrency`` setting)."""
+    ``concurrency`` attempts at once (None: the ``worker_concurrency`` setting), in a
+    child process when ``app_ref`` (``module:attribute`` of ``app``) is given."""
 
     deployment: Deployment
     app: Application
     workers: int = 2
     concurrency: int | None = None
     clock: Clock = wall_clock_ms
+    app_ref: str | None = None
     instance_id: str = ""  # set by ``start``: the id kept in the state directory
     stop_event: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -41,6 +52,7 @@ class Host:
     triggers: TriggerStage | None = None  # when the application declares triggers
     errors: list[BaseException] = field(default_factory=list)
     _claim: InstanceClaim | None = None
+    worker_process: WorkerProcess | None = None  # when the workers run in a child
     #: Called after each processor round with the monotonic time it started (the test
     #: kit waits on it: a round begun after the clock moved has seen the new time).
     on_round: Callable[[float], None] | None = None
@@ -67,21 +79,54 @@ class Host:
         if self.triggers is not None:
             logger.info("triggers on %s", ", ".join(self.triggers.topics))
             self._spawn("triggers", _runner(self.triggers, self.stop_event))
-        for index in range(self.workers):
-            worker = Worker(
-                self.deployment.transport,
-                self.app,
-                self.deployment.topology,
-                group=settings.worker_group,
-                worker_id=f"{self.instance_id}-w{index}",
-                static_member=True,  # kept in the state directory: the same after a restart
-                clock=self.clock,  # progress reports and deadline warnings: the same clock
-                max_payload_bytes=settings.max_payload_bytes,
-                concurrency=self.concurrency or settings.worker_concurrency,
-                start_report_after_ms=settings.start_report_after_ms,
-                announce_interval_ms=settings.worker_announce_interval_ms,
-            )
+        if self._workers_apart():
+            self._start_worker_process()
+            return
+        workers = in_process_workers(
+            self.deployment,
+            self.app,
+            self.instance_id,
+            count=self.workers,
+            concurrency=self.concurrency,
+            clock=self.clock,
+        )
+        for worker in workers:
             self._spawn(worker.worker_id, _runner(worker, self.stop_event))
+
+    def _workers_apart(self) -> bool:
+        """Whether the workers run in a child process (module docstring)."""
+        settings = self.deployment.settings
+        return (
+            self.workers > 0
+            and self.app_ref is not None
+            and settings.worker_isolation == "process"
+            and self.clock is wall_clock_ms
+        )
+
+    def _start_worker_process(self) -> None:
+        assert self.app_ref is not None
+        spec = ChildSpec(
+            app_ref=self.app_ref,
+            settings=self.deployment.settings,
+            instance_id=self.instance_id,
+            workers=self.workers,
+            concurrency=self.concurrency,
+            recording=recording(),
+            log_level=logging.getLogger().level,
+            sys_path=tuple(sys.path),
+        )
+        self.worker_process = WorkerProcess(spec, self._worker_process_ended)
+        self.worker_process.start()
+
+    def workers_ready(self, timeout_s: float) -> bool:
+        """Wait until the workers run (at once for threads; a child has to start)."""
+        process = self.worker_process
+        return process is None or process.wait_ready(timeout_s)
+
+    def _worker_process_ended(self, reason: BaseException) -> None:
+        logger.error("%s: stopping", reason)
+        self.errors.append(reason)
+        self.stop_event.set()
 
     def _trigger_stage(self) -> TriggerStage | None:
         """The trigger stage, if any pipeline declares a trigger (its decoders resolved)."""
@@ -131,6 +176,8 @@ class Host:
 
     def stop(self, timeout_s: float = 30.0) -> None:
         self.stop_event.set()
+        if self.worker_process is not None:
+            self.worker_process.stop(timeout_s)
         for thread in self._threads:
             thread.join(timeout_s)
         if not any(thread.is_alive() for thread in self._threads):

@@ -82,12 +82,15 @@ def run_demo(
     *,
     timeout_s: float = 120.0,
     handlers: Mapping[str, Handler] | None = None,
+    app_ref: str | None = None,
 ) -> DemoReport:
     """Run ``runs`` orders end to end in a fresh deployment; then replay and verify.
 
     An external-system simulator answers the await steps' requests with
     ``handlers``; every 25th answer is also sent twice (a harmless duplicate) and
     once with a tampered token (refused as invalid_token), to show admission.
+    With ``app_ref`` (``module:attribute`` of ``app``), the workers run in a child
+    process, as in ``processor run`` (setting ``worker_isolation``).
     """
     scratch = Path(tempfile.mkdtemp(prefix="processor-demo-"))
     suffix = uuid.uuid4().hex[:8]
@@ -101,12 +104,13 @@ def run_demo(
         }
     )
     deployment = Deployment.from_settings(settings)
-    host = Host(deployment, app, workers=workers)
+    host = Host(deployment, app, workers=workers, app_ref=app_ref)
     chaos = _Chaos()
     responder = Responder(deployment.transport, deployment.topology, handlers or {}, after=chaos)
     responding = threading.Thread(target=responder.run, args=(host.stop_event,), daemon=True)
     try:
         host.start()
+        host.workers_ready(60)
         responding.start()
         started = time.perf_counter()
         outcomes = _submit_and_collect(deployment, runs, timeout_s)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter as Tally
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -31,11 +32,15 @@ __all__ = [
     "TIMERS_FIRED",
     "TRANSACTION_INPUTS",
     "TRANSACTION_SECONDS",
+    "Relay",
     "TransactionTally",
+    "apply_relayed",
     "count_deadline_warning",
+    "count_worker_rejection",
     "observe_step",
     "record_transaction",
     "recording",
+    "relay_to",
     "set_recording",
 ]
 
@@ -164,7 +169,10 @@ def recording() -> bool:
 def observe_step(pipeline: str, step: str, seconds: float) -> None:
     """Record one step function's duration (in a worker)."""
     if _RECORDING.on:
-        _step_histogram(pipeline, step).observe(seconds)
+        if _RELAYING.to is None:
+            _step_histogram(pipeline, step).observe(seconds)
+        else:
+            _RELAYING.to.add("step_seconds", (pipeline, step), seconds)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -175,7 +183,76 @@ def _step_histogram(pipeline: str, step: str) -> Histogram:
 
 def count_deadline_warning(pipeline: str, step: str) -> None:
     """Count one deadline warning (recorded even when other metrics are off: it is rare)."""
-    STEP_DEADLINE_WARNINGS.labels(pipeline, step).inc()
+    _worker_record("deadline_warnings", (pipeline, step), 1.0)
+
+
+def count_worker_rejection(reason: str) -> None:
+    """Count one input a worker refused to ``admission.rejected``."""
+    _worker_record("rejected", (reason,), 1.0)
+
+
+# --- a child process's worker metrics, recorded by its parent -----------------------------
+
+
+class Relay:
+    """Worker metrics recorded in a child process (``processor run``'s in-process workers),
+    held until the child sends them to its parent, which records them in its registry
+    (``apply_relayed``): the parent's ``/metrics`` shows them as before."""
+
+    def __init__(self) -> None:
+        self._held: deque[Relayed] = deque()
+
+    def add(self, metric: str, labels: tuple[str, ...], value: float) -> None:
+        self._held.append((metric, labels, value))  # thread-safe: any worker thread
+
+    def take(self) -> list[Relayed]:
+        """What was recorded since the last take."""
+        taken = []
+        while self._held:
+            taken.append(self._held.popleft())
+        return taken
+
+
+#: One relayed observation: the metric's short name, its label values, the value.
+Relayed = tuple[str, tuple[str, ...], float]
+
+
+class _Relaying:
+    to: Relay | None = None
+
+
+_RELAYING = _Relaying()
+#: The metrics a worker records, by their short name in a relay.
+_WORKER_METRICS: dict[str, Histogram | Counter] = {
+    "step_seconds": STEP_SECONDS,
+    "deadline_warnings": STEP_DEADLINE_WARNINGS,
+    "rejected": REJECTED,
+}
+
+
+def relay_to(relay: Relay | None) -> None:
+    """Hold this process's worker metrics in ``relay`` instead of the registry (None:
+    back to the registry)."""
+    _RELAYING.to = relay
+
+
+def apply_relayed(observations: Iterable[Relayed]) -> None:
+    """Record in this registry what a child's relay held; unknown names are skipped."""
+    for metric, labels, value in observations:
+        family = _WORKER_METRICS.get(metric)
+        if isinstance(family, Histogram):
+            family.labels(*labels).observe(value)
+        elif family is not None:
+            family.labels(*labels).inc(value)
+
+
+def _worker_record(metric: str, labels: tuple[str, ...], value: float) -> None:
+    if _RELAYING.to is not None:
+        _RELAYING.to.add(metric, labels, value)
+        return
+    family = _WORKER_METRICS[metric]
+    assert isinstance(family, Counter)
+    family.labels(*labels).inc(value)
 
 
 def record_transaction(seconds: float, tally: TransactionTally) -> None:

@@ -31,7 +31,7 @@ from processor.facts.rejection import rejected
 from processor.facts.topics import TopicName
 from processor.facts.traceparent import TRACEPARENT_HEADER, is_traceparent
 from processor.telemetry import logs
-from processor.telemetry.metrics import REJECTED
+from processor.telemetry.metrics import count_worker_rejection
 from processor.transport.base import GroupConsumer, Outbound, Record, TopicPartition, Transport
 from processor.transport.clock import Clock, wall_clock_ms
 from processor.transport.topology import Topology
@@ -348,7 +348,7 @@ class Worker:
         self._commit(consumer)
 
     def _rejected(self, record: Record, exc: FactDecodeError) -> Outbound:
-        REJECTED.labels(exc.reason).inc()
+        count_worker_rejection(exc.reason)
         refusal = rejected(record, exc.reason, exc.detail, self._clock())
         return Outbound(self._topology.name(TopicName.REJECTED), record.key or b"", encode(refusal))
 

@@ -32,6 +32,7 @@ journal as ``CompensationStepCompleted`` facts (and what it skipped as
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -294,7 +295,8 @@ lingering = Pipeline("lingering")
 
 @lingering.step(retry=RetryPolicy(max_attempts=1), timeout_s=LINGER_TIMEOUT_S)
 def linger(value: dict[str, Any]) -> dict[str, Any]:
-    Path(value["marker"]).touch()  # a test waits for it, then kills the process
+    # A test waits for it (then kills the process); with pid_file, it says where the step ran.
+    Path(value["marker"]).write_text(str(os.getpid()) if value.get("pid_file") else "")
     time.sleep(value.get("sleep_s", 0))
     return {**value, "lingered": True}
 
