@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -182,8 +183,16 @@ def cli(data_dir: Path, *args: str, timeout_s: float = 120.0) -> subprocess.Comp
     )
 
 
+#: What each command logs once it has started: ``run`` on stderr, ``worker`` on stdout.
+_STARTED_LINES = {"run": " running (", "worker": "ready: "}
+_SERVING = re.compile(r"http: serving on (http://\S+)")
+
+
 class ProcessorProcess:
-    """``python -m processor --data-dir D run --app APP`` as a child process, logs in a file."""
+    """``python -m processor --data-dir D run --app APP`` as a child process, logs in a file.
+
+    With ``command="worker"``: ``processor worker --app APP``, workers only.
+    """
 
     def __init__(
         self,
@@ -192,41 +201,48 @@ class ProcessorProcess:
         *,
         app: str = "tests.apps.pipelines:app",
         workers: int = 2,
+        command: str = "run",
     ) -> None:
+        assert command in _STARTED_LINES, command
         self.data_dir = data_dir
         self.log_path = log_path
         self.app = app
         self.workers = workers
+        self.command = command
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self._log_start = 0
         self.starts = 0
-        self.extra_env: dict[str, str] = {}  # on top of ``subprocess_env``, from the next start
+        self.extra_env: dict[str, str] = {}  # on top of ``env()``, from the next start
 
     def start(self) -> None:
         assert self.proc is None, "already started"
         self._log = self.log_path.open("ab")
         self._log_start = self.log_path.stat().st_size
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "processor",
-                "--data-dir",
-                str(self.data_dir),
-                "run",
-                "--app",
-                self.app,
-                "--workers",
-                str(self.workers),
-            ],
+            self.argv(),
             cwd=REPO_ROOT,
-            env={**subprocess_env(self.data_dir), **self.extra_env},
+            env={**self.env(), **self.extra_env},
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
         self.starts += 1
+
+    def argv(self) -> list[str]:
+        """The command line of the next start."""
+        return [
+            *(sys.executable, "-m", "processor", "--data-dir", str(self.data_dir)),
+            *self.command_args(),
+        ]
+
+    def command_args(self) -> list[str]:
+        """``run`` (or ``worker``) and its options."""
+        return [self.command, "--app", self.app, "--workers", str(self.workers)]
+
+    def env(self) -> dict[str, str]:
+        """The environment of the next start (without ``extra_env``)."""
+        return subprocess_env(self.data_dir)
 
     def log_text(self) -> str:
         """What this start of the process has logged so far."""
@@ -238,17 +254,22 @@ class ProcessorProcess:
         """Fail (showing the log) if the process has exited."""
         assert self.proc is not None, "not started"
         if self.proc.poll() is not None:
-            raise AssertionError(
-                f"processor exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}"
-            )
+            code, log = self.proc.returncode, self.log_text()[-3000:]
+            raise AssertionError(f"processor {self.command} exited with {code}:\n{log}")
 
     def running(self) -> bool:
         """Whether this start of the process has reported that it is running."""
         self.check_alive()
-        return " running (" in self.log_text()
+        return _STARTED_LINES[self.command] in self.log_text()
+
+    def http_address(self) -> str | None:
+        """The address this start of the process serves HTTP on, once it has said it."""
+        self.check_alive()
+        found = _SERVING.search(self.log_text())
+        return found.group(1) if found else None
 
     def wait_running(self, timeout_s: float = 60.0) -> None:
-        wait_until(self.running, timeout_s, "the processor to report it is running")
+        wait_until(self.running, timeout_s, f"the {self.command} process to report it is running")
 
     def kill(self, timeout_s: float = 30.0) -> int:
         """SIGKILL the process and reap it."""

@@ -154,29 +154,25 @@ class KafkaSpace:
 
 
 class KafkaProcessorProcess(ProcessorProcess):
-    """``python -m processor --verbose run`` in a ``KafkaSpace``, logging at INFO."""
+    """``python -m processor --verbose run`` (or ``worker``) in a ``KafkaSpace``, at INFO."""
 
-    def __init__(self, space: KafkaSpace, data_dir: Path, log_path: Path, *, workers: int = 2):
-        super().__init__(data_dir, log_path, workers=workers)
+    def __init__(
+        self,
+        space: KafkaSpace,
+        data_dir: Path,
+        log_path: Path,
+        *,
+        workers: int = 2,
+        command: str = "run",
+    ):
+        super().__init__(data_dir, log_path, workers=workers, command=command)
         self.space = space
-        self.extra_env: dict[str, str] = {}  # on top of the space's, from the next start
 
-    def start(self) -> None:
-        assert self.proc is None, "already started"
-        self._log = self.log_path.open("ab")
-        self._log_start = self.log_path.stat().st_size
-        self.proc = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "processor", "--verbose", "run"),
-                *("--app", self.app, "--workers", str(self.workers)),
-            ],
-            cwd=REPO_ROOT,
-            env={**self.space.env(self.data_dir), **self.extra_env},
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-        self.starts += 1
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "processor", "--verbose", *self.command_args()]
+
+    def env(self) -> dict[str, str]:
+        return self.space.env(self.data_dir)
 
     def pause(self) -> None:
         """SIGSTOP: the whole process freezes, heartbeat threads included."""

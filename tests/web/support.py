@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,7 +23,6 @@ from tests.apps.support import ProcessorProcess, subprocess_env, wait_until
 
 APP = "tests.apps.web_pipelines:app"
 TOKEN = "test-token-" + uuid.uuid4().hex[:8]
-_SERVING = re.compile(r"http: serving on (http://\S+)")
 
 
 @dataclass
@@ -84,7 +82,7 @@ def serve(
     process.extra_env = env
     process.start()
     try:
-        served.url = wait_until(lambda: _address(process), 120, "the HTTP address")
+        served.url = wait_until(process.http_address, 120, "the HTTP address")
         wait_until(lambda: _ready(served.url), 120, "the processor to be ready")
     except BaseException:
         served.close()
@@ -99,12 +97,6 @@ def serving(transport: str, tmp_path: Path) -> Iterator[Served]:
         yield served
     finally:
         served.close()
-
-
-def _address(process: ProcessorProcess) -> str | None:
-    process.check_alive()
-    found = _SERVING.search(process.log_text())
-    return found.group(1) if found else None
 
 
 def _ready(url: str) -> bool:
