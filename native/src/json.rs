@@ -405,6 +405,16 @@ impl Json for RunState {
             "infrastructure_losses",
             &self.infrastructure_losses,
         );
+        o.field_unless(
+            self.compensation_worker.is_none(),
+            "compensation_worker",
+            &self.compensation_worker,
+        );
+        o.field_unless(
+            self.compensation_heartbeat_due_ms.is_none(),
+            "compensation_heartbeat_due_ms",
+            &self.compensation_heartbeat_due_ms,
+        );
         o.close();
     }
 }

@@ -181,6 +181,15 @@ impl<'a> Fact<'a> {
         }
     }
 
+    /// Whether the fact is about a compensator attempt (``kind`` compensate), not a
+    /// forward one.
+    fn compensates(&self) -> Result<bool, Error> {
+        match self.get("kind")? {
+            Value::Str(kind) => Ok(*kind == "compensate"),
+            _ => Err("kind is not a string".into()),
+        }
+    }
+
     fn longs(&self, name: &str) -> Result<Vec<i64>, Error> {
         match self.get(name)? {
             Value::Longs(encoded) => avro::longs(encoded),
@@ -303,6 +312,8 @@ fn start(fact: &Fact) -> Result<Option<RunState>, Error> {
         attempt_worker: None,
         heartbeat_due_ms: None,
         infrastructure_losses: 0,
+        compensation_worker: None,
+        compensation_heartbeat_due_ms: None,
     }))
 }
 
@@ -324,22 +335,42 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.heartbeat_due_ms = None;
         }
         Kind::AttemptStepStarted => {
-            s.attempt_started_step = Some(fact.long("step")?);
-            s.attempt_worker = Some(fact.string("worker_id")?);
-            s.attempt_expires_ms = Some(fact.long("expires_ms")?);
-            s.heartbeat_due_ms = fact.opt_long("heartbeat_due_ms")?;
+            let worker = Some(fact.string("worker_id")?);
+            let expires = Some(fact.long("expires_ms")?);
+            let heartbeat = fact.opt_long("heartbeat_due_ms")?;
+            if fact.compensates()? {
+                s.compensation_worker = worker;
+                s.compensation_expires_ms = expires;
+                s.compensation_heartbeat_due_ms = heartbeat;
+            } else {
+                s.attempt_started_step = Some(fact.long("step")?);
+                s.attempt_worker = worker;
+                s.attempt_expires_ms = expires;
+                s.heartbeat_due_ms = heartbeat;
+            }
             if fact.boolean("redelivered")? {
                 s.infrastructure_losses += 1;
             }
         }
         Kind::AttemptHeartbeatRecorded => {
-            s.heartbeat_due_ms = Some(fact.long("heartbeat_due_ms")?);
+            let due = Some(fact.long("heartbeat_due_ms")?);
+            if fact.compensates()? {
+                s.compensation_heartbeat_due_ms = due;
+            } else {
+                s.heartbeat_due_ms = due;
+            }
         }
         Kind::AttemptLost => {
-            set(&mut s.phase, "idle");
-            s.attempt_expires_ms = None;
-            s.heartbeat_due_ms = None;
-            s.step_attempts = (s.step_attempts - 1).max(0);
+            if fact.compensates()? {
+                // Dispatched again in the same commit, under the same attempt number.
+                s.compensation_expires_ms = None;
+                s.compensation_heartbeat_due_ms = None;
+            } else {
+                set(&mut s.phase, "idle");
+                s.attempt_expires_ms = None;
+                s.heartbeat_due_ms = None;
+                s.step_attempts = (s.step_attempts - 1).max(0);
+            }
             s.infrastructure_losses = fact.long("losses")?;
         }
         Kind::RunDefinitionBlocked => {
@@ -540,6 +571,7 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.attempt_expires_ms = None;
             s.heartbeat_due_ms = None;
             s.compensation_expires_ms = None;
+            s.compensation_heartbeat_due_ms = None;
         }
         Kind::AttemptResolved => {
             set(&mut s.phase, "idle");
@@ -561,8 +593,10 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.compensating_step = Some(fact.long("step")?);
             s.compensation_attempt = fact.long("attempt")?;
             s.compensation_generation = fact.long("generation")?;
-            s.compensation_expires_ms = Some(fact.long("expires_ms")?);
+            s.compensation_expires_ms = fact.opt_long("expires_ms")?;
             s.compensation_retry_due_ms = None;
+            s.compensation_worker = None;
+            s.compensation_heartbeat_due_ms = None;
         }
         Kind::CompensationStepCompleted => {
             unwound(s);
@@ -577,15 +611,15 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
                 Some(due) => {
                     set(&mut s.phase, "compensation_retry_wait");
                     s.compensation_retry_due_ms = Some(due);
-                    s.compensation_expires_ms = None;
                 }
                 None => {
                     s.compensation_failed = true;
                     s.unwind = Vec::new();
-                    s.compensation_expires_ms = None;
                     set(&mut s.phase, "idle");
                 }
             }
+            s.compensation_expires_ms = None;
+            s.compensation_heartbeat_due_ms = None;
             with_reason(&mut s.compensation_retry_reason, fact.opt_string("reason")?);
         }
         Kind::RunStopped => {
@@ -632,5 +666,7 @@ fn unwound(s: &mut RunState) {
     s.compensation_attempt = 0;
     s.compensation_generation = 0;
     s.compensation_expires_ms = None;
+    s.compensation_worker = None;
+    s.compensation_heartbeat_due_ms = None;
     set(&mut s.phase, "compensating");
 }

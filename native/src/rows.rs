@@ -72,9 +72,19 @@ pub fn due_entries(state: Option<&RunState>, entries: &mut Vec<Due>) {
     let step = s.compensating_step.unwrap_or(0);
     let generation = s.compensation_generation;
     let timer = match s.phase.as_str() {
-        "compensating" => s
-            .compensation_expires_ms
-            .map(|expiry| (expiry, COMPENSATION_TIMEOUT, step, generation)),
+        "compensating" => {
+            // As a forward attempt's: schedule-to-start until a worker reports the start.
+            let kind = if s.compensation_worker.is_some() {
+                COMPENSATION_TIMEOUT
+            } else {
+                SCHEDULE_TO_START_TIMEOUT
+            };
+            if let Some(due) = s.compensation_heartbeat_due_ms {
+                entries.push((due, HEARTBEAT_TIMEOUT, step, generation));
+            }
+            s.compensation_expires_ms
+                .map(|expiry| (expiry, kind, step, generation))
+        }
         "compensation_retry_wait" => s
             .compensation_retry_due_ms
             .map(|due| (due, COMPENSATION_RETRY, step, generation)),

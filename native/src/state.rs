@@ -186,12 +186,16 @@ pub struct RunState {
     pub heartbeat_due_ms: Option<i64>,
     #[serde(default)]
     pub infrastructure_losses: i64,
+    #[serde(default)]
+    pub compensation_worker: Option<String>,
+    #[serde(default)]
+    pub compensation_heartbeat_due_ms: Option<i64>,
 }
 
 /// The run row's fields this build reads and writes, in ``RunRow``'s order (all but
 /// ``redrives``): ``native_fold.py`` uses a build only if they are the row's, so an
 /// older build never writes rows without the fields added since.
-pub const ROW_FIELDS: [&str; 65] = [
+pub const ROW_FIELDS: [&str; 67] = [
     "run_id",
     "pipeline",
     "pipeline_version",
@@ -257,6 +261,8 @@ pub const ROW_FIELDS: [&str; 65] = [
     "attempt_worker",
     "heartbeat_due_ms",
     "infrastructure_losses",
+    "compensation_worker",
+    "compensation_heartbeat_due_ms",
 ];
 
 // The defaults of the string fields that have one, as ``model/state.py`` declares them:

@@ -563,15 +563,17 @@ def status_dict(state: RunState) -> dict[str, Any]:
 
 
 def _started(state: RunState) -> dict[str, Any] | None:
-    """The step a worker reported started in the running attempt, and by whom."""
-    forward = state.attempt
-    if state.phase != "dispatched" or forward.started_step is None:
+    """The step a worker reported started in the running attempt (forward or compensator),
+    and by whom."""
+    attempt = state.running_attempt()
+    if attempt is None or attempt.started_step is None:
         return None
     return {
-        "step": forward.started_step,
-        "worker_id": forward.worker_id,
-        "expires_ms": forward.expires_ms,
-        "heartbeat_due_ms": forward.heartbeat_due_ms,
+        "kind": attempt.kind,
+        "step": attempt.started_step,
+        "worker_id": attempt.worker_id,
+        "expires_ms": attempt.expires_ms,
+        "heartbeat_due_ms": attempt.heartbeat_due_ms,
     }
 
 

@@ -41,18 +41,25 @@ def attempt_failed(segment: int, generation: int) -> str:
     return f"segment/{segment}/generation/{generation}/failed"
 
 
-def step_started(segment: int, generation: int, step: int, version: int) -> str:
+def _attempt(kind: str, scope: int, generation: int) -> str:
+    """An attempt of either kind: a forward segment's, or the compensator of step ``scope``
+    (``compensate/...``, as its other facts): their numbers may coincide."""
+    prefix = "segment" if kind == "forward" else "compensate"
+    return f"{prefix}/{scope}/generation/{generation}"
+
+
+def step_started(kind: str, scope: int, generation: int, step: int, version: int) -> str:
     """A start report (a step may be started again by another worker: ``version`` is the
     run's version when it was recorded, so each record has its own key)."""
-    return f"segment/{segment}/generation/{generation}/step/{step}/started/{version}"
+    return f"{_attempt(kind, scope, generation)}/step/{step}/started/{version}"
 
 
-def heartbeat_recorded(segment: int, generation: int, due_ms: int) -> str:
-    return f"segment/{segment}/generation/{generation}/heartbeat/{due_ms}"
+def heartbeat_recorded(kind: str, scope: int, generation: int, due_ms: int) -> str:
+    return f"{_attempt(kind, scope, generation)}/heartbeat/{due_ms}"
 
 
-def attempt_lost(segment: int, generation: int) -> str:
-    return f"segment/{segment}/generation/{generation}/lost"
+def attempt_lost(kind: str, scope: int, generation: int) -> str:
+    return f"{_attempt(kind, scope, generation)}/lost"
 
 
 def definition_blocked(segment: int, generation: int) -> str:

@@ -107,7 +107,9 @@ class SegmentAttemptStarted(FactHeader):
 
 
 class AttemptStepStarted(FactHeader):
-    """A worker started a step of the current forward attempt: its timer runs from now."""
+    """A worker started a step of the current attempt, forward or compensator: its timer
+    runs from now. Of a compensator (``kind`` compensate), ``segment`` and ``step`` are
+    the compensated step, as in ``AttemptOutcomeUnknown``."""
 
     segment: int
     attempt: int
@@ -117,27 +119,30 @@ class AttemptStepStarted(FactHeader):
     expires_ms: int
     heartbeat_due_ms: int | None = None
     redelivered: bool = False  # started again by another worker: an infrastructure loss
+    kind: str = "forward"  # forward | compensate
 
 
 class AttemptHeartbeatRecorded(FactHeader):
-    """A heartbeat of the running step moved its heartbeat timer."""
+    """A heartbeat of the running step (or compensator) moved its heartbeat timer."""
 
     segment: int
     attempt: int
     generation: int
     step: int
     heartbeat_due_ms: int
+    kind: str = "forward"  # forward | compensate
 
 
 class AttemptLost(FactHeader):
-    """The forward attempt was lost to the infrastructure: not charged to the retry budget."""
+    """The attempt was lost to the infrastructure: not charged to the retry budget."""
 
     segment: int
     attempt: int
     generation: int
     step: int
-    cause: str  # schedule_to_start_timeout | heartbeat_timeout
+    cause: str  # schedule_to_start_timeout | heartbeat_timeout (forward only)
     losses: int  # the run's infrastructure losses, this one included
+    kind: str = "forward"  # forward | compensate
 
 
 class RunDefinitionBlocked(FactHeader):
@@ -303,7 +308,8 @@ class CompensationAttemptStarted(FactHeader):
     step: int
     attempt: int
     generation: int
-    expires_ms: int
+    # The schedule-to-start expiry; None: no timer until a worker reports the start.
+    expires_ms: int | None = None
 
 
 class CompensationStepCompleted(FactHeader):

@@ -1,11 +1,13 @@
 """The attempt lifecycle, one for both kinds: forward segments and compensators.
 
-An attempt starts (a started fact, a work item with its expiry), runs until its
-result or its timeout, and may fail into a retry wait whose timer starts the next
-attempt with the next generation. A result is the current attempt's if it names
-the running attempt, or the Unknown one it settles late. What differs between the
-kinds (the started fact, the timeout, the timer kinds) is in ``_TRACKS``; the
-lifecycle itself is written once here. None of it reads a clock or does I/O.
+An attempt starts (a started fact, a work item with its expiry), is reported started
+by a worker (``progress``: its timeouts run from then), runs until its result or its
+timeout, and may fail into a retry wait whose timer starts the next attempt with the
+next generation. A result is the current attempt's if it names the running attempt,
+or the Unknown one it settles late. What differs between the kinds (the started fact,
+the timeout armed at the start, the timer kinds in ``due.ATTEMPT_TIMERS``) is chosen
+by kind where it differs; the lifecycle itself is written once here. None of it reads
+a clock or does I/O.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ __all__ = [
     "retry_due_ms",
     "start",
     "start_next",
+    "started_timeout_ms",
 ]
 
 logger = logging.getLogger(__name__)
@@ -58,10 +61,10 @@ def start(
     """The attempt's started fact and the work item that carries it to a worker; a
     forward attempt that no live worker could run waits instead (``block``).
 
-    A forward attempt's timer does not count the queue: at dispatch it is the first
-    step's schedule-to-start timeout, if it has one, else none; the start-to-close
-    timer is armed when a worker reports the start (``progress``). A compensator's
-    timer still runs from dispatch.
+    Neither kind's timer counts the queue: at dispatch it is the first step's
+    schedule-to-start timeout, if it has one, else none; the start-to-close timer (a
+    compensator's: its compensation timeout) is armed when a worker reports the start
+    (``progress``).
     """
     if kind == FORWARD and not maker.loads(spec):
         detail = f"no live worker loads pipeline {spec.name!r} v{spec.version}"
@@ -76,7 +79,7 @@ def start(
             detail=detail,
         )
         return
-    timeout = _timeout_ms(spec, kind, first_step)
+    timeout = spec.steps[first_step].schedule_to_start_timeout_ms
     expires_ms = None if timeout is None else maker.now + timeout
     if kind == FORWARD:
         maker.add(
@@ -90,7 +93,6 @@ def start(
             )
         )
     else:
-        assert expires_ms is not None
         maker.add(
             CompensationAttemptStarted(
                 **maker.header(keys.compensation_attempt(scope, generation)),
@@ -109,7 +111,7 @@ def start(
         generation=generation,
         first_step=first_step,
         input=input,
-        expires_ms=_start_by(expires_ms, maker.current.deadline_ms),
+        expires_ms=_start_by(kind, expires_ms, maker.current.deadline_ms),
         kind=kind,
         run_deadline_ms=maker.current.deadline_ms,
     )
@@ -180,19 +182,22 @@ def _next_input(state: RunState, attempt: Attempt) -> tuple[int, bytes]:
 NO_EXPIRY = 2**63 - 1
 
 
-def _start_by(expires_ms: int | None, deadline_ms: int | None) -> int:
+def _start_by(kind: AttemptKind, expires_ms: int | None, deadline_ms: int | None) -> int:
     """The work item's ``expires_ms``: the latest time to start it (schedule-to-start
-    expiry, else the run deadline, else never)."""
+    expiry, else the run deadline, else never). The run deadline bounds forward work
+    only: a compensator is recovery, often dispatched because the deadline passed."""
     if expires_ms is not None:
         return expires_ms
-    return NO_EXPIRY if deadline_ms is None else deadline_ms
+    return NO_EXPIRY if deadline_ms is None or kind != FORWARD else deadline_ms
 
 
-def _timeout_ms(spec: PipelineSpec, kind: AttemptKind, first_step: int) -> int | None:
+def started_timeout_ms(spec: PipelineSpec, kind: AttemptKind, step: int) -> int:
+    """The timeout armed when a worker reports ``step`` started: the start-to-close one of a
+    forward attempt, a compensator's compensation timeout."""
     if kind == FORWARD:
-        return spec.steps[first_step].schedule_to_start_timeout_ms
-    compensation = spec.steps[first_step].compensation
-    assert compensation is not None
+        return spec.started_timeout_ms(step)
+    compensation = spec.steps[step].compensation
+    assert compensation is not None  # only a step with a compensator is compensated
     return compensation.timeout_ms
 
 

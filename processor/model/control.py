@@ -3,7 +3,8 @@
 Semantics (seed 002): the first committed stop reason decides; stop intent fences
 queued forward work and open interactions; an attempt already running settles
 first; then completed steps are compensated one at a time in reverse completion
-order, and the terminal record keeps two outcomes, execution and recovery.
+order (each compensator an attempt with the forward timing rules: ``progress``), and
+the terminal record keeps two outcomes, execution and recovery.
 """
 
 from __future__ import annotations
@@ -130,7 +131,9 @@ def _advance_unwind(maker: FactMaker, spec: PipelineSpec) -> None:
 def start_compensation(
     maker: FactMaker, spec: PipelineSpec, *, step: int, attempt: int, generation: int
 ) -> None:
-    """A compensator attempt for ``step``, on its output (``attempts.start``)."""
+    """A compensator attempt for ``step``, on its output (``attempts.start``), timed as a
+    forward attempt is: its compensation timeout runs from a worker's start report
+    (``progress``)."""
     attempts.start(
         maker,
         spec,

@@ -453,14 +453,12 @@ def _attempt_timed_out(
     and stops the unwind for an operator), else a retryable failure."""
     state = maker.current
     attempt = attempts.expired(state, kind, entry, maker.now)
-    if attempt is None:
-        return
+    if attempt is None or attempt.started_step is None:
+        return  # an attempt's own timeout runs from its start report only
+    started = attempt.started_step
     if kind == COMPENSATE:
         attempts.mark_unknown(maker, attempt, step=attempt.scope)
         return
-    started = state.attempt.started_step
-    if started is None:
-        return  # a forward attempt's own timeout runs from its start report only
     if spec.segment_effectful(state.attempt.next_step):
         attempts.mark_unknown(maker, attempt, step=started)
         return

@@ -1,11 +1,16 @@
-"""Timers are durable data: the due-work rows a run needs, derived from its state."""
+"""Timers are durable data: the due-work rows a run needs, derived from its state.
+
+A running attempt of either kind (a forward segment, a compensator) has the same
+timers: its schedule-to-start timeout until a worker reports it started, then its
+own timeout (start-to-close, or the compensation timeout) and its heartbeat timeout.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
 
-from processor.model.state import COMPENSATE, FORWARD, AttemptKind, RunState
+from processor.model.state import COMPENSATE, FORWARD, Attempt, AttemptKind, RunState
 
 __all__ = ["ATTEMPT_TIMERS", "DueEntry", "TimerKind", "due_entries"]
 
@@ -29,7 +34,9 @@ class DueEntry:
 
     ``scope``/``ordinal`` name what the timer is for: (segment, generation) for
     attempt timeouts (start-to-close, schedule-to-start, heartbeat) and retries,
-    (boundary, item index) for interaction timeouts, (segment, step) for a sleep.
+    (compensated step, generation) for a compensator's (compensation timeout,
+    schedule-to-start, heartbeat, retry), (boundary, item index) for interaction
+    timeouts, (segment, step) for a sleep.
     """
 
     due_ms: int
@@ -69,15 +76,12 @@ def _phase_entries(state: RunState) -> frozenset[DueEntry]:
     if kind is not None:
         attempt = state.attempt_of(kind)
         timeout, retry = ATTEMPT_TIMERS[kind]
-        if kind == FORWARD and attempt.running:
-            return _forward_entries(state)
-        if attempt.running and attempt.expires_ms is not None:
-            due, timer = attempt.expires_ms, timeout
-        elif attempt.waiting and attempt.retry_due_ms is not None:
-            due, timer = attempt.retry_due_ms, retry
-        else:
-            return frozenset()
-        return frozenset({DueEntry(due, run_id, timer, attempt.scope, attempt.generation)})
+        if attempt.running:
+            return _running_entries(run_id, attempt, timeout)
+        if attempt.waiting and attempt.retry_due_ms is not None:
+            entry = DueEntry(attempt.retry_due_ms, run_id, retry, attempt.scope, attempt.generation)
+            return frozenset({entry})
+        return frozenset()
     if state.phase == "suspended":
         return frozenset(
             DueEntry(i.deadline_ms, run_id, "interaction_timeout", i.boundary, i.item_index)
@@ -94,18 +98,16 @@ def _phase_entries(state: RunState) -> frozenset[DueEntry]:
     return frozenset()
 
 
-def _forward_entries(state: RunState) -> frozenset[DueEntry]:
-    """A dispatched forward attempt's timers: schedule-to-start until a worker reports the
-    start, then start-to-close (``attempt_timeout``), and its heartbeat timer if any."""
-    forward = state.attempt
-    scope, ordinal = forward.segment, forward.generation
+def _running_entries(run_id: str, attempt: Attempt, timeout: TimerKind) -> frozenset[DueEntry]:
+    """A running attempt's timers, of either kind: schedule-to-start until a worker reports
+    the start, then its own timeout (``timeout``: start-to-close, or the compensation
+    timeout), and its heartbeat timer if any."""
+    scope, ordinal = attempt.scope, attempt.generation
     entries = set()
-    if forward.expires_ms is not None:
-        started = forward.started_step is not None
-        timer: TimerKind = "attempt_timeout" if started else "schedule_to_start_timeout"
-        entries.add(DueEntry(forward.expires_ms, state.run_id, timer, scope, ordinal))
-    if forward.heartbeat_due_ms is not None:
-        entries.add(
-            DueEntry(forward.heartbeat_due_ms, state.run_id, "heartbeat_timeout", scope, ordinal)
-        )
+    if attempt.expires_ms is not None:
+        started = attempt.started_step is not None
+        timer: TimerKind = timeout if started else "schedule_to_start_timeout"
+        entries.add(DueEntry(attempt.expires_ms, run_id, timer, scope, ordinal))
+    if attempt.heartbeat_due_ms is not None:
+        entries.add(DueEntry(attempt.heartbeat_due_ms, run_id, "heartbeat_timeout", scope, ordinal))
     return frozenset(entries)

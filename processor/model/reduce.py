@@ -48,6 +48,7 @@ from processor.facts.models import (
 )
 from processor.facts.trusted import assemble, evolve
 from processor.model.state import (
+    COMPENSATE,
     FAILED,
     RUNNING,
     SUCCEEDED,
@@ -177,6 +178,10 @@ def _changes(fact: FactHeader, state: RunState) -> dict[str, object]:
 _reducer_of = _changes.registry.get
 
 
+#: An attempt's timers once it settled or was lost (either kind).
+_NO_TIMERS: dict[str, object] = {"expires_ms": None, "heartbeat_due_ms": None}
+
+
 @_changes.register
 def _(fact: SegmentAttemptStarted, state: RunState) -> dict[str, object]:
     forward = state.attempt
@@ -200,16 +205,15 @@ def _(fact: SegmentAttemptStarted, state: RunState) -> dict[str, object]:
 
 @_changes.register
 def _(fact: AttemptStepStarted, state: RunState) -> dict[str, object]:
-    attempt = evolve(
-        state.attempt,
-        {
-            "started_step": fact.step,
-            "worker_id": fact.worker_id,
-            "expires_ms": fact.expires_ms,
-            "heartbeat_due_ms": fact.heartbeat_due_ms,
-        },
-    )
-    changes: dict[str, object] = {"attempt": attempt}
+    timers = {"expires_ms": fact.expires_ms, "heartbeat_due_ms": fact.heartbeat_due_ms}
+    changes: dict[str, object]
+    if fact.kind == COMPENSATE:
+        changes = {
+            "compensation": evolve(state.compensation, {"worker_id": fact.worker_id, **timers})
+        }
+    else:
+        started = {"started_step": fact.step, "worker_id": fact.worker_id, **timers}
+        changes = {"attempt": evolve(state.attempt, started)}
     if fact.redelivered:
         changes["infrastructure_losses"] = state.infrastructure_losses + 1
     return changes
@@ -217,22 +221,23 @@ def _(fact: AttemptStepStarted, state: RunState) -> dict[str, object]:
 
 @_changes.register
 def _(fact: AttemptHeartbeatRecorded, state: RunState) -> dict[str, object]:
-    return {"attempt": evolve(state.attempt, {"heartbeat_due_ms": fact.heartbeat_due_ms})}
+    due = {"heartbeat_due_ms": fact.heartbeat_due_ms}
+    if fact.kind == COMPENSATE:
+        return {"compensation": evolve(state.compensation, due)}
+    return {"attempt": evolve(state.attempt, due)}
 
 
 @_changes.register
 def _(fact: AttemptLost, state: RunState) -> dict[str, object]:
+    if fact.kind == COMPENSATE:
+        # The compensator is dispatched again in the same commit, under the same attempt
+        # number: its retry budget is not charged.
+        compensation = evolve(state.compensation, _NO_TIMERS)
+        return {"compensation": compensation, "infrastructure_losses": fact.losses}
     # The lost attempt is given back to the step's retry budget: the next one (started
     # at once) counts again the attempt this one counted.
     forward = state.attempt
-    attempt = evolve(
-        forward,
-        {
-            "expires_ms": None,
-            "heartbeat_due_ms": None,
-            "step_attempts": max(0, forward.step_attempts - 1),
-        },
-    )
+    attempt = evolve(forward, {**_NO_TIMERS, "step_attempts": max(0, forward.step_attempts - 1)})
     return {"phase": "idle", "attempt": attempt, "infrastructure_losses": fact.losses}
 
 
@@ -485,8 +490,8 @@ def _(fact: AttemptOutcomeUnknown, state: RunState) -> dict[str, object]:
         step=fact.step,
     )
     compensation = state.compensation
-    if compensation.expires_ms is not None:
-        compensation = evolve(compensation, {"expires_ms": None})
+    if compensation.expires_ms is not None or compensation.heartbeat_due_ms is not None:
+        compensation = evolve(compensation, _NO_TIMERS)
     attempt = _settled(state)
     if fact.kind == "forward":  # an effectful step's attempt: never retried blindly
         attempt = _with_reason(attempt, "outcome_unknown")
@@ -524,6 +529,8 @@ def _(fact: CompensationAttemptStarted, state: RunState) -> dict[str, object]:
             "generation": fact.generation,
             "expires_ms": fact.expires_ms,
             "retry_due_ms": None,
+            "worker_id": None,
+            "heartbeat_due_ms": None,
         },
     )
     return {"phase": "compensating", "compensation": compensation}
@@ -538,6 +545,8 @@ def _unwound(state: RunState, tally: str) -> dict[str, object]:
         "attempt": 0,
         "generation": 0,
         "expires_ms": None,
+        "worker_id": None,
+        "heartbeat_due_ms": None,
         tally: getattr(compensation, tally) + 1,
     }
     return {"phase": "compensating", "compensation": evolve(compensation, changes)}
@@ -557,10 +566,10 @@ def _(fact: CompensationStepSkipped, state: RunState) -> dict[str, object]:
 def _(fact: CompensationAttemptFailed, state: RunState) -> dict[str, object]:
     compensation = state.compensation
     if fact.retry_due_ms is not None:
-        changes: dict[str, object] = {"retry_due_ms": fact.retry_due_ms, "expires_ms": None}
+        changes: dict[str, object] = {"retry_due_ms": fact.retry_due_ms, **_NO_TIMERS}
         phase = "compensation_retry_wait"
     else:
-        changes = {"failed": True, "unwind": (), "expires_ms": None}
+        changes = {"failed": True, "unwind": (), **_NO_TIMERS}
         phase = "idle"
     if fact.reason is not None:
         changes["retry_reason"] = fact.reason

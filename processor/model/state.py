@@ -12,6 +12,7 @@ __all__ = [
     "FAILED",
     "FORWARD",
     "RUNNING",
+    "RUNNING_PHASES",
     "SUCCEEDED",
     "TERMINAL",
     "Attempt",
@@ -58,6 +59,8 @@ InteractionStatus = Literal["open", "admitted", "timed_out"]
 AttemptKind = Literal["forward", "compensate"]
 FORWARD: AttemptKind = "forward"
 COMPENSATE: AttemptKind = "compensate"
+#: The phase in which an attempt of each kind runs on a worker.
+RUNNING_PHASES: dict[str, AttemptKind] = {"dispatched": FORWARD, "compensating": COMPENSATE}
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +68,9 @@ class Attempt:
     """The current attempt of one kind, whatever its kind: ``RunState.attempt_of``.
 
     ``scope`` is what the attempt runs: the segment of a forward attempt, the
-    compensated step of a compensator.
+    compensated step of a compensator. While it runs, ``expires_ms`` is its
+    schedule-to-start expiry until a worker reports a step started
+    (``started_step``), then its start-to-close one.
     """
 
     kind: AttemptKind
@@ -76,6 +81,9 @@ class Attempt:
     retry_due_ms: int | None  # while it waits to be tried again
     running: bool  # dispatched to a worker, its result awaited
     waiting: bool  # failed, its next try after backoff
+    started_step: int | None = None  # the step a worker last reported started
+    worker_id: str | None = None  # the worker that reported it
+    heartbeat_due_ms: int | None = None  # lost without a heartbeat by then
 
 
 _CONFIG = ConfigDict(frozen=True, extra="forbid", ser_json_bytes="base64", val_json_bytes="base64")
@@ -194,12 +202,16 @@ class Compensation(BaseModel):
     step: int | None = None  # the step being compensated
     attempt: int = 0
     generation: int = 0
+    # While compensating, as a forward attempt's: the schedule-to-start expiry until a
+    # worker reports the compensator started, then the compensation timeout's.
     expires_ms: int | None = None
     retry_due_ms: int | None = None
     retry_reason: str | None = None  # the compensator's last retry decision
     compensated: int = 0
     skipped: int = 0
     failed: bool = False
+    worker_id: str | None = None  # the worker that reported the compensator started
+    heartbeat_due_ms: int | None = None  # lost without a heartbeat by then
 
 
 class RunState(BaseModel):
@@ -272,6 +284,9 @@ class RunState(BaseModel):
                 forward.retry_due_ms,
                 running=self.phase == "dispatched",
                 waiting=self.phase == "retry_wait",
+                started_step=forward.started_step,
+                worker_id=forward.worker_id,
+                heartbeat_due_ms=forward.heartbeat_due_ms,
             )
         unwind = self.compensation
         return Attempt(
@@ -283,7 +298,19 @@ class RunState(BaseModel):
             unwind.retry_due_ms,
             running=self.phase == "compensating" and unwind.step is not None,
             waiting=self.phase == "compensation_retry_wait",
+            # A compensator runs one step, its own: started once a worker reported it.
+            started_step=None if unwind.worker_id is None else unwind.step,
+            worker_id=unwind.worker_id,
+            heartbeat_due_ms=unwind.heartbeat_due_ms,
         )
+
+    def running_attempt(self) -> Attempt | None:
+        """The attempt a worker runs now, forward or compensator, if any."""
+        kind = RUNNING_PHASES.get(self.phase)
+        if kind is None:
+            return None
+        attempt = self.attempt_of(kind)
+        return attempt if attempt.running else None
 
     def boundary_interactions(self) -> list[Interaction]:
         """The current boundary's interactions in item-index order."""

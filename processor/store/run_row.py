@@ -107,6 +107,8 @@ class RunRow(BaseModel):
     attempt_worker: str | None = None
     heartbeat_due_ms: int | None = None
     infrastructure_losses: int = 0
+    compensation_worker: str | None = None  # the worker that reported the compensator started
+    compensation_heartbeat_due_ms: int | None = None
 
 
 #: Each part of RunState: its model and (row field, part field) of each of its fields.
@@ -163,6 +165,8 @@ _PARTS: tuple[tuple[str, type[BaseModel], tuple[tuple[str, str], ...]], ...] = (
             ("compensated", "compensated"),
             ("skipped", "skipped"),
             ("compensation_failed", "failed"),
+            ("compensation_worker", "worker_id"),
+            ("compensation_heartbeat_due_ms", "heartbeat_due_ms"),
         ),
     ),
 )

@@ -1,6 +1,7 @@
 """Attempts running in this process: what each reports, and the stop notices they get.
 
-The reporting policy (``RunningAttempt``):
+The reporting policy (``RunningAttempt``), the same for a compensator (its step's
+heartbeat and schedule-to-start timeouts, its own timeout):
 
 - ``started`` for a step once it has run ``start_report_after_ms`` without finishing,
   or as soon as it starts when the step has a heartbeat or a schedule-to-start

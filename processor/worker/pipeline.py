@@ -222,7 +222,9 @@ class Pipeline:
         """Decorator registering the compensator of the step named ``step``.
 
         It receives that step's output and undoes its effect when the run fails,
-        is cancelled or times out after the step completed.
+        is cancelled or times out after the step completed. ``timeout_s`` counts from
+        when a worker starts it; the step's ``heartbeat_timeout_s`` and
+        ``schedule_to_start_timeout_s`` apply to it too.
         """
 
         def register(function: StepFunction) -> StepFunction:

@@ -22,6 +22,10 @@ journal as ``CompensationStepCompleted`` facts (and what it skipped as
   then ``tally``.
 - ``watched``: ``crunch`` (one attempt, a heartbeat timeout ``HEARTBEAT_TIMEOUT_S``
   and a schedule-to-start timeout ``START_TIMEOUT_S``), then ``report``.
+- ``undone``: ``lease`` (one attempt, a heartbeat timeout ``HEARTBEAT_TIMEOUT_S`` and
+  a schedule-to-start timeout ``START_TIMEOUT_S``, which its compensator ``unlease``
+  has too, with a compensation timeout ``UNDO_TIMEOUT_S``), then ``settle``, which
+  refuses (NonRetryableError): every run unwinds ``lease``.
 - ``lingering``: ``linger`` touches the file named by ``marker``, then sleeps
   ``sleep_s`` seconds (one attempt, a ``LINGER_TIMEOUT_S`` timeout).
 - ``mend``: ``intake``, ``check``, ``send``; ``check`` raises a retryable error
@@ -54,6 +58,7 @@ __all__ = [
     "START_TIMEOUT_S",
     "STEP_TIMEOUT_S",
     "TIMED_DEADLINE_S",
+    "UNDO_TIMEOUT_S",
     "WATCHED_TIMEOUT_S",
     "app",
     "expected_approval_result",
@@ -72,8 +77,9 @@ COMPENSATION_RETRY = RetryPolicy(
     max_attempts=3, initial_backoff_ms=250, multiplier=3.0, max_backoff_ms=5_000
 )
 # Short timeouts: on the embedded log, work claimed by the workers of a killed process
-# is lost, and only its attempt's timeout brings it back (a lost compensator attempt
-# becomes Unknown at its timeout and waits for an operator).
+# may be lost, and only its attempt's timeout brings it back (a lost compensator attempt
+# that a worker reported started becomes Unknown at its timeout and waits for an
+# operator).
 STEP_TIMEOUT_S = 2.0
 COMPENSATION_TIMEOUT_S = 5.0  # longer than the run deadline of ``timed``
 PAYMENT_TIMEOUT_S = 5.0
@@ -287,6 +293,32 @@ def report(value: dict[str, Any]) -> dict[str, Any]:
     return {**value, "reported": True}
 
 
+# --- undone: a compensator that heartbeats and has a schedule-to-start timeout -------------
+
+UNDO_TIMEOUT_S = 60.0  # far longer than the heartbeat and schedule-to-start timeouts
+undone = Pipeline("undone")
+
+
+@undone.step(
+    retry=RetryPolicy(max_attempts=1),
+    timeout_s=STEP_TIMEOUT_S,
+    heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S,  # the compensator's timers are the step's
+    schedule_to_start_timeout_s=START_TIMEOUT_S,
+)
+def lease(value: dict[str, Any]) -> dict[str, Any]:
+    return {**value, "leased": True}
+
+
+@undone.step(retry=RetryPolicy(max_attempts=1), timeout_s=STEP_TIMEOUT_S)
+def settle(value: dict[str, Any]) -> dict[str, Any]:
+    raise NonRetryableError("the lessor refused")
+
+
+@undone.compensate("lease", retry=COMPENSATION_RETRY, timeout_s=UNDO_TIMEOUT_S)
+def unlease(value: dict[str, Any]) -> dict[str, Any]:
+    return {"unleased": value.get("n")}
+
+
 # --- lingering: a step that takes a while, and says when it began ------------------------
 
 LINGER_TIMEOUT_S = 120.0
@@ -301,4 +333,4 @@ def linger(value: dict[str, Any]) -> dict[str, Any]:
     return {**value, "lingered": True}
 
 
-app = Application([booking, payment, timed, approval, survey, mend, watched, lingering])
+app = Application([booking, payment, timed, approval, survey, mend, watched, undone, lingering])

@@ -273,12 +273,15 @@ class Control:
     def started(
         self, item: WorkItem, *, step: int | None = None, worker: str = "test-worker"
     ) -> int:
-        """Report ``item``'s step started and drive until it is recorded: its new expiry."""
+        """Report ``item``'s step (or compensator) started and drive until it is recorded:
+        its new expiry."""
         self.report(item, step=step, worker=worker)
         first = item.first_step if step is None else step
 
         def recorded() -> int | None:
-            attempt = self.state(item.run_id).attempt
+            attempt = self.state(item.run_id).running_attempt()
+            if attempt is None or attempt.kind != item.kind:
+                return None
             mine = (attempt.generation, attempt.started_step, attempt.worker_id)
             return attempt.expires_ms if mine == (item.generation, first, worker) else None
 

@@ -2,6 +2,7 @@
 
 The test plays the worker: it sends AttemptProgress reports to segments.results with
 the real transport (the worker runtime sends the same ones), and moves the fake clock.
+Compensators follow the same rules as forward attempts (the last tests).
 """
 
 from __future__ import annotations
@@ -12,17 +13,24 @@ from processor.facts.models import (
     AttemptLost,
     AttemptOutcomeUnknown,
     AttemptStepStarted,
+    CompensationAttemptFailed,
+    CompensationStepCompleted,
     SegmentFailed,
 )
 from tests.apps.control_pipelines import (
+    COMPENSATION_TIMEOUT_S,
     HEARTBEAT_TIMEOUT_S,
     START_TIMEOUT_S,
     STEP_TIMEOUT_S,
+    UNDO_TIMEOUT_S,
     WATCHED_TIMEOUT_S,
 )
 from tests.control.control_support import Control
 
 HEARTBEAT_MS = int(HEARTBEAT_TIMEOUT_S * 1000)
+START_MS = int(START_TIMEOUT_S * 1000)
+COMPENSATION_MS = int(COMPENSATION_TIMEOUT_S * 1000)
+UNDO_MS = int(UNDO_TIMEOUT_S * 1000)
 # From the start of crunch: its timeout and that of report, the segment's later step.
 STARTED_TIMEOUT_MS = int((WATCHED_TIMEOUT_S + STEP_TIMEOUT_S) * 1000)
 
@@ -120,7 +128,7 @@ def test_stale_and_repeated_reports_change_nothing_and_are_not_rejected(ctl: Con
 def test_an_attempt_no_worker_starts_in_time_is_dispatched_again(ctl: Control) -> None:
     run_id = ctl.submit("watched", {"n": 3})
     queued = ctl.work(run_id)
-    ctl.advance_to(ctl.now + int(START_TIMEOUT_S * 1000))
+    ctl.advance_to(ctl.now + START_MS)
     (lost,) = ctl.wait_for(run_id, AttemptLost)
     assert (lost.cause, lost.step) == ("schedule_to_start_timeout", 0)
     again = ctl.work(run_id)
@@ -128,3 +136,87 @@ def test_an_attempt_no_worker_starts_in_time_is_dispatched_again(ctl: Control) -
     ctl.complete(again)
     done = ctl.terminal(run_id)
     assert (done.status, done.infrastructure_losses) == ("succeeded", 1)
+
+
+# --- compensators: the same rules ----------------------------------------------------------
+
+
+def test_a_compensator_queued_longer_than_its_timeout_then_started_completes(
+    ctl: Control,
+) -> None:
+    run_id = ctl.submit("booking", {"id": "cq-1", "reject": True})
+    ctl.complete(ctl.work(run_id))  # three steps completed, then confirm refuses: unwind
+    refund = ctl.work(run_id, "compensate")
+    assert ctl.due(run_id) == []  # waiting for a worker: no timer
+    ctl.advance_to(ctl.now + 10 * COMPENSATION_MS)  # queued ten times its timeout
+    ctl.settle()
+    assert ctl.of(run_id, AttemptOutcomeUnknown) == []
+
+    started_at = ctl.now
+    assert ctl.started(refund) == started_at + COMPENSATION_MS  # its timeout runs from now
+    started = ctl.one(run_id, AttemptStepStarted)
+    assert (started.kind, started.segment, started.step) == ("compensate", 1, 1)
+    assert [e.kind for e in ctl.due(run_id)] == ["compensation_timeout"]
+    ctl.advance_to(started_at + COMPENSATION_MS - 1)  # it takes almost all of it
+    ctl.complete(refund)
+    ctl.complete(ctl.work(run_id, "compensate"))  # then reserve's, never reported started
+    state = ctl.terminal(run_id)
+    assert (state.execution, state.recovery) == ("Failed", "PartiallyCompensated")
+    assert [f.step for f in ctl.of(run_id, CompensationStepCompleted)] == [1, 0]
+    assert ctl.of(run_id, AttemptOutcomeUnknown) == []
+
+
+def test_a_started_compensator_that_stops_heartbeating_is_lost_within_its_heartbeat_timeout(
+    ctl: Control,
+) -> None:
+    run_id = ctl.submit("undone", {"n": 1})
+    ctl.complete(ctl.work(run_id))  # lease completed, settle refused: lease is unwound
+    unlease = ctl.work(run_id, "compensate")
+    assert [e.kind for e in ctl.due(run_id)] == ["schedule_to_start_timeout"]
+    started_at = ctl.now
+    assert ctl.started(unlease) == started_at + UNDO_MS
+    assert ctl.state(run_id).compensation.heartbeat_due_ms == started_at + HEARTBEAT_MS
+    assert sorted(e.kind for e in ctl.due(run_id)) == ["compensation_timeout", "heartbeat_timeout"]
+    shown = status_dict(ctl.state(run_id))["started"]  # what ``processor status`` prints
+    assert (shown["kind"], shown["step"], shown["expires_ms"]) == (
+        "compensate",
+        0,
+        ctl.now + UNDO_MS,
+    )
+
+    ctl.advance_to(started_at + 1_200)  # past half the timeout: the heartbeat is recorded
+    ctl.report(unlease, "heartbeat")
+    (beat,) = ctl.wait_for(run_id, AttemptHeartbeatRecorded)
+    assert (beat.kind, beat.heartbeat_due_ms) == ("compensate", ctl.now + HEARTBEAT_MS)
+
+    # It stops heartbeating: lost at its heartbeat timeout, not its 60 s one, and, as it
+    # may have undone part of the step, Unknown (not dispatched again blindly).
+    ctl.advance_to(beat.heartbeat_due_ms)
+    (unknown,) = ctl.wait_for(run_id, AttemptOutcomeUnknown)
+    assert (unknown.kind, unknown.segment, unknown.generation) == ("compensate", 0, 1)
+    assert unknown.time_ms - beat.time_ms == HEARTBEAT_MS
+    assert ctl.state(run_id).phase == "unknown" and ctl.due(run_id) == []
+    assert ctl.of(run_id, AttemptLost) == []
+    ctl.complete(unlease)  # its late result settles it
+    state = ctl.terminal(run_id)
+    assert (state.execution, state.recovery) == ("Failed", "Compensated")
+
+
+def test_a_compensator_no_worker_starts_in_time_is_dispatched_again(ctl: Control) -> None:
+    run_id = ctl.submit("undone", {"n": 2})
+    ctl.complete(ctl.work(run_id))
+    queued = ctl.work(run_id, "compensate")
+    ctl.advance_to(ctl.now + START_MS)
+    (lost,) = ctl.wait_for(run_id, AttemptLost)
+    assert (lost.kind, lost.cause, lost.step, lost.losses) == (
+        "compensate",
+        "schedule_to_start_timeout",
+        0,
+        1,
+    )
+    again = ctl.work(run_id, "compensate")  # the same attempt: its budget is not charged
+    assert (again.attempt, again.generation) == (queued.attempt, queued.generation + 1)
+    ctl.complete(again)
+    state = ctl.terminal(run_id)
+    assert (state.recovery, state.infrastructure_losses) == ("Compensated", 1)
+    assert ctl.of(run_id, CompensationAttemptFailed) == []

@@ -97,8 +97,9 @@ def test_stop_fences_a_pending_await_and_a_later_completion_is_refused(ctl: Cont
 
     command, _ = ctl.cancel(run_id)
     assert ctl.reply(command).created is True
-    # The interaction's timer is gone with the stop; the unwind began.
-    assert [e.kind for e in ctl.due(run_id)] == ["compensation_timeout"]
+    # The interaction's timer is gone with the stop; the unwind began (its compensator
+    # has no timer until a worker reports it started).
+    assert ctl.state(run_id).phase == "compensating" and ctl.due(run_id) == []
     compensation = ctl.work(run_id, "compensate")
 
     answer = ctl.complete_interaction(request, {"ok": True})  # while the run still stops

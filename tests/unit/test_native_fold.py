@@ -61,6 +61,8 @@ from processor.facts.models import (
     TerminalPublicationPrepared,
 )
 from processor.model import reduce as reduce_module
+from processor.model.due import due_entries
+from processor.model.reduce import fold
 from processor.restore.catch_up import catch_up
 from processor.store import keys, native_fold
 from processor.store.rocks import COLUMN_FAMILIES, PartitionStore
@@ -447,10 +449,73 @@ def _every_fact_type() -> list[FactHeader]:
         RunStopped(**j("stopped"), execution="Cancelled", recovery="NotRequired", detail=""),
     ]
     runs = [run_a, run_b, run_c, run_d, run_e, run_f, run_g, run_h, run_i, run_j]
+    runs += _compensator_progress()
     interleaved = []
     for index in range(max(map(len, runs))):
         interleaved += [run[index] for run in runs if index < len(run)]
     return interleaved
+
+
+def _unwinding(h: _Header) -> list[FactHeader]:
+    """A run that completed step 0, was cancelled and began to compensate it."""
+    return [
+        RunSubmitted(**h("submitted"), pipeline="p", pipeline_version=1, input=b"", submitted_ms=1),
+        SegmentAttemptStarted(
+            **h("a1"), segment=1, attempt=1, generation=1, first_step=0, expires_ms=None
+        ),
+        StepCompleted(**h("s0"), segment=1, attempt=1, generation=1, step=0, output=b"o"),
+        RunStopRequested(**h("stop"), reason="cancelled", detail="by user"),
+        CompensationStarted(**h("comp"), steps=(0,)),
+    ]
+
+
+def _compensator_progress() -> list[list[FactHeader]]:
+    """Runs whose compensators are reported started, heartbeat and are lost (``kind``
+    compensate): left running (their timers in the due index), waiting to be retried
+    and Unknown."""
+    k, q, m = (_Header(name) for name in ("run-k", "run-q", "run-m"))
+    runs = [_unwinding(k), _unwinding(q), _unwinding(m)]
+    first = {"segment": 0, "attempt": 1, "generation": 1, "step": 0, "kind": "compensate"}
+    second = {**first, "generation": 2}
+    runs[0] += [  # started and heartbeating: compensation and heartbeat timers
+        CompensationAttemptStarted(**k("ca1"), step=0, attempt=1, generation=1, expires_ms=None),
+        AttemptStepStarted(
+            **k("st1"), **first, worker_id="w\u00e9", expires_ms=40_000, heartbeat_due_ms=12_000
+        ),
+        AttemptHeartbeatRecorded(**k("hb1"), **first, heartbeat_due_ms=13_000),
+    ]
+    runs[1] += [  # not started in time, dispatched again: a schedule-to-start timer
+        CompensationAttemptStarted(**q("ca1"), step=0, attempt=1, generation=1, expires_ms=7_000),
+        AttemptLost(**q("lost"), **first, cause="schedule_to_start_timeout", losses=1),
+        CompensationAttemptStarted(**q("ca2"), step=0, attempt=1, generation=2, expires_ms=8_000),
+    ]
+    runs[2] += [  # started twice, failed, retried, started, then Unknown
+        CompensationAttemptStarted(**m("ca1"), step=0, attempt=1, generation=1, expires_ms=None),
+        AttemptStepStarted(
+            **m("st1"), **first, worker_id="w1", expires_ms=30_000, heartbeat_due_ms=3_000
+        ),
+        AttemptStepStarted(
+            **m("st2"), **first, worker_id="w2", expires_ms=31_000, redelivered=True
+        ),
+        CompensationAttemptFailed(
+            **m("cf1"),
+            step=0,
+            attempt=1,
+            generation=1,
+            error="x",
+            error_type="E",
+            retry_due_ms=9_000,
+            reason="eligible",
+        ),
+        CompensationAttemptStarted(**m("ca2"), step=0, attempt=2, generation=2, expires_ms=None),
+        AttemptStepStarted(
+            **m("st3"), **second, worker_id="w3", expires_ms=50_000, heartbeat_due_ms=20_000
+        ),
+        AttemptOutcomeUnknown(
+            **m("unknown"), kind="compensate", segment=0, attempt=2, generation=2, step=0
+        ),
+    ]
+    return runs
 
 
 def _log(tmp_path: Path, values: list[bytes]) -> EmbeddedTransport:
@@ -540,6 +605,28 @@ def test_every_fact_type_folds_to_the_same_rows(
     rebuilt = _catch_up(transport, tmp_path / "native", [(10**9, True)], batch_size)
     assert rebuilt == expected
     assert counting.folded == -(-len(facts) // batch_size) and counting.declined == 0
+
+
+@requires_native
+def test_compensator_progress_folds_to_the_same_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Start reports, heartbeats and losses of compensators (``kind`` compensate) fold,
+    timers included, as the Python reducers fold them."""
+    runs = _compensator_progress()
+    timers = {run[0].run_id: sorted(e.kind for e in due_entries(fold(run))) for run in runs}
+    assert timers == {
+        "run-k": ["compensation_timeout", "heartbeat_timeout"],
+        "run-q": ["schedule_to_start_timeout"],
+        "run-m": [],
+    }
+    facts = [fact for run in runs for fact in run]
+    transport = _log(tmp_path, [encode(fact) for fact in facts])
+    expected = _reference(transport, tmp_path / "python", batch_size=4)
+    assert len(expected["due"]) == 3
+    counting = _Counting(monkeypatch)
+    assert _catch_up(transport, tmp_path / "native", [(10**9, True)], batch_size=4) == expected
+    assert counting.folded == -(-len(facts) // 4) and counting.declined == 0
 
 
 @requires_native

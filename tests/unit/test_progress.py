@@ -9,8 +9,12 @@ from processor.facts.models import (
     AttemptOutcomeUnknown,
     AttemptProgress,
     AttemptStepStarted,
+    CompensationAttemptFailed,
+    CompensationAttemptStarted,
     FactHeader,
     SegmentFailed,
+    SegmentResult,
+    StepOutput,
     StopNotice,
     WorkItem,
 )
@@ -21,16 +25,29 @@ from processor.model.decide import (
     Decision,
     TimerFired,
     decide_progress,
+    decide_result,
     decide_submit,
     decide_timer,
 )
 from processor.model.due import due_entries
-from processor.model.pipeline_spec import PipelineSpec, RetryPolicy, StepSpec
+from processor.model.pipeline_spec import CompensationSpec, PipelineSpec, RetryPolicy, StepSpec
 from processor.model.reduce import fold
 from processor.model.state import RunState
 
 ONCE = RetryPolicy(max_attempts=1)
+UNDO = CompensationSpec(RetryPolicy(max_attempts=2, initial_backoff_ms=10), timeout_ms=30_000)
+
+
+def _undone(name: str, **timers: int) -> PipelineSpec:
+    """``book`` (compensated by ``UNDO``, with ``timers`` for its attempts), then ``pay``."""
+    book = StepSpec("book", ONCE, timeout_ms=1_000, compensation=UNDO, **timers)
+    return PipelineSpec(name, 1, (book, StepSpec("pay", ONCE, timeout_ms=1_000)))
+
+
 SPECS = {
+    # The compensator of ``book`` heartbeats; the second one also has a queue bound.
+    "undo": _undone("undo", heartbeat_timeout_ms=2_000),
+    "undo_queued": _undone("undo_queued", schedule_to_start_timeout_ms=5_000),
     "hb": PipelineSpec(
         "hb",
         1,
@@ -59,13 +76,15 @@ class Catalog:
 
 
 class Run:
-    def __init__(self, pipeline: str, *, max_losses: int = 20) -> None:
+    def __init__(
+        self, pipeline: str, *, max_losses: int = 20, deadline_ms: int | None = None
+    ) -> None:
         self.now = 1_000
         self.max_losses = max_losses
         self.facts: list[FactHeader] = []
         self.work: list[WorkItem] = []
         self.notices: list[tuple[TopicName, StopNotice]] = []
-        command = new_submit(pipeline, {"x": 1})
+        command = new_submit(pipeline, {"x": 1}, deadline_ms=deadline_ms)
         self.run_id = command.run_id
         self.take(decide_submit(command, None, self.ctx))
 
@@ -87,19 +106,51 @@ class Run:
         )
         return decision
 
-    def report(self, report: str = "started", *, step: int = 0, worker: str = "w") -> Decision:
-        item = self.work[-1]
+    def report(
+        self,
+        report: str = "started",
+        *,
+        step: int | None = None,
+        worker: str = "w",
+        item: WorkItem | None = None,
+    ) -> Decision:
+        """A worker's report on ``item`` (default: the latest), its first step by default."""
+        item = item or self.work[-1]
         progress = AttemptProgress(
             run_id=self.run_id,
+            kind=item.kind,
             segment=item.segment,
             attempt=item.attempt,
             generation=item.generation,
-            step=step,
+            step=item.first_step if step is None else step,
             report=report,  # type: ignore[arg-type]
             worker_id=worker,
             at_ms=self.now,
         )
         return self.take(decide_progress(progress, self.state, self.ctx))
+
+    def fail_to_unwind(self) -> WorkItem:
+        """``book`` completes, ``pay`` fails for good: the compensator of ``book`` is
+        dispatched; its work item."""
+        item = self.work[-1]
+        result = SegmentResult(
+            result_id="r-fail",
+            run_id=self.run_id,
+            segment=item.segment,
+            attempt=item.attempt,
+            generation=item.generation,
+            steps=(StepOutput(step=0, output=b'{"booked": 1}'),),
+            outcome="failed",
+            failed_step=1,
+            error="declined",
+            error_type="Declined",
+            retryable=False,
+            worker_id="w",
+        )
+        self.take(decide_result(result, self.state, self.ctx))
+        compensator = self.work[-1]
+        assert (compensator.kind, compensator.first_step) == ("compensate", 0)
+        return compensator
 
     def advance(self, to: int) -> None:
         self.now = to
@@ -168,3 +219,144 @@ def test_a_lost_attempt_gets_a_stop_notice_it_may_still_run_somewhere() -> None:
         (TopicName.CONTROL, lost.segment, lost.attempt, lost.generation, "attempt_lost")
     ]
     assert run.work[-1].generation == lost.generation + 1  # the next one is not stopped
+
+
+# --- compensators: the same timing rules -----------------------------------------------------
+
+
+def test_a_compensator_is_dispatched_with_no_timer_not_even_the_passed_run_deadline() -> None:
+    run = Run("undo", deadline_ms=900_000)
+    item = run.fail_to_unwind()
+    (dispatched,) = [f for f in run.facts if isinstance(f, CompensationAttemptStarted)]
+    assert dispatched.expires_ms is None and run.state.compensation.expires_ms is None
+    assert item.expires_ms == NO_EXPIRY  # recovery is not bounded by the run deadline
+    assert due_entries(run.state) == frozenset()
+    run.advance(2_000_000)  # queued for a long time: nothing fired
+    assert run.facts[-1] == dispatched
+
+
+def test_a_compensator_with_a_schedule_to_start_timeout_has_only_that_timer() -> None:
+    run = Run("undo_queued")
+    item = run.fail_to_unwind()
+    assert item.expires_ms == run.now + 5_000
+    assert [(e.kind, e.due_ms, e.scope, e.ordinal) for e in due_entries(run.state)] == [
+        ("schedule_to_start_timeout", run.now + 5_000, 0, 1)
+    ]
+
+
+def test_a_compensator_start_report_arms_its_timeout_and_heartbeat_from_then() -> None:
+    run = Run("undo")
+    item = run.fail_to_unwind()
+    run.now += 50_000  # queued for far longer than its 30 s timeout
+    (started,) = run.report().facts
+    assert isinstance(started, AttemptStepStarted) and started.kind == "compensate"
+    assert (started.segment, started.step, started.attempt, started.generation) == (0, 0, 1, 1)
+    assert (started.expires_ms, started.heartbeat_due_ms) == (run.now + 30_000, run.now + 2_000)
+    assert started.fact_key.startswith("compensate/0/generation/1/")
+    kinds = sorted((e.kind, e.due_ms) for e in due_entries(run.state))
+    assert kinds == [
+        ("compensation_timeout", run.now + 30_000),
+        ("heartbeat_timeout", run.now + 2_000),
+    ]
+    assert run.state.attempt.started_step is None  # the forward attempt is not touched
+    assert run.report(item=item).facts == ()  # the same start report again
+    compensator = run.state.compensation
+    assert (compensator.worker_id, compensator.expires_ms) == ("w", run.now + 30_000)
+
+
+def test_a_compensator_heartbeat_moves_its_timer_with_the_forward_throttle() -> None:
+    run = Run("undo")
+    run.fail_to_unwind()
+    run.report()
+    run.now += 800
+    assert run.report("heartbeat").facts == ()  # due in 1.2 s > half of 2 s: absorbed
+    run.now += 300
+    (beat,) = run.report("heartbeat").facts
+    assert isinstance(beat, AttemptHeartbeatRecorded) and beat.kind == "compensate"
+    assert beat.heartbeat_due_ms == run.now + 2_000
+    assert run.state.compensation.heartbeat_due_ms == run.now + 2_000
+    assert run.state.attempt.heartbeat_due_ms is None
+
+
+def test_a_started_compensator_whose_heartbeats_stop_is_unknown_at_its_heartbeat_timeout() -> None:
+    run = Run("undo")
+    run.fail_to_unwind()
+    run.report()
+    started_at = run.now
+    run.advance(started_at + 1_999)
+    assert not isinstance(run.facts[-1], AttemptOutcomeUnknown)
+    run.advance(started_at + 2_000)  # not its 30 s timeout: its heartbeat timeout
+    unknown = run.facts[-1]
+    assert isinstance(unknown, AttemptOutcomeUnknown) and unknown.kind == "compensate"
+    assert (unknown.segment, unknown.generation, unknown.time_ms) == (0, 1, started_at + 2_000)
+    assert run.state.phase == "unknown" and due_entries(run.state) == frozenset()
+    assert not any(isinstance(f, AttemptLost) for f in run.facts)
+
+
+def test_a_compensator_not_started_in_time_is_dispatched_again_off_its_budget() -> None:
+    run = Run("undo_queued", max_losses=1)
+    queued = run.fail_to_unwind()
+    run.advance(run.now + 5_000)
+    lost = run.facts[-2]
+    assert isinstance(lost, AttemptLost)
+    assert (lost.kind, lost.cause, lost.losses, lost.segment, lost.generation) == (
+        "compensate",
+        "schedule_to_start_timeout",
+        1,
+        0,
+        1,
+    )
+    again = run.work[-1]
+    assert (again.kind, again.attempt, again.generation) == ("compensate", 1, 2)  # not charged
+    assert isinstance(run.facts[-1], CompensationAttemptStarted)
+    assert [(n.kind, n.generation, n.reason) for _, n in run.notices] == [
+        ("compensate", queued.generation, "attempt_lost")
+    ]
+    state = run.state
+    assert (state.infrastructure_losses, state.compensation.attempt) == (1, 1)
+    # Past the bound, a loss is a failure of the compensator, retried by its policy.
+    run.advance(run.now + 5_000)
+    failed = run.facts[-1]
+    assert isinstance(failed, CompensationAttemptFailed)
+    assert (failed.error_type, failed.attempt, failed.reason) == (
+        "schedule_to_start_timeout",
+        1,
+        "eligible",
+    )
+    assert run.state.phase == "compensation_retry_wait"
+
+
+def test_a_compensator_started_just_in_time_is_not_lost() -> None:
+    run = Run("undo_queued")
+    run.fail_to_unwind()
+    run.now += 4_999
+    run.report()
+    run.advance(run.now + 29_999)  # long past its schedule-to-start timeout
+    assert not any(isinstance(f, AttemptLost | AttemptOutcomeUnknown) for f in run.facts)
+    assert [e.kind for e in due_entries(run.state)] == ["compensation_timeout"]
+
+
+def test_compensator_reports_are_refused_as_forward_ones_are() -> None:
+    run = Run("undo")
+    item = run.fail_to_unwind()
+    forward = next(w for w in run.work if w.kind == "forward")
+    refusals = {
+        "stale generation": run.report(item=item.model_copy(update={"generation": 7})),
+        "the forward attempt": run.report(item=forward),
+        "another step": run.report(step=1),
+        "unknown kind": run.report(item=item.model_copy(update={"kind": "undo"})),
+        "heartbeat first": run.report("heartbeat"),
+    }
+    assert {why: d.refusal for why, d in refusals.items()} == {
+        "stale generation": "stale_attempt",
+        "the forward attempt": "stale_attempt",
+        "another step": "malformed_progress",
+        "unknown kind": "malformed_progress",
+        "heartbeat first": "step_not_started",
+    }
+    assert all(d.facts == () for d in refusals.values())
+    run.report(worker="a")
+    assert run.report("heartbeat", worker="b").refusal == "stale_progress"
+    (again,) = run.report(worker="b").facts  # redelivered to another worker: counted
+    assert isinstance(again, AttemptStepStarted) and again.redelivered
+    assert run.state.infrastructure_losses == 1 and run.state.compensation.worker_id == "b"

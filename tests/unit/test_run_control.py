@@ -178,6 +178,7 @@ class Run:
         item = self.work[-1]
         report = AttemptProgress(
             run_id=self.run_id,
+            kind=item.kind,
             segment=item.segment,
             attempt=item.attempt,
             generation=item.generation,
@@ -515,7 +516,8 @@ def test_a_compensator_is_retried_by_its_policy_and_a_permanent_failure_stops_th
 def test_a_lost_compensator_attempt_becomes_unknown_and_an_operator_settles_it() -> None:
     run = Run()
     run.result(done=1, fail=True, retryable=False)  # step 0 completed
-    run.advance(run.state.compensation.expires_ms or 0)
+    run.started()  # a worker starts the compensator...
+    run.advance(run.state.compensation.expires_ms or 0)  # ...and it is lost
     assert run.types()[-1] == "AttemptOutcomeUnknown"
     assert run.state.unknown is not None and run.state.unknown.kind == "compensate"
     run.resolve("succeed", kind="compensate", output=None)

@@ -66,6 +66,8 @@ PARTS = {
         compensated=1,
         skipped=2,
         failed=True,
+        worker_id="w",
+        heartbeat_due_ms=12,
     ),
 }
 
@@ -89,6 +91,7 @@ def test_every_part_field_round_trips_through_its_row_field() -> None:
     assert row["stop_reason"] == "cancelled" and row["stop_detail"] == "d"
     assert row["unwind"] == [2, 1] and row["compensating_step"] == 2
     assert row["compensation_failed"] is True and row["skipped"] == 2
+    assert row["compensation_worker"] == "w" and row["compensation_heartbeat_due_ms"] == 12
     assert not any(name in row for name in PARTS if name not in ("attempt", "boundary"))
     assert state_of(stored) == state
 
