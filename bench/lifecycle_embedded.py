@@ -3,7 +3,8 @@
 Run: ``PYTHONPATH=. python bench/lifecycle_embedded.py [--runs 5000] [--workers 2] [--json]``
 
 Engine: what ``processor demo`` runs (see bench/_support.py): a ``processor.engine.host.Host``
-(processor loop + ``--workers`` in-process worker threads) with
+(processor loop + ``--workers`` in-process workers, in a child process as in
+``processor demo``; the bench waits for them to be ready before it submits) with
 ``processor.examples.demo:app`` and the demo's payment simulator answering the
 await step. All runs are submitted at once through ``processor.clients.client.Client`` (a
 full backlog, as in the demo), then every ``RunOutcome`` is collected from
