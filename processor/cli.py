@@ -407,6 +407,8 @@ def worker(
     if threads is not None:
         typer.echo("warning: --threads is deprecated; use --workers", err=True)
         workers = threads
+    if workers < 1:
+        inv.fail("processor worker needs --workers 1 or more", EXIT_USAGE)
     pipelines = _load_app(inv, app)
     deployment = inv.deployment()
     stop = threading.Event()
@@ -433,7 +435,11 @@ def worker(
         _serving(web.start())
     for thread in pool:
         thread.start()
-    slots = runners[0].concurrency if runners else 0
+    # Ready once the processors can know of it: every worker has announced itself.
+    deadline = time.monotonic() + READY_WAIT_S
+    for runner in runners:
+        runner.announcer.announced.wait(max(0.0, deadline - time.monotonic()))
+    slots = runners[0].concurrency
     inv.emit(
         {"ready": True, "workers": workers, "concurrency": slots},
         f"ready: {workers} workers, {slots} attempts at once each",

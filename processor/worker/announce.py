@@ -51,6 +51,7 @@ class Announcer:
         self._interval_ms = interval_ms
         self._clock = clock
         self._pipelines = tuple(LoadedPipeline(name=n, version=v) for n, v in app.versions)
+        self.announced = threading.Event()  # the first announcement is flushed
 
     def announcement(self, *, leaving: bool = False) -> WorkerAnnouncement:
         return WorkerAnnouncement(
@@ -86,5 +87,6 @@ class Announcer:
             for record in self.records(leaving=leaving):
                 producer.produce(record)
             producer.flush()
+            self.announced.set()
         except TransportError as exc:  # the next announcement, or expiry, repairs it
             logger.warning("%s: announcement not sent: %s", self._worker_id, exc)

@@ -74,7 +74,9 @@ class StopListener:
 
     def _read_new(self, reader: Reader, positions: dict[TopicPartition, int]) -> None:
         """Apply the notices after ``positions``. A partition seen for the first time
-        (at start, or once the topic exists) starts at its end then."""
+        (at start, or once the topic exists) starts at its end then. A failure is
+        logged once until a round reads every partition again."""
+        failed = False
         for tp in self._partitions:
             try:
                 end = reader.end_offset(tp)
@@ -85,9 +87,13 @@ class StopListener:
                             self._take(record.value)
                     positions[tp] = end
             except TransportError as exc:
+                failed = True
                 if not self._missing_logged:
-                    logger.warning("%s: cannot read stop notices yet: %s", self._name, exc)
+                    logger.warning("%s: cannot read stop notices: %s", self._name, exc)
                     self._missing_logged = True
+        if not failed and self._missing_logged:
+            logger.warning("%s: reading stop notices again", self._name)
+            self._missing_logged = False
 
     def _take(self, value: bytes | None) -> None:
         try:

@@ -12,9 +12,10 @@ The workload (``tests.apps.control_pipelines``), shuffled by a seeded RNG:
 
 The processor is killed at moments chosen by the RNG (after a random amount of
 committed progress, or as soon as it reports running) and restarted each time.
-Work claimed by the workers of a killed process is lost with it: a forward attempt
-comes back when it times out, a compensator attempt becomes Unknown and the test
-plays the operator, resolving it with an explicit retry.
+Work claimed by the workers of a killed process is redelivered to them when the
+process is back; an attempt whose timer ran out meanwhile comes back as a forward
+attempt would, except a compensator a worker had reported started: it becomes
+Unknown, and the test plays the operator, resolving it with an explicit retry.
 At the end every run has exactly one terminal record with the (execution,
 recovery) pair its story implies, no fact key repeats, sequence numbers are
 gapless, and ``replay --verify`` agrees with the live projections.

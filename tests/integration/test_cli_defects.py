@@ -144,6 +144,42 @@ def test_worker_takes_workers_json_and_the_old_threads_name(tmp_path: Path) -> N
     assert "--threads is deprecated; use --workers" in stderr
 
 
+def test_worker_refuses_zero_workers(tmp_path: Path) -> None:
+    refused = cli(tmp_path / "data", "worker", "--app", APP, "--workers", "0")
+    assert refused.returncode == 2
+    assert "processor worker needs --workers 1 or more" in refused.stderr
+
+
+def test_a_worker_is_ready_once_its_announcement_is_on_the_log(tmp_path: Path) -> None:
+    from processor.config.settings import Settings
+    from processor.facts.codec import codec
+    from processor.facts.models import WorkerAnnouncement
+    from processor.facts.topics import TopicName
+    from processor.transport.base import TopicPartition
+    from processor.transport.deployment import Deployment
+
+    data_dir = tmp_path / "data"
+    assert cli(data_dir, "topics", "apply").returncode == 0
+    proc = _start(data_dir, "worker", "--app", APP, "--workers", "2", "--json")
+    try:
+        assert json.loads(_first_line(proc, 60))["ready"] is True
+        deployment = Deployment.from_settings(Settings(data_dir=data_dir))
+        reader = deployment.transport.reader()
+        try:
+            results = TopicPartition(deployment.topology.name(TopicName.RESULTS), 0)
+            announced = {
+                message.worker_id
+                for batch in reader.read(results, 0, reader.end_offset(results))
+                for message in (codec().decode(r.value) for r in batch)
+                if isinstance(message, WorkerAnnouncement)
+            }
+        finally:
+            reader.close()
+    finally:
+        assert _stop(proc)[0] == 0
+    assert len(announced) == 2  # both workers, before the ready line
+
+
 def test_a_keyed_retry_with_deadline_s_returns_the_original_run(tmp_path: Path) -> None:
     process = ProcessorProcess(tmp_path / "data", tmp_path / "processor.log", workers=1)
     process.start()
