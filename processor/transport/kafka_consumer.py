@@ -49,7 +49,9 @@ class KafkaGroupConsumer(Closeable):
         self._name = f"consumer of group {group!r}"
         self._reporter = ErrorReporter(self._name)
         try:
-            self._consumer = Consumer(config | self._reporter.config())
+            self._consumer = Consumer(
+                config | self._reporter.config() | {"on_commit": self._on_commit}
+            )
         except KafkaException as exc:
             raise translate(f"{self._name}: create consumer", exc) from exc
         try:
@@ -102,6 +104,23 @@ class KafkaGroupConsumer(Closeable):
                     f"{self._name}: commit failed for "
                     + ", ".join(f"{tp.topic}[{tp.partition}]: {tp.error}" for tp in failed)
                 )
+
+    def commit_soon(self, consumed: Mapping[TopicPartition, int]) -> None:
+        """Send the commit of ``consumed`` and return; librdkafka reports the outcome to
+        ``_on_commit`` during a later poll."""
+        self._require_open()
+        if not consumed:
+            return
+        try:
+            self._consumer.commit(offsets=kafka_offsets(consumed), asynchronous=True)
+        except KafkaException as exc:
+            raise translate(f"{self._name}: commit", exc) from exc
+
+    def _on_commit(self, err: KafkaError | None, partitions: list[Any]) -> None:
+        failed = [tp for tp in partitions if tp.error is not None]
+        if err is not None or failed:
+            detail = err or ", ".join(f"{tp.topic}[{tp.partition}]: {tp.error}" for tp in failed)
+            logger.warning("%s: commit failed, delivered again at worst: %s", self._name, detail)
 
     def close(self) -> None:
         """Leave the group; uncommitted records will be delivered again."""

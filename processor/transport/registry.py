@@ -152,6 +152,9 @@ class _Consumer(Closeable):
     def commit(self, consumed: Mapping[TopicPartition, int]) -> None:
         self._inner.commit(consumed)
 
+    def commit_soon(self, consumed: Mapping[TopicPartition, int]) -> None:
+        self._inner.commit_soon(consumed)
+
     def close(self) -> None:
         self._inner.close()
 

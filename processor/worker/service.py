@@ -317,15 +317,20 @@ class Worker:
 
     # --- offsets ---------------------------------------------------------------------------
 
-    def _commit(self, consumer: GroupConsumer) -> None:
-        """Commit the positions that moved. A failed commit is not retried as such (a
-        revoked partition's would fail forever): the next position that moves is
-        committed, and at worst finished items are delivered again."""
+    def _commit(self, consumer: GroupConsumer, *, last: bool = False) -> None:
+        """Commit the positions that moved, without waiting for the broker (a loop round
+        is not held up by a round trip); the ``last`` one, at stop, waits (and closing
+        the consumer waits for the commits still on their way). A failed commit is not
+        retried as such (a revoked partition's would fail forever): the next position
+        that moves is committed, and at worst finished items are delivered again."""
         positions = self._offsets.committable()
         if not positions:
             return
         try:
-            consumer.commit(positions)
+            if last:
+                consumer.commit(positions)
+            else:
+                consumer.commit_soon(positions)
         except TransportError as exc:
             logger.warning("%s: commit failed, delivered again at worst: %s", self.worker_id, exc)
         self._offsets.committed(positions)
@@ -345,7 +350,7 @@ class Worker:
                 self.worker_id,
                 running,
             )
-        self._commit(consumer)
+        self._commit(consumer, last=True)
 
     def _rejected(self, record: Record, exc: FactDecodeError) -> Outbound:
         count_worker_rejection(exc.reason)

@@ -536,6 +536,33 @@ def test_competing_consumers_get_disjoint_records_covering_everything(
     assert len(first | second) == total == len(received[0]) + len(received[1])
 
 
+def test_a_commit_sent_without_waiting_is_stored_once_the_consumer_closes(
+    transport: Transport, make_topic: TopicFactory
+) -> None:
+    topic = make_topic(partitions=1)
+    group = unique_group()
+    fill(transport, topic, 10)
+    first = transport.consumer(group, [topic])
+    taken: list[Record] = []
+    try:
+        deadline = time.monotonic() + POLL_DEADLINE_S
+        while len(taken) < 6 and time.monotonic() < deadline:
+            taken.extend(first.poll(6 - len(taken), 0.1))
+        assert len(taken) == 6
+        first.commit_soon(next_offsets(taken))  # returns before the broker answers
+    finally:
+        first.close()  # waits for the commit on its way
+    second = transport.consumer(group, [topic])
+    rest: list[Record] = []
+    try:
+        deadline = time.monotonic() + POLL_DEADLINE_S
+        while len(rest) < 4 and time.monotonic() < deadline:
+            rest.extend(second.poll(10, 0.1))
+    finally:
+        second.close()
+    assert sorted(r.offset for r in rest) == list(range(6, 10))  # the first 6: not again
+
+
 # -- embedded only ------------------------------------------------------------------------
 
 
