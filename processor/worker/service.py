@@ -43,7 +43,7 @@ from processor.worker.outbox import Outbox
 from processor.worker.pipeline import Application
 from processor.worker.progress import ProducedProgress
 from processor.worker.runtime import StepRuntime
-from processor.worker.stops import StopListener
+from processor.worker.stops import LISTENERS, StopListener
 
 __all__ = ["Worker"]
 
@@ -95,7 +95,7 @@ class Worker:
         # the work items it held (processor run's in-process workers).
         self._instance_id = self.worker_id if static_member else None
         self._freed = threading.Event()
-        self.stops = StopListener(transport, topology, self.worker_id)
+        self._stops: StopListener | None = None  # while it runs: its process's listener
         self.reporter_id = self.worker_id  # the id progress reports carry (set by run)
         self.announcer = Announcer(
             app,
@@ -106,6 +106,12 @@ class Worker:
             interval_ms=announce_interval_ms,
             clock=clock,
         )
+
+    @property
+    def stops(self) -> StopListener:
+        """The stop listener this worker uses while it runs."""
+        assert self._stops is not None, "the worker is not running"
+        return self._stops
 
     @property
     def taken(self) -> int:
@@ -135,11 +141,7 @@ class Worker:
             daemon=True,
         )
         announcer.start()
-        listening = threading.Event()
-        listener = threading.Thread(
-            target=self.stops.run, args=(listening,), name=f"{self.worker_id}-stops", daemon=True
-        )
-        listener.start()
+        self._stops = LISTENERS.join(self._transport, self._topology, self.worker_id)
         try:
             while not stop.is_set():
                 try:
@@ -151,8 +153,7 @@ class Worker:
             self._drain(consumer)
             announcing.set()  # it says the worker leaves
             announcer.join(10)
-            listening.set()
-            listener.join(10)
+            LISTENERS.leave(self._stops)
             outbox.close()
             runtime.close()
             consumer.close()

@@ -1,11 +1,13 @@
 """Stop notices for a worker's running attempts, read from segments.control.
 
 The processor sends a ``StopNotice`` when a stop commits while the run's attempt
-runs. Every worker reads every notice (a reader of all the topic's partitions, from
-their ends when the worker starts, outside any consumer group), so a notice reaches
-its attempt wherever the attempt runs and however much work is queued in front of
-it. A notice for an attempt that has not started here yet is remembered for a
-while, so the attempt starts with its stop flag set if it comes later.
+runs. Every worker process reads every notice (a reader of all the topic's
+partitions, from their ends when its first worker starts, outside any consumer
+group), so a notice reaches its attempt wherever the attempt runs and however much
+work is queued in front of it. A notice for an attempt that has not started here
+yet is remembered for a while, so the attempt starts with its stop flag set if it
+comes later. The workers of one process share one listener (``LISTENERS``): the
+attempts they run are in one registry (``RUNNING``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from processor.transport.topology import Topology
 from processor.worker.attempts import RUNNING, ref_of
 from processor.worker.context import AttemptRef
 
-__all__ = ["REMEMBERED", "StopListener"]
+__all__ = ["LISTENERS", "REMEMBERED", "SharedListeners", "StopListener"]
 
 logger = logging.getLogger(__name__)
 
@@ -107,3 +109,53 @@ class StopListener:
             logger.warning(
                 "%s: not a stop notice on segments.control: %s", self._name, type(message).__name__
             )
+
+
+class SharedListeners:
+    """One running ``StopListener`` per transport and topology in this process: the
+    first worker to join starts it, the last to leave stops it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[tuple[int, str], _Running] = {}
+
+    def join(self, transport: Transport, topology: Topology, name: str) -> StopListener:
+        key = (id(transport), topology.name(TopicName.CONTROL))
+        with self._lock:
+            running = self._running.get(key)
+            if running is None:
+                running = _Running(StopListener(transport, topology, name), transport)
+                self._running[key] = running
+            running.members += 1
+            return running.listener
+
+    def leave(self, listener: StopListener) -> None:
+        with self._lock:
+            for key, running in list(self._running.items()):
+                if running.listener is listener:
+                    running.members -= 1
+                    if running.members == 0:
+                        del self._running[key]
+                        running.stop()
+                    return
+
+
+class _Running:
+    """A listener on its thread, and how many workers use it."""
+
+    def __init__(self, listener: StopListener, transport: Transport) -> None:
+        self.listener = listener
+        self.transport = transport  # kept alive while its id is a key
+        self.members = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=listener.run, args=(self._stop,), name="stop-listener", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+LISTENERS = SharedListeners()

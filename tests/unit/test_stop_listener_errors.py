@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from processor.facts.topics import TopicName
 from processor.transport.base import TopicPartition
 from processor.transport.embedded import EmbeddedTransport
 from processor.transport.topology import Topology
-from processor.worker.stops import StopListener
+from processor.worker.stops import SharedListeners, StopListener
 
 
 def test_a_read_failure_is_logged_once_until_reading_works_again(
@@ -40,3 +41,30 @@ def test_a_read_failure_is_logged_once_until_reading_works_again(
         assert len(positions) == 2  # both partitions are read from their ends
     finally:
         reader.close()
+
+
+def _listener_threads() -> int:
+    return sum(t.name == "stop-listener" and t.is_alive() for t in threading.enumerate())
+
+
+def test_the_workers_of_a_process_share_one_listener_while_any_runs(tmp_path: Path) -> None:
+    listeners = SharedListeners()
+    topology = Topology(partitions=2)
+    transport = EmbeddedTransport(tmp_path / "log", default_partitions=2)
+    other = EmbeddedTransport(tmp_path / "other", default_partitions=2)
+    before = _listener_threads()
+    first = listeners.join(transport, topology, "w0")
+    second = listeners.join(transport, topology, "w1")
+    elsewhere = listeners.join(other, topology, "w2")
+    assert first is second
+    assert elsewhere is not first
+    assert _listener_threads() == before + 2  # one a transport, not one a worker
+    listeners.leave(first)
+    assert listeners.join(transport, topology, "w3") is first  # still running: shared
+    listeners.leave(first)
+    listeners.leave(second)
+    listeners.leave(elsewhere)
+    assert _listener_threads() == before  # the last to leave stopped each
+    again = listeners.join(transport, topology, "w4")
+    assert again is not first  # a new one, reading from the ends it has now
+    listeners.leave(again)
