@@ -103,10 +103,6 @@ class WorkerProcess:
         self._control: int | None = None
         self._reader: threading.Thread | None = None
 
-    @property
-    def pid(self) -> int | None:
-        return None if self._process is None else self._process.pid
-
     def start(self) -> None:
         child_reads, parent_writes = os.pipe()
         parent_reads, child_writes = os.pipe()
