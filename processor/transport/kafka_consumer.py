@@ -32,6 +32,11 @@ _COMMIT_DEADLINE_S = 10.0
 _REBALANCING = frozenset({KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION})
 
 
+def _failures(failed: Sequence[Any]) -> str:
+    """The partitions of a commit that failed, with their errors."""
+    return ", ".join(f"{tp.topic}[{tp.partition}]: {tp.error}" for tp in failed)
+
+
 def _transient(err: KafkaError | None) -> bool:
     return err is not None and (err.retriable() or err.code() in _REBALANCING)
 
@@ -100,10 +105,7 @@ class KafkaGroupConsumer(Closeable):
                     raise translate(f"{self._name}: commit", exc) from exc
                 continue
             if not _transient(err) or time.monotonic() >= deadline:
-                raise TransportError(
-                    f"{self._name}: commit failed for "
-                    + ", ".join(f"{tp.topic}[{tp.partition}]: {tp.error}" for tp in failed)
-                )
+                raise TransportError(f"{self._name}: commit failed for {_failures(failed)}")
 
     def commit_soon(self, consumed: Mapping[TopicPartition, int]) -> None:
         """Send the commit of ``consumed`` and return; librdkafka reports the outcome to
@@ -119,7 +121,7 @@ class KafkaGroupConsumer(Closeable):
     def _on_commit(self, err: KafkaError | None, partitions: list[Any]) -> None:
         failed = [tp for tp in partitions if tp.error is not None]
         if err is not None or failed:
-            detail = err or ", ".join(f"{tp.topic}[{tp.partition}]: {tp.error}" for tp in failed)
+            detail = err or _failures(failed)
             logger.warning("%s: commit failed, delivered again at worst: %s", self._name, detail)
 
     def close(self) -> None:
