@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from processor.config.resume_secret import resume_keys
+from processor.engine.guarded import start_guarded
 from processor.engine.instance import InstanceClaim, claim_instance
 from processor.engine.loop import LoopConfig, ProcessorLoop
 from processor.engine.trigger import TriggerStage
@@ -162,17 +163,7 @@ class Host:
             self.loop.close()
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
-        def guarded() -> None:
-            try:
-                target()
-            except BaseException as exc:
-                logger.exception("%s crashed", name)
-                self.errors.append(exc)
-                self.stop_event.set()
-
-        thread = threading.Thread(target=guarded, name=name, daemon=True)
-        thread.start()
-        self._threads.append(thread)
+        self._threads.append(start_guarded(name, target, self.errors, self.stop_event))
 
     def stop(self, timeout_s: float = 30.0) -> None:
         self.stop_event.set()

@@ -9,16 +9,16 @@ of a killed process), and sends ``ready`` and its workers' metrics on EVENTS_FD.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
-import logging
 import os
 import pickle
 import signal
 import sys
 import threading
-from collections.abc import Callable
 from typing import BinaryIO, TextIO
 
+from processor.engine.guarded import start_guarded
 from processor.engine.worker_process import STOP, ChildSpec, in_process_workers
 from processor.telemetry import tracing
 from processor.telemetry.logs import configure_logging
@@ -26,8 +26,6 @@ from processor.telemetry.metrics import Relay, relay_to, set_recording
 from processor.transport.clock import wall_clock_ms
 from processor.transport.deployment import Deployment
 from processor.worker.pipeline import load_application
-
-logger = logging.getLogger(__name__)
 
 _PARENT_GONE = 70  # the exit code when the parent ended without asking it to stop
 _RELAY_EVERY_S = 0.5
@@ -57,15 +55,11 @@ def main(control_fd: int, events_fd: int) -> int:
         concurrency=spec.concurrency,
         clock=wall_clock_ms,
     )
-    crashed: list[BaseException] = []
+    crashed: list[BaseException] = []  # a worker's bug: they all stop, the parent too
     threads = [
-        threading.Thread(
-            target=_guarded, args=(worker.run, stop, crashed), name=worker.worker_id, daemon=True
-        )
+        start_guarded(worker.worker_id, functools.partial(worker.run, stop), crashed, stop)
         for worker in workers
     ]
-    for thread in threads:
-        thread.start()
     _send(events, {"ready": True})
     while not stop.wait(_RELAY_EVERY_S):
         _send_metrics(events, relay)
@@ -81,17 +75,6 @@ def _watch_parent(control: BinaryIO, stop: threading.Event) -> None:
         stop.set()
         return
     os._exit(_PARENT_GONE)
-
-
-def _guarded(
-    run: Callable[[threading.Event], None], stop: threading.Event, crashed: list[BaseException]
-) -> None:
-    try:
-        run(stop)
-    except BaseException as exc:  # a worker's bug: stop them all, the parent stops too
-        logger.exception("in-process worker crashed")
-        crashed.append(exc)
-        stop.set()
 
 
 def _send_metrics(events: TextIO, relay: Relay) -> None:
