@@ -401,6 +401,7 @@ def worker(
     """Run workers only: consume segments.work, run steps, produce results.
 
     Serves /healthz, /readyz and /metrics over HTTP unless --no-http."""
+    from processor.engine.worker_process import all_joined
     from processor.worker.service import Worker
 
     inv = _inv(ctx)
@@ -435,10 +436,12 @@ def worker(
         _serving(web.start())
     for thread in pool:
         thread.start()
-    # Ready once the processors can know of it: every worker has announced itself.
+    # Ready once the processors can know of it (every worker has announced itself) and
+    # its workers have joined their group (a later join would move work they run).
     deadline = time.monotonic() + READY_WAIT_S
     for runner in runners:
         runner.announcer.announced.wait(max(0.0, deadline - time.monotonic()))
+    all_joined(runners, stop, max(0.0, deadline - time.monotonic()))
     slots = runners[0].concurrency
     inv.emit(
         {"ready": True, "workers": workers, "concurrency": slots},

@@ -4,6 +4,10 @@ The workers run in one child process when the Host knows the application's impor
 path (``app_ref``), the ``worker_isolation`` setting is ``process`` (the default) and
 the clock is the wall clock; else as threads of this process (the test kit's
 controllable clock, an Application built in code).
+
+The workers start first, and the processor loop only once every one of them has
+taken its place in the workers' group: a worker joining later would take partitions
+away from one that already runs their work items, which would run again.
 """
 
 from __future__ import annotations
@@ -20,7 +24,12 @@ from processor.engine.guarded import start_guarded
 from processor.engine.instance import InstanceClaim, claim_instance
 from processor.engine.loop import LoopConfig, ProcessorLoop
 from processor.engine.trigger import TriggerStage
-from processor.engine.worker_process import ChildSpec, WorkerProcess, in_process_workers
+from processor.engine.worker_process import (
+    ChildSpec,
+    WorkerProcess,
+    all_joined,
+    in_process_workers,
+)
 from processor.errors import TransportError
 from processor.facts.keyring import KeyRing
 from processor.telemetry.metrics import recording
@@ -32,6 +41,9 @@ from processor.worker.service import Worker
 __all__ = ["Host"]
 
 logger = logging.getLogger(__name__)
+
+#: How long the processor waits for its in-process workers to join their group.
+JOIN_WAIT_S = 60.0
 
 
 @dataclass
@@ -49,6 +61,7 @@ class Host:
     instance_id: str = ""  # set by ``start``: the id kept in the state directory
     stop_event: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
+    _workers: list[Worker] = field(default_factory=list)  # when they run as threads
     loop: ProcessorLoop | None = None
     triggers: TriggerStage | None = None  # when the application declares triggers
     errors: list[BaseException] = field(default_factory=list)
@@ -76,14 +89,19 @@ class Host:
         except BaseException:
             self._release()
             raise
+        self._start_workers()
+        if not self.workers_ready(JOIN_WAIT_S) and not self.stop_event.is_set():
+            logger.warning("the in-process workers did not join in %.0fs; starting", JOIN_WAIT_S)
         self._spawn("processor", self._run_loop)
         if self.triggers is not None:
             logger.info("triggers on %s", ", ".join(self.triggers.topics))
             self._spawn("triggers", _runner(self.triggers, self.stop_event))
+
+    def _start_workers(self) -> None:
         if self._workers_apart():
             self._start_worker_process()
             return
-        workers = in_process_workers(
+        self._workers = in_process_workers(
             self.deployment,
             self.app,
             self.instance_id,
@@ -91,7 +109,7 @@ class Host:
             concurrency=self.concurrency,
             clock=self.clock,
         )
-        for worker in workers:
+        for worker in self._workers:
             self._spawn(worker.worker_id, _runner(worker, self.stop_event))
 
     def _workers_apart(self) -> bool:
@@ -120,9 +138,10 @@ class Host:
         self.worker_process.start()
 
     def workers_ready(self, timeout_s: float) -> bool:
-        """Wait until the workers run (at once for threads; a child has to start)."""
-        process = self.worker_process
-        return process is None or process.wait_ready(timeout_s)
+        """Wait until every in-process worker has joined its group (a child's say so)."""
+        if self.worker_process is not None:
+            return self.worker_process.wait_ready(timeout_s)
+        return all_joined(self._workers, self.stop_event, timeout_s)
 
     def _worker_process_ended(self, reason: BaseException) -> None:
         logger.error("%s: stopping", reason)

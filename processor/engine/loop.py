@@ -59,6 +59,7 @@ from processor.model.decide import (
     Publish,
     TimerFired,
     decide_cancel,
+    decide_claim,
     decide_progress,
     decide_redrive,
     decide_resolve,
@@ -495,11 +496,12 @@ class ProcessorLoop:
             return None
         state = _run(staging, message.run_id)
         if isinstance(message, AttemptProgress):
-            decision = decide_progress(message, state, ctx)
+            decide = decide_claim if message.claim else decide_progress
+            decision = decide(message, state, ctx)
             if decision.refusal is not None:  # a late or repeated report: no error
                 logger.debug("progress refused: %s %s", decision.refusal, decision.detail)
                 metrics.PROGRESS_REFUSED.labels(decision.refusal).inc()
-                decision = Decision()
+                decision = Decision(emits=decision.emits)  # a refused claim is answered
             return message.run_id, decision
         return message.run_id, decide_result(message, state, ctx)
 

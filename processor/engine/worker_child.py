@@ -3,7 +3,8 @@
 Run as ``python -m processor.engine.worker_child CONTROL_FD EVENTS_FD`` by the Host,
 never by hand. It reads its ``ChildSpec`` from CONTROL_FD, runs the workers until
 ``stop`` (then they drain) or the parent's end (then it ends at once, like threads
-of a killed process), and sends ``ready`` and its workers' metrics on EVENTS_FD.
+of a killed process), and sends ``ready`` (once its workers have joined their group)
+and its workers' metrics on EVENTS_FD.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import threading
 from typing import BinaryIO, TextIO
 
 from processor.engine.guarded import start_guarded
-from processor.engine.worker_process import STOP, ChildSpec, in_process_workers
+from processor.engine.worker_process import STOP, ChildSpec, all_joined, in_process_workers
 from processor.telemetry import tracing
 from processor.telemetry.logs import configure_logging
 from processor.telemetry.metrics import Relay, relay_to, set_recording
@@ -29,6 +30,7 @@ from processor.worker.pipeline import load_application
 
 _PARENT_GONE = 70  # the exit code when the parent ended without asking it to stop
 _RELAY_EVERY_S = 0.5
+_JOIN_WAIT_S = 60.0  # then the parent starts without it (a warning) and ready never comes
 
 
 def main(control_fd: int, events_fd: int) -> int:
@@ -60,7 +62,8 @@ def main(control_fd: int, events_fd: int) -> int:
         start_guarded(worker.worker_id, functools.partial(worker.run, stop), crashed, stop)
         for worker in workers
     ]
-    _send(events, {"ready": True})
+    if all_joined(workers, stop, _JOIN_WAIT_S):
+        _send(events, {"ready": True})
     while not stop.wait(_RELAY_EVERY_S):
         _send_metrics(events, relay)
     for thread in threads:

@@ -8,7 +8,8 @@ the two talk over two pipes (their own, not stdin or stdout, which step code may
 - parent -> child: the pickled ``ChildSpec``, then ``stop`` when the Host stops. End of
   file without ``stop`` means the parent died: the child ends at once, as its threads
   would have (its attempts are redelivered when the processor is back).
-- child -> parent: JSON lines, ``{"ready": true}`` once its workers run, then
+- child -> parent: JSON lines, ``{"ready": true}`` once its workers have joined their
+  group (``all_joined``), then
   ``{"metrics": [...]}`` (``telemetry.metrics.Relay``): the parent records them, so its
   ``/metrics`` shows the workers' step durations, deadline warnings and rejections.
 
@@ -26,7 +27,8 @@ import pickle
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from processor.config.settings import Settings
@@ -36,7 +38,7 @@ from processor.transport.deployment import Deployment
 from processor.worker.pipeline import Application
 from processor.worker.service import Worker
 
-__all__ = ["ChildSpec", "WorkerProcess", "in_process_workers"]
+__all__ = ["ChildSpec", "WorkerProcess", "all_joined", "in_process_workers"]
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +88,16 @@ def in_process_workers(
     ]
 
 
+def all_joined(workers: Sequence[Worker], stop: threading.Event, timeout_s: float) -> bool:
+    """Wait until every worker has joined its group; False at the timeout or a stop."""
+    deadline = time.monotonic() + timeout_s
+    for worker in workers:
+        while not worker.joined.wait(0.05):
+            if stop.is_set() or time.monotonic() >= deadline:
+                return False
+    return True
+
+
 class WorkerProcess:
     """The parent's handle on the child: start it, record what it sends, stop it.
 
@@ -127,7 +139,8 @@ class WorkerProcess:
         self._reader.start()
 
     def wait_ready(self, timeout_s: float) -> bool:
-        """Whether the child's workers run (False if it ended or did not say in time)."""
+        """Whether the child's workers have joined their group (False if it ended or did
+        not say in time)."""
         self._answered.wait(timeout_s)
         return self._ready
 

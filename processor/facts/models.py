@@ -29,6 +29,7 @@ __all__ = [
     "BoundaryRequest",
     "CancelRun",
     "CheckpointHandoff",
+    "ClaimReply",
     "CommandReply",
     "CompensationAttemptFailed",
     "CompensationAttemptStarted",
@@ -489,7 +490,8 @@ class SegmentResult(AvroModel):
 
 
 class AttemptProgress(AvroModel):
-    """A worker's report on an attempt it runs: the step started, or it heartbeats."""
+    """A worker's report on an attempt it runs: the step started, or it heartbeats; or its
+    claim of an attempt it is about to run (``claim``: answered by a ``ClaimReply``)."""
 
     run_id: str
     kind: str = "forward"
@@ -501,6 +503,7 @@ class AttemptProgress(AvroModel):
     worker_id: str
     at_ms: int
     details: bytes | None = None
+    claim: bool = False
 
 
 class LoadedPipeline(AvroModel):
@@ -528,6 +531,21 @@ class StopNotice(AvroModel):
     attempt: int
     generation: int
     reason: str
+    at_ms: int
+
+
+class ClaimReply(AvroModel):
+    """The processor's answer to a worker's claim of an attempt (on segments.control)."""
+
+    run_id: str
+    kind: str = "forward"
+    segment: int
+    attempt: int
+    generation: int
+    worker_id: str  # the claimant
+    granted: bool
+    reason: str | None = None  # why not (``model.claims``)
+    detail: str | None = None
     at_ms: int
 
 
@@ -624,4 +642,5 @@ MESSAGE_TYPES: tuple[type[AvroModel], ...] = (
     AttemptProgress,
     WorkerAnnouncement,
     StopNotice,
+    ClaimReply,
 )

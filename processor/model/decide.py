@@ -25,6 +25,7 @@ from processor.facts.payload import InvalidPayloadError, canonical_json, derive_
 from processor.facts.traceparent import is_traceparent
 from processor.model import attempts, control, progress, sleeps
 from processor.model.boundaries import apply_plan, suspend, timeout_interaction
+from processor.model.claims import decide_claim
 from processor.model.decision import (
     Context,
     Decision,
@@ -63,6 +64,7 @@ __all__ = [
     "TimerFired",
     "apply_plan",
     "decide_cancel",
+    "decide_claim",
     "decide_progress",
     "decide_redrive",
     "decide_resolve",

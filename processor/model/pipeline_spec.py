@@ -138,6 +138,14 @@ class PipelineSpec:
         """Whether an attempt starting at ``first_step`` may run an effectful step."""
         return any(s.effectful for s in self.steps[first_step : self.segment_end(first_step) + 1])
 
+    def needs_claim(self, kind: str, first_step: int) -> bool:
+        """Whether an attempt (``kind`` forward or compensate) starting at ``first_step``
+        runs only once claimed (``model.claims``): it may run an effectful step, or it is
+        the compensator of one; neither may run twice."""
+        if kind == "compensate":
+            return self.steps[first_step].effectful
+        return self.segment_effectful(first_step)
+
     def segment_end(self, first_step: int) -> int:
         """The last step a segment starting at ``first_step`` runs: its await or sleep
         step, or the end."""

@@ -39,7 +39,15 @@ from processor.model.state import COMPENSATE, FORWARD, Attempt, AttemptKind, Run
 from processor.model.stop_notices import notify_lost
 from processor.model.transitions import segment_failed
 
-__all__ = ["LOSS_CAUSES", "decide_progress", "heartbeat_lost", "not_started"]
+__all__ = [
+    "LOSS_CAUSES",
+    "attempt_steps",
+    "decide_progress",
+    "heartbeat_lost",
+    "not_started",
+    "record_start",
+    "reported_attempt",
+]
 
 #: The timer kinds whose expiry is an infrastructure loss, by the cause they record.
 LOSS_CAUSES = ("schedule_to_start_timeout", "heartbeat_timeout")
@@ -53,8 +61,29 @@ def decide_progress(report: AttemptProgress, state: RunState | None, ctx: Contex
     Refusals (``stale_attempt``, ``stale_progress``, ``step_not_started``,
     ``malformed_progress``, ``unknown_run``) are values, as for results; a
     duplicate start report or a heartbeat absorbed by the last recorded one is no
-    refusal: it changes nothing.
+    refusal: it changes nothing. (A claim is ``claims.decide_claim``'s.)
     """
+    found = reported_attempt(report, state)
+    if isinstance(found, Decision):
+        return found
+    state, attempt = found
+    spec = ctx.catalog.get(state.pipeline, state.pipeline_version)
+    if spec is None:
+        return Decision()  # its timeouts are unknown here: the report changes nothing
+    first, last = attempt_steps(state, spec, attempt)
+    if not first <= report.step <= last:
+        detail = f"step {report.step} is outside the attempt's steps {first}..{last}"
+        return Decision.refuse("malformed_progress", detail)
+    if report.report == "started":
+        return _started(report, state, spec, ctx, attempt)
+    return _heartbeat(report, state, spec, ctx, attempt)
+
+
+def reported_attempt(
+    report: AttemptProgress, state: RunState | None
+) -> tuple[RunState, Attempt] | Decision:
+    """The run and the running attempt ``report`` names; else the refusal
+    (``unknown_run``, ``malformed_progress``, ``stale_attempt``)."""
     if state is None:
         return Decision.refuse("unknown_run", f"no run {report.run_id}")
     kind = _KINDS.get(report.kind)
@@ -64,23 +93,14 @@ def decide_progress(report: AttemptProgress, state: RunState | None, ctx: Contex
     named = (report.segment, report.attempt, report.generation)
     if state.terminal or not attempt.running or named != _identity(attempt):
         return Decision.refuse("stale_attempt", _stale_detail(report, state, attempt))
-    spec = ctx.catalog.get(state.pipeline, state.pipeline_version)
-    if spec is None:
-        return Decision()  # its timeouts are unknown here: the report changes nothing
-    first, last = _steps(state, spec, attempt)
-    if not first <= report.step <= last:
-        detail = f"step {report.step} is outside the attempt's steps {first}..{last}"
-        return Decision.refuse("malformed_progress", detail)
-    if report.report == "started":
-        return _started(report, state, spec, ctx, attempt)
-    return _heartbeat(report, state, spec, ctx, attempt)
+    return state, attempt
 
 
 def _identity(attempt: Attempt) -> tuple[int, int, int]:
     return attempt.scope, attempt.number, attempt.generation
 
 
-def _steps(state: RunState, spec: PipelineSpec, attempt: Attempt) -> tuple[int, int]:
+def attempt_steps(state: RunState, spec: PipelineSpec, attempt: Attempt) -> tuple[int, int]:
     """The steps the attempt runs: the rest of a forward segment, a compensator's own step."""
     if attempt.kind == COMPENSATE:
         return attempt.scope, attempt.scope
@@ -90,8 +110,9 @@ def _steps(state: RunState, spec: PipelineSpec, attempt: Attempt) -> tuple[int, 
 
 def _stale_detail(report: AttemptProgress, state: RunState, attempt: Attempt) -> str:
     what = "segment" if attempt.kind == FORWARD else "compensator of step"
+    said = "claim" if report.claim else report.report
     return (
-        f"{report.report} of {report.kind} {report.segment} attempt {report.attempt} "
+        f"{said} of {report.kind} {report.segment} attempt {report.attempt} "
         f"generation {report.generation}; run is {state.status}, phase {state.phase}, "
         f"{what} {attempt.scope} attempt {attempt.number} generation {attempt.generation}"
     )
@@ -106,6 +127,21 @@ def _started(
         if report.step == started:
             return Decision()  # the same report again
         return Decision.refuse("stale_progress", f"step {report.step} after step {started}")
+    redelivered = started is not None and not same_worker
+    return record_start(report, state, spec, ctx, attempt, redelivered=redelivered)
+
+
+def record_start(
+    report: AttemptProgress,
+    state: RunState,
+    spec: PipelineSpec,
+    ctx: Context,
+    attempt: Attempt,
+    *,
+    redelivered: bool,
+) -> Decision:
+    """``AttemptStepStarted``: the reported step runs on the reporting worker, and the
+    attempt's start-to-close (and heartbeat) timers run from now."""
     heartbeat = spec.steps[report.step].heartbeat_timeout_ms
     maker = FactMaker(state, state.run_id, ctx.now, _cause(report))
     key = keys.step_started(
@@ -121,7 +157,7 @@ def _started(
             worker_id=report.worker_id,
             expires_ms=ctx.now + attempts.started_timeout_ms(spec, attempt.kind, report.step),
             heartbeat_due_ms=None if heartbeat is None else ctx.now + heartbeat,
-            redelivered=started is not None and not same_worker,
+            redelivered=redelivered,
             kind=attempt.kind,
         )
     )

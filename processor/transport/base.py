@@ -143,6 +143,11 @@ class GroupConsumer(Protocol):
 
     def poll(self, max_records: int, timeout_s: float) -> list[Record]: ...
 
+    def joined(self) -> bool:
+        """Whether this member has taken its place in the group (its first assignment,
+        given during a poll): members that join later move partitions away from it."""
+        ...
+
     def commit(self, consumed: Mapping[TopicPartition, int]) -> None:
         """Commit ``consumed`` (next offsets), waiting until it is stored."""
         ...

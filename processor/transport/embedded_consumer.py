@@ -110,6 +110,11 @@ class EmbeddedConsumer(Closeable):
         """Claim and return up to ``max_records`` records, waiting up to ``timeout_s``."""
         return self._log.poll_until(lambda: self._claim(max_records), timeout_s)
 
+    def joined(self) -> bool:
+        """Always: members claim records, not partitions, so a member that joins later
+        takes nothing away from the others."""
+        return True
+
     def commit_soon(self, consumed: Mapping[TopicPartition, int]) -> None:
         """As ``commit``: a local write has no broker round trip to spare."""
         self.commit(consumed)

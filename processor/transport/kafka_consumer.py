@@ -53,6 +53,7 @@ class KafkaGroupConsumer(Closeable):
     def __init__(self, config: dict[str, Any], group: str, topics: Sequence[str]) -> None:
         self._name = f"consumer of group {group!r}"
         self._reporter = ErrorReporter(self._name)
+        self._joined = False  # set by the first assignment (``_assigned``, during a poll)
         try:
             self._consumer = Consumer(
                 config | self._reporter.config() | {"on_commit": self._on_commit}
@@ -62,7 +63,7 @@ class KafkaGroupConsumer(Closeable):
         try:
             names = list(dict.fromkeys(topics))
             require_topics(self._consumer, names, self._name)
-            self._consumer.subscribe(names)
+            self._consumer.subscribe(names, on_assign=self._assigned)
         except KafkaException as exc:
             self._consumer.close()
             raise translate(f"{self._name}: subscribe", exc) from exc
@@ -70,6 +71,12 @@ class KafkaGroupConsumer(Closeable):
             self._consumer.close()
             raise
         self._closed = False
+
+    def _assigned(self, consumer: Any, partitions: list[Any]) -> None:
+        self._joined = True  # even with no partition: the group's balance counts us
+
+    def joined(self) -> bool:
+        return self._joined
 
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
         """Records queued for us, else the first to arrive within ``timeout_s``."""

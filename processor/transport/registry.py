@@ -149,6 +149,9 @@ class _Consumer(Closeable):
         kept = self._polled.take_kept()
         return self._polled.bound(kept or self._inner.poll(max_records, timeout_s))
 
+    def joined(self) -> bool:
+        return self._inner.joined()
+
     def commit(self, consumed: Mapping[TopicPartition, int]) -> None:
         self._inner.commit(consumed)
 

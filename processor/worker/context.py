@@ -14,8 +14,8 @@ async def charge(order: dict, ctx: StepContext) -> dict:
     return receipt.as_dict()
 ```
 
-The worker reports what attempts do through a ``ProgressReporter`` (the step
-started, it heartbeats); ``processor.worker.progress`` implements it with
+The worker reports what attempts do through a ``ProgressReporter`` (its claim of
+an attempt, the step started, it heartbeats); ``processor.worker.progress`` implements it with
 ``AttemptProgress`` messages on segments.results.
 """
 
@@ -59,6 +59,15 @@ class AttemptRef:
 
 class ProgressReporter(Protocol):
     """Where a worker reports what a running attempt does (the processor's timers use it)."""
+
+    @property
+    def worker_id(self) -> str:
+        """The id the reports carry: the claimant a claim's answer names."""
+        ...
+
+    def claim(self, attempt: AttemptRef, step: int, at_ms: int) -> None:
+        """Ask to run ``attempt`` from its first step ``step`` (answered by a ClaimReply)."""
+        ...
 
     def step_started(self, attempt: AttemptRef, step: int, at_ms: int) -> None:
         """Step ``step`` of ``attempt`` has started (and has not finished)."""

@@ -25,12 +25,14 @@ from processor.worker.attempts import RunningAttempt
 from processor.worker.context import StepContext, StopFlag, is_async, wants_context
 from processor.worker.pipeline import Application, NonRetryableError, Pipeline, Step
 
-__all__ = ["SyncRunner", "execute", "execute_async", "needs_loop"]
+__all__ = ["NOT_RUN", "SyncRunner", "execute", "execute_async", "needs_loop", "not_run"]
 
 logger = logging.getLogger(__name__)
 
 #: How an async attempt runs a sync step function: in a pool, off the event loop.
 SyncRunner = Callable[[Callable[[], Any]], Awaitable[Any]]
+#: The error type of an attempt a worker did not run because its run was stopping.
+NOT_RUN = "StopRequested"
 
 
 def execute(
@@ -88,6 +90,26 @@ async def execute_async(
     if isinstance(run, SegmentResult):
         return run
     return await _drive(run, run_sync)
+
+
+def not_run(item: WorkItem, worker_id: str, why: str) -> SegmentResult:
+    """The failed result of an attempt not run because its run was stopping (a cancel,
+    the deadline): nothing ran, so nothing is retried or compensated for it."""
+    return SegmentResult(
+        result_id=str(uuid.uuid4()),
+        run_id=item.run_id,
+        segment=item.segment,
+        attempt=item.attempt,
+        generation=item.generation,
+        worker_id=worker_id,
+        kind=item.kind,
+        steps=(),
+        outcome="failed",
+        failed_step=item.first_step,
+        error=f"not run: {why}",
+        error_type=NOT_RUN,
+        retryable=False,
+    )
 
 
 def needs_loop(item: WorkItem, app: Application) -> bool:

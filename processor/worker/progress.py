@@ -23,6 +23,13 @@ class ProducedProgress:
         self._topic = results_topic
         self._worker_id = worker_id
 
+    @property
+    def worker_id(self) -> str:
+        return self._worker_id
+
+    def claim(self, attempt: AttemptRef, step: int, at_ms: int) -> None:
+        self._send(self._message(attempt, step, "started", at_ms, None, claim=True))
+
     def step_started(self, attempt: AttemptRef, step: int, at_ms: int) -> None:
         self._send(self._message(attempt, step, "started", at_ms, None))
 
@@ -36,6 +43,8 @@ class ProducedProgress:
         report: Literal["started", "heartbeat"],
         at_ms: int,
         details: bytes | None,
+        *,
+        claim: bool = False,
     ) -> Outbound:
         progress = AttemptProgress(
             run_id=attempt.run_id,
@@ -48,5 +57,6 @@ class ProducedProgress:
             worker_id=self._worker_id,
             at_ms=at_ms,
             details=details,
+            claim=claim,
         )
         return Outbound(self._topic, attempt.run_id.encode(), encode(progress))

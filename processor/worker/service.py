@@ -9,10 +9,15 @@ items than it has free slots, and commits a partition's offset only up to its ol
 unfinished record, so a crash redelivers every attempt that had not finished.
 A slot frees when its attempt ends; the result is produced after that, and its
 record is finished once the result is flushed.
-A worker never drops a work item: an attempt whose timer ran out while the item was
-queued is run anyway, and its result refused by the processor if it is stale.
-Stop notices come apart from the work, on segments.control (``StopListener``), so
-they reach a running attempt however much work is queued in front of them.
+An attempt that must not run twice (``PipelineSpec.needs_claim``: an effectful
+segment, or the compensator of an effectful step) runs only once its claim is
+granted (``model.claims``); a refused one is not run. A work item of an attempt
+already stopped or given up as lost (a stop notice read before it starts) is not run
+either; otherwise an attempt whose timer ran out while the item was queued is run
+anyway, and its result refused by the processor if it is stale. Stop notices and
+the answers to claims come apart from the work, on segments.control
+(``ControlListener``), so they reach an attempt however much work is queued in front
+of it.
 """
 
 from __future__ import annotations
@@ -26,10 +31,11 @@ from concurrent.futures import Future
 from processor.config.settings import default_of
 from processor.errors import FactDecodeError, TransportError
 from processor.facts.codec import codec, encode
-from processor.facts.models import SegmentResult, StopNotice, WorkItem
+from processor.facts.models import ClaimReply, SegmentResult, StopNotice, WorkItem
 from processor.facts.rejection import rejected
 from processor.facts.topics import TopicName
 from processor.facts.traceparent import TRACEPARENT_HEADER, is_traceparent
+from processor.model.stop_notices import LOST
 from processor.telemetry import logs
 from processor.telemetry.metrics import count_worker_rejection
 from processor.transport.base import GroupConsumer, Outbound, Record, TopicPartition, Transport
@@ -37,13 +43,13 @@ from processor.transport.clock import Clock, wall_clock_ms
 from processor.transport.topology import Topology
 from processor.worker.announce import Announcer
 from processor.worker.attempts import RUNNING, RunningAttempt
-from processor.worker.executor import execute, execute_async, needs_loop
+from processor.worker.control import LISTENERS, ControlListener
+from processor.worker.executor import execute, execute_async, needs_loop, not_run
 from processor.worker.offsets import PendingOffsets
 from processor.worker.outbox import Outbox
 from processor.worker.pipeline import Application
 from processor.worker.progress import ProducedProgress
 from processor.worker.runtime import StepRuntime
-from processor.worker.stops import LISTENERS, StopListener
 
 __all__ = ["Worker"]
 
@@ -95,7 +101,10 @@ class Worker:
         # the work items it held (processor run's in-process workers).
         self._instance_id = self.worker_id if static_member else None
         self._freed = threading.Event()
-        self._stops: StopListener | None = None  # while it runs: its process's listener
+        #: Set once the worker has taken its place in its group (``GroupConsumer.joined``):
+        #: a processor starts its in-process workers' work only then (``engine.host``).
+        self.joined = threading.Event()
+        self._stops: ControlListener | None = None  # while it runs: its process's listener
         self.reporter_id = self.worker_id  # the id progress reports carry (set by run)
         self.announcer = Announcer(
             app,
@@ -108,7 +117,7 @@ class Worker:
         )
 
     @property
-    def stops(self) -> StopListener:
+    def stops(self) -> ControlListener:
         """The stop listener this worker uses while it runs."""
         assert self._stops is not None, "the worker is not running"
         return self._stops
@@ -176,6 +185,8 @@ class Worker:
             records = []
             self._freed.wait(_POLL_S)
         self._freed.clear()
+        if not self.joined.is_set() and consumer.joined():
+            self.joined.set()
         for record in records:
             self._take(record, outbox, runtime, progress)
         now = self._clock()
@@ -240,18 +251,87 @@ class Worker:
         runtime: StepRuntime,
         progress: ProducedProgress,
     ) -> None:
-        """Run the item's attempt in a free slot."""
+        """Run the item's attempt in a free slot: at once, once its claim is granted, or
+        not at all (it runs here already; it was stopped or lost before it started)."""
         attempt = RunningAttempt(item, progress, self._clock, self._start_report_after_ms)
+        if self._runs_already(record, attempt):
+            return
         notice = self.stops.notice_for(attempt.ref)  # read before the attempt started
-        if notice is not None:
-            attempt.stop.set(notice.reason)
         with self._lock:
             self._running[_slot(record)] = attempt
         RUNNING.add(attempt)
+        if notice is not None:
+            self._not_run(record, attempt, notice.reason, f"stop notice ({notice.reason})", outbox)
+            return
+        spec = self._app.get(item.pipeline, item.pipeline_version)
+        if spec is not None and spec.needs_claim(item.kind, item.first_step):
+            attempt.claim(lambda reply: self._claimed(record, attempt, reply, outbox, runtime))
+            return
+        self._run(record, attempt, outbox, runtime)
+
+    def _runs_already(self, record: Record, attempt: RunningAttempt) -> bool:
+        """Whether this worker runs the attempt already: its work item delivered again
+        (a partition taken away and given back). The attempt that runs finishes the
+        item's record (the same one); another record of it is finished now."""
+        with self._lock:
+            if all(running.ref != attempt.ref for running in self._running.values()):
+                return False
+            same = _slot(record) in self._running
+        logger.info(
+            "%s: attempt %s of run %s delivered again while it runs here",
+            self.worker_id,
+            attempt.item.attempt,
+            attempt.item.run_id,
+        )
+        if not same:
+            self._offsets.finished(record)
+        return True
+
+    def _claimed(
+        self,
+        record: Record,
+        attempt: RunningAttempt,
+        reply: ClaimReply,
+        outbox: Outbox,
+        runtime: StepRuntime,
+    ) -> None:
+        """The processor's answer to the attempt's claim: run it, or not."""
+        if reply.granted:
+            self._run(record, attempt, outbox, runtime)
+            return
+        reason = reply.reason or "refused"
+        self._not_run(record, attempt, reason, f"claim refused: {reason} ({reply.detail})", outbox)
+
+    def _not_run(
+        self, record: Record, attempt: RunningAttempt, reason: str, why: str, outbox: Outbox
+    ) -> None:
+        """End an attempt without running it. A run that is stopping waits for its
+        attempt's result: it gets a failed one; anything else needs none (the attempt
+        was lost, is claimed by another worker, or is no longer open)."""
+        item = attempt.item
+        logger.warning(
+            "%s: attempt %s of run %s not run: %s",
+            self.worker_id,
+            item.attempt,
+            item.run_id,
+            why,
+            extra=logs.run_extra(item.run_id, item.pipeline, item.first_step, item.attempt),
+        )
+        stopping = reason not in _NO_RESULT
+        result = not_run(item, self.worker_id, why) if stopping else None
+        self._ended(record, attempt, _traceparent(record), result, outbox)
+        if result is None:
+            self._offsets.finished(record)
+
+    def _run(
+        self, record: Record, attempt: RunningAttempt, outbox: Outbox, runtime: StepRuntime
+    ) -> None:
         traceparent = _traceparent(record)
-        future = self._submit(item, attempt, traceparent, runtime)
+        future = self._submit(attempt.item, attempt, traceparent, runtime)
         future.add_done_callback(
-            lambda done: self._finished(record, attempt, traceparent, done, outbox)
+            lambda done: self._ended(
+                record, attempt, traceparent, _result_of(done, attempt), outbox
+            )
         )
 
     def _submit(
@@ -287,23 +367,22 @@ class Worker:
 
         return runtime.run_sync(run)
 
-    def _finished(
+    def _ended(
         self,
         record: Record,
         attempt: RunningAttempt,
         traceparent: str | None,
-        done: Future[SegmentResult],
+        result: SegmentResult | None,
         outbox: Outbox,
     ) -> None:
         """Free the attempt's slot and produce its result; its offset is finished once
-        the result is flushed."""
+        the result is flushed (without a result, by the caller)."""
         RUNNING.remove(attempt)
-        result = _result_of(done, attempt)
         with self._lock:
             self._running.pop(_slot(record), None)
             self._unflushed += result is not None
         self._freed.set()
-        if result is None:  # delivered again: its offset stays unfinished
+        if result is None:
             return
         # The result carries the run's traceparent on, like the work item it answers.
         headers = () if traceparent is None else ((TRACEPARENT_HEADER, traceparent.encode()),)
@@ -360,6 +439,18 @@ class Worker:
 
 
 _Slot = tuple[TopicPartition, int]
+#: Why an attempt is not run, when the processor waits for no result of it: it was
+#: lost (another attempt runs), another worker claimed it, or it is no longer open.
+_NO_RESULT = frozenset(
+    {
+        LOST,
+        "attempt_claimed",
+        "stale_attempt",
+        "unknown_run",
+        "unknown_pipeline",
+        "malformed_progress",
+    }
+)
 
 
 def _slot(record: Record) -> _Slot:
@@ -368,7 +459,7 @@ def _slot(record: Record) -> _Slot:
 
 def _result_of(done: Future[SegmentResult], attempt: RunningAttempt) -> SegmentResult | None:
     """The attempt's result; None if the worker stopped before it ended, or it crashed
-    (a bug in the executor, not a step's failure)."""
+    (a bug in the executor, not a step's failure): its offset stays unfinished."""
     if done.cancelled():
         return None
     failure = done.exception()

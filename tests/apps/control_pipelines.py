@@ -28,6 +28,11 @@ journal as ``CompensationStepCompleted`` facts (and what it skipped as
   refuses (NonRetryableError): every run unwinds ``lease``.
 - ``lingering``: ``linger`` touches the file named by ``marker``, then sleeps
   ``sleep_s`` seconds (one attempt, a ``LINGER_TIMEOUT_S`` timeout).
+- ``charging``: ``charge_card`` is ``effectful=True`` (one attempt, a
+  ``CHARGE_TIMEOUT_S`` timeout, longer than a worker's session timeout on either
+  transport): it appends a line naming the input's ``id`` and its pid to the file
+  named by ``ledger`` (the charge), then holds for ``hold_s`` seconds.
+  ``tallying``'s ``tally_card`` does the same as a plain step.
 - ``mend``: ``intake``, ``check``, ``send``; ``check`` raises a retryable error
   (``MEND_RETRY``: a small budget) until the file named by the input's ``gate``
   exists, so the run fails, and a redrive after the file is created succeeds. Each
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +53,7 @@ from processor.worker.pipeline import Application, NonRetryableError, Pipeline
 __all__ = [
     "APPROVALS",
     "AWAIT_TIMEOUT_S",
+    "CHARGE_TIMEOUT_S",
     "CLERK",
     "COMPENSATION_RETRY",
     "COMPENSATION_TIMEOUT_S",
@@ -64,6 +71,7 @@ __all__ = [
     "expected_approval_result",
     "expected_booking_result",
     "expected_survey_result",
+    "ledger_lines",
 ]
 
 # The forward policy and the compensators' policy differ in every field, so a test
@@ -333,4 +341,51 @@ def linger(value: dict[str, Any]) -> dict[str, Any]:
     return {**value, "lingered": True}
 
 
-app = Application([booking, payment, timed, approval, survey, mend, watched, undone, lingering])
+# --- charging: an effect that must happen once, and its plain twin -------------------------
+
+# Longer than a lost worker's session (10 s on the embedded log, 6 s in the Kafka tests),
+# so that its redelivered work item reaches another worker while the attempt is claimed.
+CHARGE_TIMEOUT_S = 15.0
+charging = Pipeline("charging")
+tallying = Pipeline("tallying")
+
+
+def _charge(order: dict[str, Any]) -> dict[str, Any]:
+    with open(order["ledger"], "a") as ledger:  # one short append: one line per call
+        ledger.write(f"{order['id']} {os.getpid()}\n")
+    time.sleep(order.get("hold_s", 0))
+    return {**order, "charged": True}
+
+
+@charging.step(effectful=True, retry=RetryPolicy(max_attempts=1), timeout_s=CHARGE_TIMEOUT_S)
+def charge_card(order: dict[str, Any]) -> dict[str, Any]:
+    return _charge(order)
+
+
+@tallying.step(retry=RetryPolicy(max_attempts=1), timeout_s=CHARGE_TIMEOUT_S)
+def tally_card(order: dict[str, Any]) -> dict[str, Any]:
+    return _charge(order)
+
+
+def ledger_lines(ledger: Path) -> dict[str, int]:
+    """How many times each ``id`` was charged, by the ledger file."""
+    if not ledger.exists():
+        return {}
+    return dict(Counter(line.split()[0] for line in ledger.read_text().splitlines()))
+
+
+app = Application(
+    [
+        booking,
+        payment,
+        timed,
+        approval,
+        survey,
+        mend,
+        watched,
+        undone,
+        lingering,
+        charging,
+        tallying,
+    ]
+)

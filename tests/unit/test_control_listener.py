@@ -1,4 +1,5 @@
-"""A stop listener that cannot read says so once, and again once it reads again."""
+"""A control listener that cannot read says so once, and again once it reads again;
+the workers of a process share one."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from processor.facts.topics import TopicName
 from processor.transport.base import TopicPartition
 from processor.transport.embedded import EmbeddedTransport
 from processor.transport.topology import Topology
-from processor.worker.stops import SharedListeners, StopListener
+from processor.worker.control import ControlListener, SharedListeners
 
 
 def test_a_read_failure_is_logged_once_until_reading_works_again(
@@ -20,14 +21,14 @@ def test_a_read_failure_is_logged_once_until_reading_works_again(
 ) -> None:
     transport = EmbeddedTransport(tmp_path / "log", default_partitions=2)
     topology = Topology(partitions=2)
-    listener = StopListener(transport, topology, "w-1")
+    listener = ControlListener(transport, topology, "w-1")
     reader = transport.reader()
     positions: dict[TopicPartition, int] = {}
-    caplog.set_level(logging.WARNING, logger="processor.worker.stops")
+    caplog.set_level(logging.WARNING, logger="processor.worker.control")
     try:
         for _ in range(3):  # segments.control does not exist yet
             listener._read_new(reader, positions)
-        failures = [r for r in caplog.records if "cannot read stop notices" in r.getMessage()]
+        failures = [r for r in caplog.records if "cannot read segments.control" in r.getMessage()]
         assert len(failures) == 1
         admin = transport.admin()
         admin.create_topics(
@@ -36,7 +37,7 @@ def test_a_read_failure_is_logged_once_until_reading_works_again(
         admin.close()
         listener._read_new(reader, positions)
         listener._read_new(reader, positions)
-        again = [r for r in caplog.records if "reading stop notices again" in r.getMessage()]
+        again = [r for r in caplog.records if "reading segments.control again" in r.getMessage()]
         assert len(again) == 1
         assert len(positions) == 2  # both partitions are read from their ends
     finally:
@@ -44,7 +45,7 @@ def test_a_read_failure_is_logged_once_until_reading_works_again(
 
 
 def _listener_threads() -> int:
-    return sum(t.name == "stop-listener" and t.is_alive() for t in threading.enumerate())
+    return sum(t.name == "control-listener" and t.is_alive() for t in threading.enumerate())
 
 
 def test_the_workers_of_a_process_share_one_listener_while_any_runs(tmp_path: Path) -> None:
