@@ -25,6 +25,7 @@ from processor.clients.pages import (
 from processor.clients.redaction import redacted, redacted_record_dict
 from processor.facts.topics import TopicName
 from processor.store.listing import MAX_LIMIT, RunQuery, list_runs
+from processor.store.readers import store_partitions
 from processor.web.auth import authorized
 from processor.web.context import WebContext
 from processor.web.errors import ApiError
@@ -58,12 +59,13 @@ def read_routes(router: APIRouter, context: WebContext, reader: Any) -> None:
         query = RunQuery(status, pipeline, since, until, target)
         assert context.stores is not None
         try:
-            with context.stores.fresh() as stores:
+            with context.stores.fresh(context.owned()) as stores:
                 page = list_runs(stores, query, cursor, limit)
+                partitions = store_partitions(stores)
         except ValueError as exc:
             raise _bad_query(str(exc)) from exc
         shown = _shown(context, request)([run.as_dict() for run in page.runs])
-        return RunList(runs=shown, next_cursor=page.next_cursor)
+        return RunList(runs=shown, next_cursor=page.next_cursor, partitions=partitions)
 
     @router.get(
         "/runs/{run_id}",
@@ -168,9 +170,10 @@ def request_routes(router: APIRouter, context: WebContext, writer: Any) -> None:
         target: Annotated[str | None, Query(description="Only requests to this target")] = None,
     ) -> Requests:
         assert context.stores is not None and context.keys is not None
-        with context.stores.fresh() as stores:
+        with context.stores.fresh(context.owned()) as stores:
             found = pending_requests(stores, context.keys, run, target)
-        return Requests(requests=[request.as_dict() for request in found])
+            partitions = store_partitions(stores)
+        return Requests(requests=[request.as_dict() for request in found], partitions=partitions)
 
 
 def _bad_query(message: str) -> ApiError:
