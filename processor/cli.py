@@ -15,7 +15,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -40,6 +41,7 @@ from processor.transport.deployment import Deployment, ensure_topics
 
 if TYPE_CHECKING:
     from processor.facts.keyring import KeyRing
+    from processor.store.rocks import PartitionStore
 
 __all__ = ["main"]
 
@@ -592,7 +594,7 @@ def runs(
     """List runs from the local stores' runs index, newest submitted first, a page at a time."""
     from processor.clients.moments import parse_moment
     from processor.store.listing import RunQuery, list_runs
-    from processor.store.readers import open_readers
+    from processor.store.readers import store_partitions
 
     inv = _inv(ctx)
     now_ms = int(time.time() * 1000)
@@ -604,12 +606,9 @@ def runs(
             until_ms=None if until is None else parse_moment(until, now_ms),
             target=target,
         )
-        stores = open_readers(inv.settings().state_dir)
-        try:
+        with _owned_stores(inv) as stores:
             page = list_runs(stores, query, cursor, limit)
-        finally:
-            for store in stores:
-                store.close()
+            partitions = store_partitions(stores)
     except ValueError as exc:
         inv.fail(str(exc), code=EXIT_USAGE)
     shown = [run.as_dict() for run in page.runs]
@@ -620,7 +619,28 @@ def runs(
     ]
     if page.next_cursor is not None:
         lines.append(f"next page: --cursor {page.next_cursor}")
-    inv.emit({"runs": shown, "next_cursor": page.next_cursor}, "\n".join(lines) or "no runs")
+    listed = {"runs": shown, "next_cursor": page.next_cursor, "partitions": partitions}
+    inv.emit(listed, "\n".join(lines) or "no runs")
+
+
+@contextmanager
+def _owned_stores(inv: Invocation) -> Iterator[list[PartitionStore]]:
+    """Readers of the local stores of the partitions the processor here owns, for the
+    block; says on stderr when that is not every partition (README, "Listing runs")."""
+    from processor.store.ownership import listable, listing_note, owned_here
+    from processor.store.readers import open_readers
+
+    settings = inv.settings()
+    owner, embedded = owned_here(settings.state_dir), settings.broker is None
+    note = listing_note(owner, embedded=embedded, state_dir=settings.state_dir)
+    if note is not None:
+        typer.echo(f"note: {note}", err=True)
+    stores = open_readers(settings.state_dir, listable(owner, embedded=embedded))
+    try:
+        yield stores
+    finally:
+        for store in stores:
+            store.close()
 
 
 def _iso(epoch_ms: int) -> str:
@@ -968,19 +988,14 @@ def requests(
     Reads the local stores: run it where ``processor run`` runs. A token goes to
     ``processor complete``."""
     from processor.clients.pages import pending_requests
-    from processor.store.readers import open_readers
 
     inv = _inv(ctx)
     deployment = inv.existing()
     if deployment is None:
         inv.emit([], "no pending requests")
         return
-    stores = open_readers(deployment.settings.state_dir)
-    try:
+    with _owned_stores(inv) as stores:
         found = pending_requests(stores, _resume_key_ring(inv), run, target)
-    finally:
-        for store in stores:
-            store.close()
     rows = [r.as_dict() for r in found]
     text = "\n".join(
         f"{r['run_id']}  boundary={r['boundary']} item={r['item_index']} {r['kind']} "

@@ -32,6 +32,7 @@ from processor.engine.worker_process import (
 )
 from processor.errors import TransportError
 from processor.facts.keyring import KeyRing
+from processor.store.ownership import OwnershipPublisher
 from processor.telemetry.metrics import recording
 from processor.transport.clock import Clock, wall_clock_ms
 from processor.transport.deployment import Deployment, ensure_topics
@@ -66,6 +67,7 @@ class Host:
     triggers: TriggerStage | None = None  # when the application declares triggers
     errors: list[BaseException] = field(default_factory=list)
     _claim: InstanceClaim | None = None
+    _ownership: OwnershipPublisher | None = None  # what the loop owns, for local readers
     worker_process: WorkerProcess | None = None  # when the workers run in a child
     #: Called after each processor round with the monotonic time it started (the test
     #: kit waits on it: a round begun after the clock moved has seen the new time).
@@ -77,13 +79,19 @@ class Host:
         self._claim = claim_instance(settings.state_dir, settings.instance_id)
         self.instance_id = self._claim.instance_id
         try:
+            self._ownership = OwnershipPublisher(settings.state_dir, self.instance_id)
             ensure_topics(self.deployment, self.app.output_topics)
             self.triggers = self._trigger_stage()  # before the loop: a bad decoder name fails
             config = LoopConfig.from_settings(
                 settings, instance_id=self.instance_id, resume_keys=keys
             )
             self.loop = ProcessorLoop(
-                self.deployment.transport, self.app, self.deployment.topology, config, self.clock
+                self.deployment.transport,
+                self.app,
+                self.deployment.topology,
+                config,
+                self.clock,
+                on_owned=self._ownership.publish,
             )
             self.loop.start()
         except BaseException:
@@ -194,6 +202,9 @@ class Host:
             self._release()  # a thread still running may still use the state directory
 
     def _release(self) -> None:
+        if self._ownership is not None:
+            self._ownership.close()
+            self._ownership = None
         if self._claim is not None:
             self._claim.release()
             self._claim = None

@@ -17,7 +17,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,12 +88,14 @@ from processor.transport.clock import Clock, wall_clock_ms
 from processor.transport.partitioner import partition_for
 from processor.transport.topology import Topology
 
-__all__ = ["LoopConfig", "ProcessorLoop"]
+__all__ = ["LoopConfig", "OnOwned", "ProcessorLoop"]
 
 logger = logging.getLogger(__name__)
 
 INTERNAL_ERROR = "internal_error"
 _MAX_DETAIL = 2000  # characters of an exception's text kept in a rejection
+#: Told the partitions a loop owns and the partition count, each time they change.
+OnOwned = Callable[[list[int], int], None]
 #: What carries the run's traceparent as a header: what workers and the outside read.
 TRACED_TOPICS = frozenset({TopicName.WORK, TopicName.REQUESTS, TopicName.OUTCOMES, TopicName.DLQ})
 
@@ -170,8 +172,14 @@ class ProcessorLoop:
         topology: Topology,
         config: LoopConfig,
         clock: Clock = wall_clock_ms,
+        *,
+        on_owned: OnOwned | None = None,
     ) -> None:
+        """``on_owned(partitions, partition_count)`` is told the partitions whose stores
+        this loop has caught up and writes, each time they change (``Host``: for the
+        readers of the state directory, ``store/ownership.py``)."""
         self._transport = transport
+        self._on_owned = on_owned
         self._catalog = catalog
         self._topology = topology
         self._config = config
@@ -239,6 +247,7 @@ class ProcessorLoop:
         for staging in self._stagings.values():
             staging.store.close()
         self._stagings.clear()
+        self._owned_changed()
         self.census.clear()
         self._reader.close()
 
@@ -268,6 +277,7 @@ class ProcessorLoop:
             self._restore(partitions)
         finally:
             self.restoring = frozenset()
+            self._owned_changed()
         if self._session is not None:
             self.input_positions.update(self._session.committed_positions())
         self.fleet.changed()  # their blocked runs may find a worker now
@@ -371,6 +381,11 @@ class ProcessorLoop:
         gone = {tp.partition for tp in revoked}
         for tp in [tp for tp in self.input_positions if tp.partition in gone]:
             del self.input_positions[tp]
+        self._owned_changed()
+
+    def _owned_changed(self) -> None:
+        if self._on_owned is not None:
+            self._on_owned(self.owned_partitions, self._partitions)
 
     # --- one iteration -------------------------------------------------------------------
 

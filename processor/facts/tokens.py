@@ -13,6 +13,11 @@ which covers every field before it):
 - ``v1.<run id>.<boundary>.<interaction>.<epoch>.<mac>``: issued before keys had
   ids; verified with any key of the ring, so it keeps working as long as the
   single key it was made with is still configured.
+
+``redact`` and ``redact_bytes`` star the MAC of anything token-shaped in a text
+or in raw bytes (a record's original bytes): the claims stay readable, the token
+no longer answers anything, and the bytes keep their length (an Avro record
+still decodes).
 """
 
 from __future__ import annotations
@@ -20,14 +25,33 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import re
 from dataclasses import dataclass
 
 from processor.facts.keyring import KeyRing
 
-__all__ = ["TokenClaims", "digest", "key_id", "parse", "sign", "verify"]
+__all__ = [
+    "TokenClaims",
+    "digest",
+    "key_id",
+    "parse",
+    "redact",
+    "redact_bytes",
+    "sign",
+    "verify",
+]
 
 _V1 = "v1"
 _V2 = "v2"
+
+#: A v1 or v2 token: its claims (group 1) and its MAC, base64url of 32 bytes (group 2).
+_SHAPE = (
+    r"(v1\.[A-Za-z0-9_-]*\.[0-9]+\.[A-Za-z0-9_-]*\.[0-9]+"
+    r"|v2\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[0-9]+\.[A-Za-z0-9_-]*\.[0-9]+)"
+    r"\.([A-Za-z0-9_-]{43})"
+)
+_TOKEN_TEXT = re.compile(_SHAPE)
+_TOKEN_BYTES = re.compile(_SHAPE.encode())
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,3 +142,13 @@ def verify(keys: KeyRing, token: str) -> TokenClaims | None:
 
 def digest(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
+
+
+def redact(text: str) -> str:
+    """``text`` with the MAC of every token in it replaced by ``*`` (as many)."""
+    return _TOKEN_TEXT.sub(lambda m: f"{m[1]}.{'*' * len(m[2])}", text)
+
+
+def redact_bytes(raw: bytes) -> bytes:
+    """``raw`` with the MAC of every token in it replaced by ``*``: the same length."""
+    return _TOKEN_BYTES.sub(lambda m: m[1] + b"." + b"*" * len(m[2]), raw)

@@ -5,7 +5,9 @@ without locking them, keeps its own scratch files (its info log) in a directory 
 own under the state directory, and moves on to what the writer has written since with
 ``refresh`` (RocksDB's ``TryCatchUpWithPrimary``: it replays the writer's write-ahead
 log and picks up new table files). Open once, refresh before each query: the CLI and
-the HTTP API read the processor's stores this way while it runs.
+the HTTP API read the processor's stores this way while it runs, those of the
+partitions it owns (``store/ownership.py``: a revoked partition's store stays on disk,
+stale).
 
 A store the processor removed and rebuilt (a store of an older format, a lost one
 restored) is another database in the same place: its reader would go on showing the
@@ -19,6 +21,7 @@ import os
 import shutil
 import tempfile
 import weakref
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from processor.errors import ProcessorError, StoreFormatError
@@ -31,6 +34,7 @@ __all__ = [
     "open_readers",
     "readers_dir",
     "refresh",
+    "store_partitions",
 ]
 
 logger = logging.getLogger(__name__)
@@ -119,11 +123,14 @@ def _files(path: Path) -> frozenset[tuple[str, int, int]]:
     return frozenset(found)
 
 
-def open_readers(state_dir: Path) -> list[PartitionStore]:
-    """A reader of every partition store under ``state_dir``, in partition order."""
+def open_readers(
+    state_dir: Path, partitions: Collection[int] | None = None
+) -> list[PartitionStore]:
+    """A reader of every partition store under ``state_dir`` (of ``partitions`` only, if
+    given: see ``store/ownership.py``), in partition order."""
     readers: list[PartitionStore] = []
     try:
-        for path in _store_paths(state_dir):
+        for path in _store_paths(state_dir, partitions):
             reader = open_reader(path)
             if reader is not None:
                 readers.append(reader)
@@ -135,23 +142,24 @@ def open_readers(state_dir: Path) -> list[PartitionStore]:
 
 
 class LocalStores:
-    """Readers of every partition store under a state directory, kept open: ``refresh``
-    catches them up and opens the stores that appeared since (a partition assigned
-    later). For a server that answers many queries; not thread-safe."""
+    """Readers of the partition stores under a state directory, kept open: ``refresh``
+    catches them up, opens the stores that appeared since (a partition assigned later)
+    and closes those no longer asked for (a partition revoked). For a server that
+    answers many queries; not thread-safe."""
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
         self._readers: dict[Path, PartitionStore] = {}
 
-    def refresh(self) -> list[PartitionStore]:
-        """The readers, caught up with their writers, in partition order."""
+    def refresh(self, partitions: Collection[int] | None = None) -> list[PartitionStore]:
+        """The readers of ``partitions`` (None: of every store), caught up with their
+        writers, in partition order."""
+        wanted = _store_paths(self.state_dir, partitions)
         for path, reader in list(self._readers.items()):
-            try:
-                refresh(reader)
-            except StoreReplacedError:
-                reader.close()  # reopened below, if it is there again
+            if path not in wanted or not _refreshed(reader):
+                reader.close()  # a replaced store is reopened below, if it is there again
                 del self._readers[path]
-        for path in _store_paths(self.state_dir):
+        for path in wanted:
             if path not in self._readers:
                 try:
                     opened = open_reader(path)
@@ -168,12 +176,31 @@ class LocalStores:
         self._readers.clear()
 
 
-def _store_paths(state_dir: Path) -> list[Path]:
-    """The partition stores' directories under ``state_dir``, in partition order."""
+def store_partitions(stores: Iterable[PartitionStore]) -> list[int]:
+    """The partitions of ``stores``, as listings say which partitions they cover."""
+    return [partition for store in stores if (partition := partition_of(store.path)) is not None]
+
+
+def _refreshed(reader: PartitionStore) -> bool:
+    """Catch ``reader`` up; False if its store was replaced (open a new reader)."""
+    try:
+        refresh(reader)
+    except StoreReplacedError:
+        return False
+    return True
+
+
+def _store_paths(state_dir: Path, partitions: Collection[int] | None = None) -> list[Path]:
+    """The partition stores' directories under ``state_dir`` (of ``partitions``, if
+    given), in partition order."""
     if not state_dir.is_dir():
         return []
     found = [
-        path for path in state_dir.iterdir() if path.is_dir() and partition_of(path) is not None
+        path
+        for path in state_dir.iterdir()
+        if path.is_dir()
+        and (partition := partition_of(path)) is not None
+        and (partitions is None or partition in partitions)
     ]
     return sorted(found, key=_partition_key)
 

@@ -2,8 +2,8 @@
 
 With ``Authorization: Bearer <PROCESSOR_HTTP_TOKEN>`` a request may do anything.
 Without it, or with a wrong one: off loopback every /api route answers 401; on
-loopback the GET routes that reveal no token stay open, and the POST routes and
-``GET /api/requests`` (it shows resume tokens) answer 401.
+loopback the GET routes stay open, showing resume tokens redacted (``reads.py``),
+and the POST routes and ``GET /api/requests`` (made of resume tokens) answer 401.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import queue
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,7 +73,8 @@ class WebContext:
 
     ``deployment`` is None in a worker: its app serves /healthz, /readyz and
     /metrics only. ``stores`` reads the processor's partition stores (secondary
-    instances); ``clients`` sends commands and completions.
+    instances), those of the partitions ``owned()`` returns (None: every store under
+    the state directory); ``clients`` sends commands and completions.
     """
 
     bind_host: str
@@ -84,6 +85,7 @@ class WebContext:
     static_dir: Path = STATIC_DIR
     clients: ClientPool | None = None
     stores: StoreReaders | None = None
+    owned: Callable[[], Collection[int] | None] = lambda: None
 
     def __post_init__(self) -> None:
         if self.deployment is not None and self.clients is None:

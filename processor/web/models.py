@@ -111,6 +111,7 @@ class RunStatus(BaseModel):
 class RunList(BaseModel):
     runs: list[dict[str, Any]]
     next_cursor: str | None
+    partitions: list[int]  # the partitions listed: those this processor owns
 
 
 class History(BaseModel):
@@ -121,6 +122,7 @@ class History(BaseModel):
 
 class Requests(BaseModel):
     requests: list[dict[str, Any]]
+    partitions: list[int]  # the partitions listed: those this processor owns
 
 
 class TopicRecords(BaseModel):

@@ -1,11 +1,17 @@
 """The read routes of the JSON API: runs (from the runs index), a run, its history,
-pending requests, rejected input and dead letters, a page at a time."""
+pending requests, rejected input and dead letters, a page at a time.
+
+One rule for resume tokens: an answer shows them whole only to a request with the
+bearer token (``/api/requests``, made of them, refuses any other); every other
+answer shows them redacted (``clients/redaction.py``).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
 from processor.clients.client import status_dict
 from processor.clients.pages import (
@@ -14,9 +20,13 @@ from processor.clients.pages import (
     history_page,
     pending_requests,
     read_topic_page,
+    record_dict,
 )
+from processor.clients.redaction import redacted, redacted_record_dict
 from processor.facts.topics import TopicName
 from processor.store.listing import MAX_LIMIT, RunQuery, list_runs
+from processor.store.readers import store_partitions
+from processor.web.auth import authorized
 from processor.web.context import WebContext
 from processor.web.errors import ApiError
 from processor.web.models import ErrorBody, History, Requests, RunList, RunStatus, TopicRecords
@@ -36,6 +46,7 @@ def read_routes(router: APIRouter, context: WebContext, reader: Any) -> None:
         dependencies=[reader],
     )
     def runs(
+        request: Request,
         *,
         status: Annotated[str | None, Query(description="running, succeeded, ...")] = None,
         pipeline: str | None = None,
@@ -48,11 +59,13 @@ def read_routes(router: APIRouter, context: WebContext, reader: Any) -> None:
         query = RunQuery(status, pipeline, since, until, target)
         assert context.stores is not None
         try:
-            with context.stores.fresh() as stores:
+            with context.stores.fresh(context.owned()) as stores:
                 page = list_runs(stores, query, cursor, limit)
+                partitions = store_partitions(stores)
         except ValueError as exc:
             raise _bad_query(str(exc)) from exc
-        return RunList(runs=[run.as_dict() for run in page.runs], next_cursor=page.next_cursor)
+        shown = _shown(context, request)([run.as_dict() for run in page.runs])
+        return RunList(runs=shown, next_cursor=page.next_cursor, partitions=partitions)
 
     @router.get(
         "/runs/{run_id}",
@@ -61,12 +74,13 @@ def read_routes(router: APIRouter, context: WebContext, reader: Any) -> None:
         responses={404: {"model": ErrorBody}},
         dependencies=[reader],
     )
-    def run_status(run_id: str) -> dict[str, Any]:
+    def run_status(request: Request, run_id: str) -> dict[str, Any]:
         with context.client() as client:
             state = client.current(run_id).state
         if state is None:
             raise ApiError(404, "unknown_run", f"no run {run_id}")
-        return status_dict(state)
+        shown: dict[str, Any] = _shown(context, request)(status_dict(state))
+        return shown
 
     @router.get(
         "/runs/{run_id}/history",
@@ -76,6 +90,7 @@ def read_routes(router: APIRouter, context: WebContext, reader: Any) -> None:
         dependencies=[reader],
     )
     def run_history(
+        request: Request,
         run_id: str,
         after: Annotated[int, Query(ge=0, description="Facts after this seq")] = 0,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_LIMIT,
@@ -85,7 +100,8 @@ def read_routes(router: APIRouter, context: WebContext, reader: Any) -> None:
         if not facts:
             raise ApiError(404, "unknown_run", f"no run {run_id}")
         page = history_page(facts, after, limit)
-        return History(run_id=run_id, facts=page.facts, next_after=page.next_after)
+        facts = _shown(context, request)(page.facts)
+        return History(run_id=run_id, facts=facts, next_after=page.next_after)
 
     @router.get(
         "/rejected",
@@ -95,10 +111,11 @@ def read_routes(router: APIRouter, context: WebContext, reader: Any) -> None:
         dependencies=[reader],
     )
     def rejected(
+        request: Request,
         cursor: Annotated[str | None, Query(description="next_cursor of a page")] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_LIMIT,
     ) -> TopicRecords:
-        return _topic_page(context, TopicName.REJECTED, cursor, limit)
+        return _topic_page(context, request, TopicName.REJECTED, cursor, limit)
 
     @router.get(
         "/dlq",
@@ -108,20 +125,34 @@ def read_routes(router: APIRouter, context: WebContext, reader: Any) -> None:
         dependencies=[reader],
     )
     def dlq(
+        request: Request,
         cursor: Annotated[str | None, Query(description="next_cursor of a page")] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_LIMIT,
     ) -> TopicRecords:
-        return _topic_page(context, TopicName.DLQ, cursor, limit)
+        return _topic_page(context, request, TopicName.DLQ, cursor, limit)
+
+
+def _shown(context: WebContext, request: Request) -> Callable[[Any], Any]:
+    """What an answer goes through: as it is with the bearer token, else redacted."""
+    return _as_it_is if authorized(context, request) else redacted
+
+
+def _as_it_is(value: Any) -> Any:
+    return value
 
 
 def _topic_page(
-    context: WebContext, topic: TopicName, cursor: str | None, limit: int
+    context: WebContext, request: Request, topic: TopicName, cursor: str | None, limit: int
 ) -> TopicRecords:
     deployment = context.deployment
     assert deployment is not None
     name, partitions = deployment.topology.name(topic), deployment.topology.partitions
+    # Redacted in the records' bytes: their original bytes are shown in hex.
+    shape = record_dict if authorized(context, request) else redacted_record_dict
     try:
-        page = read_topic_page(deployment.transport, name, cursor, limit, partitions=partitions)
+        page = read_topic_page(
+            deployment.transport, name, cursor, limit, partitions=partitions, shape=shape
+        )
     except CursorError as exc:
         raise ApiError(400, "bad_cursor", str(exc)) from exc
     return TopicRecords(records=page.records, next_cursor=page.next_cursor)
@@ -139,9 +170,10 @@ def request_routes(router: APIRouter, context: WebContext, writer: Any) -> None:
         target: Annotated[str | None, Query(description="Only requests to this target")] = None,
     ) -> Requests:
         assert context.stores is not None and context.keys is not None
-        with context.stores.fresh() as stores:
+        with context.stores.fresh(context.owned()) as stores:
             found = pending_requests(stores, context.keys, run, target)
-        return Requests(requests=[request.as_dict() for request in found])
+            partitions = store_partitions(stores)
+        return Requests(requests=[request.as_dict() for request in found], partitions=partitions)
 
 
 def _bad_query(message: str) -> ApiError:

@@ -9,7 +9,7 @@ catch-up must not run while another thread reads.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,10 +27,11 @@ class StoreReaders:
         self._lock = threading.Lock()
 
     @contextmanager
-    def fresh(self) -> Iterator[list[PartitionStore]]:
-        """The stores, caught up with their writer, in partition order, for the block."""
+    def fresh(self, partitions: Collection[int] | None = None) -> Iterator[list[PartitionStore]]:
+        """The stores (of ``partitions``; None: all), caught up with their writer, in
+        partition order, for the block."""
         with self._lock:
-            yield self._stores.refresh()
+            yield self._stores.refresh(partitions)
 
     def close(self) -> None:
         with self._lock:

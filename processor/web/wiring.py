@@ -19,7 +19,7 @@ from processor.web.collector import CensusCollector, LoopCollector
 from processor.web.context import Readiness, WebContext
 from processor.web.server import HttpServer
 
-__all__ = ["ProcessorWeb", "WorkerWeb", "host_readiness"]
+__all__ = ["ProcessorWeb", "WorkerWeb", "host_partitions", "host_readiness"]
 
 
 def host_readiness(host: Host) -> Readiness:
@@ -38,6 +38,13 @@ def host_readiness(host: Host) -> Readiness:
     return Readiness(True, owned)
 
 
+def host_partitions(host: Host) -> list[int]:
+    """The partitions whose stores the host's loop has caught up and writes: the API
+    lists only those (a revoked partition's store stays on disk, stale)."""
+    loop = host.loop
+    return [] if loop is None else loop.owned_partitions
+
+
 class ProcessorWeb:
     """The HTTP server of a started ``Host``: API, page, health and metrics."""
 
@@ -50,6 +57,7 @@ class ProcessorWeb:
             readiness=lambda: host_readiness(host),
             deployment=deployment,
             keys=KeyRing(resume_keys(settings)),
+            owned=lambda: host_partitions(host),
         )
         assert self.context.stores is not None
         self._collectors = (

@@ -45,6 +45,7 @@ __all__ = [
     "owned_partitions",
     "read_facts",
     "read_outcomes",
+    "shared_by",
     "submit_steps3",
 ]
 
@@ -186,6 +187,14 @@ class KafkaProcessorProcess(ProcessorProcess):
     def owned(self) -> set[int]:
         """The run partitions this start of the process owns now, from its log."""
         return owned_partitions(self.log_text(), self.space.prefix + TopicName.COMMANDS)
+
+
+def shared_by(first: KafkaProcessorProcess, second: KafkaProcessorProcess, partitions: int) -> bool:
+    """Both own some partitions, none twice, and together all of them."""
+    first.check_alive()
+    second.check_alive()
+    mine, theirs = first.owned(), second.owned()
+    return bool(mine and theirs) and not mine & theirs and mine | theirs == set(range(partitions))
 
 
 _OWNERSHIP = re.compile(r": (assigned|revoked|lost|revoked \(fenced\)) (.*)$")

@@ -22,10 +22,10 @@ from tests.apps.support import wait_until
 from tests.kafka.conftest import ProcessFactory
 from tests.kafka.support import (
     FactsWatch,
-    KafkaProcessorProcess,
     KafkaSpace,
     assert_replay_verifies,
     assert_steps3_once,
+    shared_by,
     submit_steps3,
 )
 
@@ -33,14 +33,6 @@ pytestmark = pytest.mark.kafka
 
 WARM_UP = 40
 RUNS = 1_000
-
-
-def shared_by(first: KafkaProcessorProcess, second: KafkaProcessorProcess, partitions: int) -> bool:
-    """Both own some partitions, none twice, and together all of them."""
-    first.check_alive()
-    second.check_alive()
-    mine, theirs = first.owned(), second.owned()
-    return bool(mine and theirs) and not mine & theirs and mine | theirs == set(range(partitions))
 
 
 def test_survivor_takes_over_the_partitions_of_a_killed_instance(

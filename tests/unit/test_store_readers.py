@@ -14,8 +14,10 @@ from processor.store.readers import (
     LocalStores,
     StoreReplacedError,
     open_reader,
+    open_readers,
     readers_dir,
     refresh,
+    store_partitions,
 )
 from processor.store.rocks import PartitionStore, store_path
 
@@ -129,6 +131,30 @@ def test_local_stores_open_the_stores_that_appear(tmp_path: Path) -> None:
         stores = local.refresh()
         assert [s.path.name for s in stores] == ["p0000", "p0001"]
         assert [_listed(s) for s in stores] == [["in-0"], ["in-1"]]
+    finally:
+        local.close()
+        for writer in writers:
+            writer.close()
+
+
+def test_readers_of_the_partitions_asked_for_only(tmp_path: Path) -> None:
+    """A partition revoked (no longer asked for) has its reader closed, its store kept;
+    assigned again, it is read again."""
+    state_dir = tmp_path / "state"
+    writers = [PartitionStore(store_path(state_dir, p)) for p in range(3)]
+    local = LocalStores(state_dir)
+    try:
+        for partition, writer in enumerate(writers):
+            _write(writer, _state(f"in-{partition}", partition), 1)
+        assert store_partitions(local.refresh()) == [0, 1, 2]
+        assert store_partitions(local.refresh({0, 2})) == [0, 2]
+        assert store_partitions(local.refresh(set())) == []
+        assert [_listed(s) for s in local.refresh([1])] == [["in-1"]]
+        assert [_listed(s) for s in local.refresh()] == [["in-0"], ["in-1"], ["in-2"]]
+        once = open_readers(state_dir, {2, 5})
+        assert store_partitions(once) == [2]
+        for reader in once:
+            reader.close()
     finally:
         local.close()
         for writer in writers:

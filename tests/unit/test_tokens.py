@@ -153,3 +153,42 @@ def test_a_key_ring_refuses_bad_ids_and_never_shows_its_secrets() -> None:
     ring = KeyRing((B, A))
     assert ring.signing == B and ring.get("a") == A[1] and ring.get("gone") is None
     assert A[1].decode() not in repr(ring) and repr(ring) == "KeyRing(ids=['b', 'a'])"
+
+
+# --- redaction ------------------------------------------------------------------------------
+
+text_around = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30)
+
+
+@given(claims_st, key_ids, secret_st, text_around, text_around)
+def test_a_redacted_token_keeps_its_claims_and_no_longer_verifies(
+    claims: TokenClaims, kid: str, secret: bytes, before: str, after: str
+) -> None:
+    ring = KeyRing.single(secret, kid)
+    token = tokens.sign(ring, claims)
+    shown = tokens.redact(f"{before} {token} {after}")
+    mac = token.rpartition(".")[2]
+    assert mac not in shown
+    redacted = token.rpartition(".")[0] + "." + "*" * len(mac)
+    assert shown == f"{tokens.redact(before)} {redacted} {tokens.redact(after)}"
+    assert tokens.parse(redacted) is None or tokens.verify(ring, redacted) is None
+
+
+@given(claims_st, secret_st, st.binary(max_size=30), st.binary(max_size=30))
+def test_redacted_bytes_keep_their_length_and_lose_every_mac(
+    claims: TokenClaims, secret: bytes, before: bytes, after: bytes
+) -> None:
+    v2 = tokens.sign(KeyRing.single(secret, "k"), claims).encode()
+    v1 = _old_v1_token(secret, claims).encode()
+    raw = before + v2 + b"\x00" + v1 + after
+    shown = tokens.redact_bytes(raw)
+    assert len(shown) == len(raw)
+    assert v2.rpartition(b".")[2] not in shown and v1.rpartition(b".")[2] not in shown
+    assert tokens.redact(v2.decode()).encode() in shown
+
+
+@given(st.text(alphabet=TOKEN_CHARS, max_size=200))
+def test_redaction_leaves_what_is_no_token_alone(text: str) -> None:
+    if tokens.redact(text) != text:  # only a token's shape is touched: "v1." or "v2." ...
+        assert "v1." in text or "v2." in text
+    assert tokens.redact("order o-1: pay 12 EUR by v2") == "order o-1: pay 12 EUR by v2"

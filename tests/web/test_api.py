@@ -114,6 +114,7 @@ def test_list_runs_filters_and_pages(served: Served) -> None:
     assert set(made) <= set(listed(pipeline="orders", status="running"))
     first = http.get("/api/runs", params={"limit": 2}).json()
     assert len(first["runs"]) == 2 and first["next_cursor"]
+    assert first["partitions"] == list(range(served.deployment.topology.partitions))
     second = http.get("/api/runs", params={"limit": 2, "cursor": first["next_cursor"]}).json()
     assert not {r["run_id"] for r in first["runs"]} & {r["run_id"] for r in second["runs"]}
     newest = first["runs"][0]
@@ -296,7 +297,9 @@ def test_pending_requests_need_the_token_and_complete_a_run(served: Served) -> N
     }
     by_target = http.get("/api/requests", params={"target": "payments"}).json()["requests"]
     assert run_id in {r["run_id"] for r in by_target}
-    assert http.get("/api/requests", params={"target": "nobody"}).json() == {"requests": []}
+    owned = list(range(served.deployment.topology.partitions))  # this processor alone
+    none = {"requests": [], "partitions": owned}
+    assert http.get("/api/requests", params={"target": "nobody"}).json() == none
     # It reveals tokens: the bearer token even on loopback.
     _error(served.http(token=None).get("/api/requests"), 401, "unauthorized")
     _error(served.http(token="wrong").get("/api/requests"), 401, "unauthorized")

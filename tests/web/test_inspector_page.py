@@ -239,6 +239,9 @@ def test_the_runs_list_shows_each_run_with_its_status_and_filters_narrow_it(
         lambda: {k: v for k, v in _run_statuses(browser).items() if k in expected} == expected,
         f"the three runs with their statuses {expected}",
     )
+    # The processor alone owns every partition: the page says which it lists.
+    page_line = browser.find_element(By.ID, "runs-page").text
+    assert "of partitions 0, 1, 2, 3 (this processor's)" in page_line, page_line
 
     Select(browser.find_element(By.ID, "filter-status")).select_by_value("failed")
     browser.find_element(By.ID, "filter-apply").click()

@@ -112,7 +112,7 @@ def test_off_loopback_every_api_route_needs_the_token(tmp_path: Path) -> None:
         assert wrong.status_code == 401 and "wrong" in wrong.json()["detail"]
         allowed = httpx.get(f"{url}/api/runs", headers={"Authorization": f"Bearer {TOKEN}"})
         assert allowed.status_code == 200, allowed.text
-        assert allowed.json() == {"runs": [], "next_cursor": None}
+        assert allowed.json() == {"runs": [], "next_cursor": None, "partitions": []}
         for open_path in ("/healthz", "/metrics", "/openapi.json"):
             assert httpx.get(f"{url}{open_path}").status_code == 200, open_path
     finally:

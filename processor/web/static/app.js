@@ -177,7 +177,10 @@
     $("runs-empty").hidden = page.runs.length > 0;
     $("runs-next").disabled = !runs.next;
     $("runs-first").disabled = runs.page === 0;
-    $("runs-page").textContent = `page ${runs.page + 1}, ${page.runs.length} runs`;
+    // The API lists the partitions this processor owns: say which, as a page may be partial.
+    const partitions = (page.partitions || []).join(", ") || "none";
+    $("runs-page").textContent =
+      `page ${runs.page + 1}, ${page.runs.length} runs, of partitions ${partitions} (this processor's)`;
   }
 
   // --- one run: summary and timeline -------------------------------------------------------
