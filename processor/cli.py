@@ -161,6 +161,7 @@ class Invocation:
                 deployment.topology,
                 deployment.settings.state_dir,
                 max_payload_bytes=deployment.settings.max_payload_bytes,
+                group=deployment.settings.group,
             )
         return self._client
 
