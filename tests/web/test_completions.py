@@ -38,7 +38,7 @@ def test_a_posted_completion_continues_the_run_twice_is_a_no_op_forged_is_refuse
     }
     answer = http.post("/api/completions", json=completion)
     assert answer.status_code == 202, answer.text
-    assert answer.json() == {"queued": True}
+    assert (answer.json()["queued"], answer.json()["admission"]) == (True, "queued")
     done = wait_until(
         lambda: (s := status_of(http, run_id))["status"] == "succeeded" and s, 60, "the run done"
     )
@@ -91,6 +91,38 @@ def _order_waiting(served: Served, order_id: str) -> tuple[str, str]:
     run_id = submit(served.http(), "orders", {"order_id": order_id, "amount": 5})["run_id"]
     request = wait_until(lambda: request_of(served.deployment, run_id), 60, "the payment request")
     return run_id, request.resume_token
+
+
+def test_a_completion_posted_with_a_wait_answers_what_admission_decided(served: Served) -> None:
+    http = served.http()
+    run_id, token = _order_waiting(served, "w-1")
+    output = {"order_id": "w-1", "amount": 6.0, "payment_id": "pay-w"}
+    completion = {"token": token, "outcome": "succeeded", "output": output}
+
+    first = http.post("/api/completions", params={"wait_s": 30}, json=completion)
+    assert first.status_code == 200, first.text
+    body = first.json()
+    assert (body["admission"], body["queued"], body["run_id"]) == ("admitted", False, run_id)
+    assert isinstance(body["partition"], int) and isinstance(body["offset"], int)
+
+    again = http.post("/api/completions", params={"wait_s": 30}, json=completion)
+    assert again.status_code == 200, again.text
+    assert again.json()["admission"] == "duplicate"
+    assert again.json()["offset"] > body["offset"]
+
+    other = {**completion, "output": {**output, "payment_id": "pay-other"}}
+    conflict = http.post("/api/completions", params={"wait_s": 30}, json=other)
+    assert conflict.status_code == 409, conflict.text
+    assert conflict.json()["error"] == "conflicting_completion"
+
+    forged = {**completion, "token": _forged(token)}
+    refused = http.post("/api/completions", params={"wait_s": 30}, json=forged)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"] == "invalid_token"
+    assert "forged" in refused.json()["detail"]
+
+    too_long = http.post("/api/completions", params={"wait_s": 61}, json=completion)
+    assert too_long.status_code == 422 and too_long.json()["error"] == "invalid_request"
 
 
 def _processor(served: Served, *args: str) -> subprocess.CompletedProcess[str]:
