@@ -877,11 +877,10 @@ def _show_receipt(inv: Invocation, receipt: CompletionReceipt, wait: float) -> N
     if receipt.queued and wait > 0:
         message = f"no processor answered in {wait}s; the completion is queued"
         inv.fail(message, EXIT_NOT_FOUND, **shown)
-    about = f"{receipt.outcome} for {receipt.interaction} of {receipt.run_id}"
-    noted = " (the same answer was admitted before: nothing changed)"
-    inv.emit(
-        shown, f"{receipt.admission}: {about}" + (noted if receipt.admission == "duplicate" else "")
-    )
+    text = f"{receipt.admission}: {receipt.outcome} for {receipt.interaction} of {receipt.run_id}"
+    if receipt.admission == "duplicate":
+        text += " (the same answer was admitted before: nothing changed)"
+    inv.emit(shown, text)
 
 
 PAGE_SIZE = 100  # the default page of ``rejected`` and ``dlq``
