@@ -40,6 +40,7 @@ _EXPORTS: dict[str, str] = {
     "CheckpointSpec": "processor.model.pipeline_spec",
     "Client": "processor.clients.client",
     "SubmitReceipt": "processor.clients.client",
+    "CompletionReceipt": "processor.clients.completion_receipt",
     "RunResult": "processor.clients.outcome",
     "Settings": "processor.config.settings",
     "ProcessorError": "processor.errors",
@@ -63,6 +64,7 @@ __all__ = [
     "Application",
     "CheckpointSpec",
     "Client",
+    "CompletionReceipt",
     "ConfigurationError",
     "FactDecodeError",
     "FencedError",
@@ -89,6 +91,7 @@ __all__ = [
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports
     from processor.clients.client import Client, SubmitReceipt
+    from processor.clients.completion_receipt import CompletionReceipt
     from processor.clients.outcome import RunResult
     from processor.config.settings import Settings
     from processor.errors import (

@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from processor.clients.client import (
     Client,
+    CompletionReceipt,
     check_traceparent,
     status_dict,
 )
@@ -163,6 +164,7 @@ class Invocation:
                 deployment.topology,
                 deployment.settings.state_dir,
                 max_payload_bytes=deployment.settings.max_payload_bytes,
+                group=deployment.settings.group,
             )
         return self._client
 
@@ -175,13 +177,20 @@ class Invocation:
         """Print a command's answer on stdout: JSON with ``--json``, else ``text``."""
         typer.echo(json.dumps(value, default=str) if self.json_output else text)
 
-    def fail(self, message: str, code: int = EXIT_ERROR) -> NoReturn:
-        """Print an error on stderr (JSON with ``--json``) and exit with ``code``."""
+    def fail(self, message: str, code: int = EXIT_ERROR, **details: Any) -> NoReturn:
+        """Print an error on stderr and exit with ``code``: ``error: MESSAGE``, or with
+        ``--json`` ``{"error": MESSAGE, **details}`` (what a script may need, such as a
+        refusal's reason and run id)."""
         if self.json_output:
-            typer.echo(json.dumps({"error": message}), err=True)
+            typer.echo(json.dumps({"error": message, **details}, default=str), err=True)
         else:
             typer.echo(f"error: {message}", err=True)
         raise typer.Exit(code)
+
+    def refuse(self, refusal: str, detail: str | None, /, **details: Any) -> NoReturn:
+        """Something the processor refused: an error (exit 1) with its reason."""
+        shown = {**details, "refusal": refusal, "detail": detail}
+        self.fail(f"refused: {refusal}: {detail}", EXIT_ERROR, **shown)
 
 
 def _with_common_options(fn: Callable[..., None]) -> Callable[..., None]:
@@ -852,16 +861,19 @@ def complete(
     ] = None,
     fail: Annotated[str | None, typer.Option(help="Report a failure with this error")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Sender's key")] = None,
+    wait: Annotated[
+        float,
+        typer.Option(min=0, help="Seconds to wait for the admission decision [0: do not wait]"),
+    ] = 0.0,
 ) -> None:
-    """Complete (or --fail) an await interaction, as an external system does."""
-    from processor.clients.external import CompletionClient
+    """Complete (or --fail) an await interaction, as an external system does; with
+    --wait, say whether it was admitted, a duplicate, or refused (and why)."""
     from processor.facts import tokens
 
     inv = _inv(ctx)
     if (payload_json is None) == (fail is None):
         inv.fail("give exactly one of --payload and --fail", code=EXIT_USAGE)
-    claims = tokens.parse(token)
-    if claims is None:
+    if tokens.parse(token) is None:
         inv.fail("not a resume token", code=EXIT_USAGE)
     body = b""
     if payload_json is not None:
@@ -869,28 +881,29 @@ def complete(
             body = dumps(loads(payload_json.encode()))
         except InvalidPayloadError as exc:
             inv.fail(f"--payload: {exc}", code=EXIT_USAGE)
-    deployment = inv.deployment()
-    client = CompletionClient(
-        deployment.transport,
-        deployment.topology,
-        max_payload_bytes=deployment.settings.max_payload_bytes,
-    )
+    outcome = "failure" if fail is not None else "success"
+    ensure_topics(inv.deployment())  # as submit: the first client may be the first writer
     try:
-        if fail is not None:
-            sent = client.send(token, "failure", b"", fail, idempotency_key)
-        else:
-            sent = client.send(token, "success", body, None, idempotency_key)
+        receipt = inv.client().answer(
+            token, outcome, body, fail, idempotency_key=idempotency_key, wait_s=wait
+        )
     except PayloadTooLarge as exc:  # refused before anything was produced
         inv.fail(f"--payload: payload_too_large: {exc}", code=EXIT_USAGE)
-    finally:
-        client.close()
-    shown = {
-        "run_id": claims.run_id,
-        "interaction": claims.interaction,
-        "outcome": sent.outcome,
-        "idempotency_key": sent.idempotency_key,
-    }
-    inv.emit(shown, f"sent {sent.outcome} for {claims.interaction} of {claims.run_id}")
+    _show_receipt(inv, receipt, wait)
+
+
+def _show_receipt(inv: Invocation, receipt: CompletionReceipt, wait: float) -> None:
+    """What became of a completion: on stdout, or an error when refused or unanswered."""
+    shown = receipt.as_dict()
+    if receipt.refusal is not None:
+        inv.refuse(receipt.refusal, receipt.detail, **shown)
+    if receipt.queued and wait > 0:
+        message = f"no processor answered in {wait}s; the completion is queued"
+        inv.fail(message, EXIT_NOT_FOUND, **shown)
+    text = f"{receipt.admission}: {receipt.outcome} for {receipt.interaction} of {receipt.run_id}"
+    if receipt.admission == "duplicate":
+        text += " (the same answer was admitted before: nothing changed)"
+    inv.emit(shown, text)
 
 
 PAGE_SIZE = 100  # the default page of ``rejected`` and ``dlq``

@@ -177,7 +177,12 @@ class LocalEnvironment:
             on_round=self._rounds.record,
         )
         self._host.start()
-        self._client = Client(deployment.transport, deployment.topology, self.settings.state_dir)
+        self._client = Client(
+            deployment.transport,
+            deployment.topology,
+            self.settings.state_dir,
+            group=self.settings.group,
+        )
         self.settle()  # partitions assigned and restored before the first submit
 
     def close(self) -> None:

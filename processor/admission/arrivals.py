@@ -16,7 +16,14 @@ from processor.facts.keyring import KeyRing
 from processor.facts.models import BoundaryCompletion, CheckpointHandoff
 from processor.facts.payload import InvalidPayloadError, canonical_json, derive_run_id
 
-__all__ = ["Arrival", "Refusal", "completion_arrival", "handoff_arrival", "routing_run_id"]
+__all__ = [
+    "Arrival",
+    "Refusal",
+    "completion_arrival",
+    "handoff_arrival",
+    "record_cause",
+    "routing_run_id",
+]
 
 JSON = "application/json"
 
@@ -53,6 +60,12 @@ class Arrival:
             digest.update(len(part).to_bytes(8, "big"))
             digest.update(part)
         return digest.digest()
+
+
+def record_cause(topic: str, partition: int, offset: int) -> str:
+    """The ``cause_id`` of the facts decided on the input record read at this position
+    (a sender finds what became of its completion by it)."""
+    return f"{topic}/{partition}/{offset}"
 
 
 def routing_run_id(

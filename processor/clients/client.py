@@ -28,11 +28,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from processor.clients.completion_receipt import AdmissionWatch, CompletionReceipt
 from processor.clients.external import CompletionClient
 from processor.clients.outcome import RunResult, terminal_result
+from processor.clients.polling import poll_until
 from processor.config.settings import Settings, default_of
-from processor.errors import ConfigurationError, StoreFormatError, UnknownRunError, WaitTimeoutError
-from processor.facts import payload
+from processor.errors import (
+    ConfigurationError,
+    ProcessorError,
+    StoreFormatError,
+    UnknownRunError,
+    WaitTimeoutError,
+)
+from processor.facts import payload, tokens
 from processor.facts.codec import codec, decode_fact, decode_facts, encode
 from processor.facts.models import (
     CancelRun,
@@ -50,6 +58,7 @@ from processor.model.state import RunState
 from processor.store.rocks import PartitionStore, open_existing, store_path
 from processor.telemetry import tracing
 from processor.transport.base import (
+    AdminClient,
     Closeable,
     Outbound,
     Producer,
@@ -67,6 +76,7 @@ Command = SubmitRun | CancelRun | ResolveAttempt | RedriveRun
 
 __all__ = [
     "Client",
+    "CompletionReceipt",
     "RunResult",
     "RunView",
     "SubmitReceipt",
@@ -165,8 +175,8 @@ class Client(Closeable):
     environment's ``PROCESSOR_*`` variables; by default the embedded log under
     ``.processor``); ``Client(settings=...)`` or ``Client.from_settings(...)``
     against another; ``Client(transport, topology, state_dir)`` against parts
-    built by the caller. A client is a context manager: leaving the block closes
-    its producers.
+    built by the caller (``group``: the processors' consumer group, if not the
+    default). A client is a context manager: leaving the block closes its producers.
     """
 
     def __init__(
@@ -177,6 +187,7 @@ class Client(Closeable):
         *,
         settings: Settings | None = None,
         max_payload_bytes: int | None = None,
+        group: str | None = None,
     ) -> None:
         parts = (transport, topology, state_dir)
         self._deployment: Deployment | None = None
@@ -200,8 +211,15 @@ class Client(Closeable):
             if self._deployment is not None
             else default_of("max_payload_bytes")
         )
+        # The processors' consumer group: a completion's wait reads its committed offsets.
+        self._group = (
+            self._deployment.settings.group
+            if self._deployment is not None
+            else group or default_of("group")
+        )
         self._producer: Producer | None = None
         self._completions: CompletionClient | None = None
+        self._rejected_partitions: int | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> Client:
@@ -293,14 +311,69 @@ class Client(Closeable):
         finally:
             reader.close()
 
-    def complete(self, token: str, value: Any, idempotency_key: str | None = None) -> None:
-        """Answer an await with ``value``: the resume token is the one in its boundary.requests
-        record. The processor admits or refuses it (admission.rejected) on its own time."""
-        self._completion_client().complete(token, value, idempotency_key)
+    def complete(
+        self, token: str, value: Any, idempotency_key: str | None = None, *, wait_s: float = 0.0
+    ) -> CompletionReceipt:
+        """Answer an await with ``value`` (the resume token is the one of its
+        boundary.requests record); see ``answer``."""
+        body = payload.dumps(value)
+        return self.answer(
+            token, "success", body, None, idempotency_key=idempotency_key, wait_s=wait_s
+        )
 
-    def fail(self, token: str, error: str, idempotency_key: str | None = None) -> None:
-        """Answer an await with a failure (the step's ``on_timeout`` does not apply)."""
-        self._completion_client().fail(token, error, idempotency_key)
+    def fail(
+        self, token: str, error: str, idempotency_key: str | None = None, *, wait_s: float = 0.0
+    ) -> CompletionReceipt:
+        """Answer an await with a failure (the step's ``on_timeout`` does not apply); see
+        ``answer``."""
+        return self.answer(
+            token, "failure", b"", error, idempotency_key=idempotency_key, wait_s=wait_s
+        )
+
+    def answer(
+        self,
+        token: str,
+        outcome: str,
+        body: bytes,
+        error: str | None,
+        *,
+        idempotency_key: str | None = None,
+        wait_s: float = 0.0,
+    ) -> CompletionReceipt:
+        """Produce a completion (``outcome`` success with the JSON ``body``, or failure with
+        ``error``) and wait up to ``wait_s`` for what the processor's admission stage made
+        of it: ``admission`` is ``admitted``, ``duplicate`` (the same answer was admitted
+        before: nothing changed), ``refused`` (with the ``refusal`` reason and ``detail``),
+        or ``queued`` (not waited for, or no decision within ``wait_s``).
+
+        Raises ``PayloadTooLarge`` (a ValueError), producing nothing, if the payload is
+        over the payload limit, and ``ProcessorError`` if ``token`` is not a token.
+        """
+        completions = self._completion_client()
+        if wait_s <= 0:
+            return completions.deliver(token, outcome, body, error, idempotency_key)
+        claims = tokens.parse(token)
+        if claims is None:
+            raise ProcessorError("not a resume token")
+        deadline = time.monotonic() + wait_s
+        reader, admin = self._transport.reader(), self._transport.admin()
+        try:
+            watch = AdmissionWatch(reader, self._topology, claims.run_id, self._rejected(admin))
+            sent = completions.deliver(token, outcome, body, error, idempotency_key)
+            return watch.wait(admin, self._group, sent, deadline)
+        finally:
+            reader.close()
+            admin.close()
+
+    def _rejected(self, admin: AdminClient) -> int:
+        """The partition count of admission.rejected (not co-partitioned: asked once)."""
+        if self._rejected_partitions is None:
+            name = self._topology.name(TopicName.REJECTED)
+            spec = admin.describe_topics().get(name)
+            self._rejected_partitions = (
+                self._topology.partitions if spec is None else spec.partitions
+            )
+        return self._rejected_partitions
 
     def _completion_client(self) -> CompletionClient:
         if self._completions is None:
@@ -506,19 +579,18 @@ def _follow(
     """Read ``tp`` from ``start`` as records are committed until ``pick`` returns something
     for one of them (that is returned) or the ``time.monotonic()`` deadline passes (None)."""
     position = start
-    pause = 0.005
-    while True:
+
+    def attempt() -> T | None:
+        nonlocal position
         for records in reader.read(tp, position):
             for record in records:
                 position = record.offset + 1
                 found = pick(record)
                 if found is not None:
                     return found
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return None
-        time.sleep(min(pause, remaining))  # polling the log, bounded by the deadline
-        pause = min(pause * 2, 0.1)
+        return None
+
+    return poll_until(attempt, deadline)
 
 
 def status_dict(state: RunState) -> dict[str, Any]:

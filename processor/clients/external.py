@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from processor.clients.completion_receipt import CompletionReceipt
 from processor.errors import ProcessorError, TransportError
 from processor.facts import json_wire, payload, tokens
 from processor.facts.codec import codec, encode
@@ -66,6 +67,41 @@ class CompletionClient:
         wire: Wire = "avro",
     ) -> BoundaryCompletion:
         """Produce a completion for ``token``, in Avro or in the JSON shape (``wire``)."""
+        claims, completion = self._completion(token, outcome, body, error, idempotency_key)
+        self.produce_raw(claims.run_id, *_encoded(completion, wire))
+        if flush:
+            self.flush()
+        return completion
+
+    def deliver(
+        self,
+        token: str,
+        outcome: str,
+        body: bytes,
+        error: str | None,
+        idempotency_key: str | None = None,
+        *,
+        wire: Wire = "avro",
+    ) -> CompletionReceipt:
+        """``send``, waiting until the completion is durable: the receipt says where it
+        was written (and that it is queued: the processor decides on it)."""
+        claims, completion = self._completion(token, outcome, body, error, idempotency_key)
+        value, headers = _encoded(completion, wire)
+        record = Outbound(self._topic, claims.run_id.encode(), value, headers)
+        tp, offset = self._open_producer().deliver(record)
+        return CompletionReceipt(
+            run_id=claims.run_id,
+            interaction=claims.interaction,
+            outcome=completion.outcome,
+            idempotency_key=completion.idempotency_key,
+            partition=tp.partition,
+            offset=offset,
+        )
+
+    def _completion(
+        self, token: str, outcome: str, body: bytes, error: str | None, idempotency_key: str | None
+    ) -> tuple[tokens.TokenClaims, BoundaryCompletion]:
+        """The completion to produce, after the checks a sender can make itself."""
         claims = tokens.parse(token)
         if claims is None:
             raise ProcessorError("not a resume token")
@@ -77,20 +113,16 @@ class CompletionClient:
             payload=body,
             error=error,
         )
-        if wire == "json":
-            document = json_wire.completion_document(completion)
-            self.produce_raw(claims.run_id, document, json_wire.completion_headers())
-        else:
-            self.produce_raw(claims.run_id, encode(completion))
-        if flush:
-            self.flush()
-        return completion
+        return claims, completion
 
     def produce_raw(self, run_id: str, value: bytes, headers: Headers = ()) -> None:
         """Produce any bytes as a completion for ``run_id`` (tests feed garbage this way)."""
+        self._open_producer().produce(Outbound(self._topic, run_id.encode(), value, headers))
+
+    def _open_producer(self) -> Producer:
         if self._producer is None:
             self._producer = self._transport.producer()
-        self._producer.produce(Outbound(self._topic, run_id.encode(), value, headers))
+        return self._producer
 
     def flush(self) -> None:
         if self._producer is not None:
@@ -100,6 +132,13 @@ class CompletionClient:
         if self._producer is not None:
             self._producer.close()
             self._producer = None
+
+
+def _encoded(completion: BoundaryCompletion, wire: Wire) -> tuple[bytes, Headers]:
+    """The record value (and headers) of ``completion`` in the ``wire`` shape."""
+    if wire == "json":
+        return json_wire.completion_document(completion), json_wire.completion_headers()
+    return encode(completion), ()
 
 
 def _default_key(token: str, outcome: str, body: bytes, error: str | None) -> str:

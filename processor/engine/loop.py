@@ -22,7 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from processor.admission.admit import admit
-from processor.admission.arrivals import Refusal, completion_arrival, handoff_arrival
+from processor.admission.arrivals import (
+    Refusal,
+    completion_arrival,
+    handoff_arrival,
+    record_cause,
+)
 from processor.config.settings import Settings
 from processor.engine.fleet import Fleet
 from processor.engine.spans import Traced, record_spans
@@ -483,7 +488,7 @@ class ProcessorLoop:
                     return command.run_id, decide_redrive(command, state, ctx)
         if topic is TopicName.RESULTS:
             return self._decide_result(record, staging, ctx)
-        cause = f"{record.topic}/{record.partition}/{record.offset}"
+        cause = record_cause(record.topic, record.partition, record.offset)
         arrival = (
             completion_arrival(record.value, self._config.resume_keys, cause, record.headers)
             if topic is TopicName.COMPLETIONS

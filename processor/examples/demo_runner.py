@@ -219,7 +219,8 @@ def _records(reader: Reader, topic: str, partitions: int) -> list[Record]:
 
 def _submit_and_collect(deployment: Deployment, runs: int, timeout_s: float) -> list[RunOutcome]:
     topology = deployment.topology
-    client = Client(deployment.transport, topology, deployment.settings.state_dir)
+    settings = deployment.settings
+    client = Client(deployment.transport, topology, settings.state_dir, group=settings.group)
     reader = deployment.transport.reader()
     results = topology.name(TopicName.OUTCOMES)
     partitions = [TopicPartition(results, p) for p in range(topology.partitions)]

@@ -135,6 +135,11 @@ class Producer(Protocol):
 
     def flush(self, timeout_s: float = 30.0) -> None: ...
 
+    def deliver(self, record: Outbound, timeout_s: float = 30.0) -> tuple[TopicPartition, int]:
+        """Produce ``record`` (after what was produced before it), wait until it is
+        durable, and return where it was written: its partition and offset."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -200,6 +205,14 @@ class AdminClient(Protocol):
         ...
 
     def describe_topics(self) -> dict[str, TopicSpec]: ...
+
+    def committed_offsets(
+        self, group: str, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """The next offset that the sessions of ``group`` committed on each of
+        ``partitions`` that has one: what committed transactions recorded, never an open
+        or aborted one's."""
+        ...
 
     def close(self) -> None: ...
 

@@ -32,6 +32,7 @@ from processor.transport.embedded_consumer import EmbeddedConsumer
 from processor.transport.embedded_session import EmbeddedSession
 from processor.transport.embedded_sqlite import (
     DB_FILE_NAME,
+    SESSION_OFFSETS,
     LogConnection,
     PendingRecord,
     TopicMeta,
@@ -109,6 +110,14 @@ class EmbeddedProducer(_Client):
             with self._log.write("append records"):
                 self._log.append(self._buffer)
             self._buffer = []
+
+    def deliver(self, record: Outbound, timeout_s: float = 30.0) -> tuple[TopicPartition, int]:
+        """Append the buffered records and ``record`` in one transaction; where it went."""
+        batch = [*self._buffer, self._log.pending(record)]
+        with self._log.write("append records"):
+            positions = self._log.append(batch)
+        self._buffer = []
+        return positions[-1]
 
     def close(self) -> None:
         """Flush, then close the connection."""
@@ -214,6 +223,13 @@ class EmbeddedAdmin(_Client):
             name: TopicSpec(name, meta.partitions, dict(meta.config))
             for name, meta in self._log.topics().items()
         }
+
+    def committed_offsets(
+        self, group: str, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """The offsets the sessions of ``group`` committed (with their transactions)."""
+        stored = self._log.load_positions(SESSION_OFFSETS, group)
+        return {tp: stored[tp] for tp in partitions if tp in stored}
 
     def _insert_topic(self, spec: TopicSpec) -> None:
         if not spec.name:

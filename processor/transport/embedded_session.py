@@ -9,8 +9,8 @@ from pathlib import Path
 from processor.errors import FencedError, TransportError
 from processor.transport.base import Closeable, Outbound, PartitionsCallback, Record, TopicPartition
 from processor.transport.embedded_sqlite import (
+    SESSION_OFFSETS,
     LogConnection,
-    OffsetTable,
     PendingRecord,
     TopicMeta,
     fair_shares,
@@ -20,7 +20,6 @@ __all__ = ["EmbeddedSession"]
 
 logger = logging.getLogger(__name__)
 
-_OFFSETS = OffsetTable("offsets")
 _TAKE_OWNERSHIP = (
     "INSERT INTO group_owners (grp, epoch, instance_id) VALUES (?, 1, ?)"
     " ON CONFLICT (grp) DO UPDATE SET epoch = epoch + 1, instance_id = excluded.instance_id"
@@ -120,7 +119,7 @@ class EmbeddedSession(Closeable):
             with self._log.write("commit transaction"):
                 self._verify_owner()
                 positions = self._log.append(buffer)
-                self._log.store_positions(_OFFSETS, self._group, consumed)
+                self._log.store_positions(SESSION_OFFSETS, self._group, consumed)
         except FencedError:
             self._fenced, self._buffer = True, None
             raise
@@ -151,7 +150,7 @@ class EmbeddedSession(Closeable):
         """Deliver the assignment: revoke an older one, load committed offsets, call on_assign."""
         self._revoke()
         partitions = [tp for meta in self._topics for tp, _ in self._log.partition_ends(meta)]
-        committed = self._log.load_positions(_OFFSETS, self._group)
+        committed = self._log.load_positions(SESSION_OFFSETS, self._group)
         self._committed = {tp: committed.get(tp, 0) for tp in partitions}
         self._positions = dict(self._committed)
         self._assignment_due = False

@@ -329,6 +329,10 @@ class OffsetTable:
         )
 
 
+#: The offsets processor sessions commit with their transactions.
+SESSION_OFFSETS = OffsetTable("offsets")
+
+
 class LogConnection:
     """One SQLite connection to the log, owned by one client object.
 

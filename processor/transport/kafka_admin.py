@@ -1,4 +1,4 @@
-"""Creating and describing Kafka topics."""
+"""Creating and describing Kafka topics; the offsets a group committed."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource, ConfigSource  # not re-exported
 from confluent_kafka.cimpl import NewTopic  # not re-exported
 
 from processor.errors import TransportError
-from processor.transport.base import Closeable, TopicSpec
+from processor.transport.base import Closeable, TopicPartition, TopicSpec
 from processor.transport.kafka_common import ErrorReporter, kafka_error, translate
 
 __all__ = ["KafkaAdmin"]
@@ -28,7 +29,7 @@ _MAX_REPLICATION = 3
 
 
 class KafkaAdmin(Closeable):
-    """Creates and describes topics (an ``AdminClient``).
+    """Creates and describes topics, reads groups' committed offsets (an ``AdminClient``).
 
     Topics are created with replication factor ``min(3, brokers)``; a spec with
     fewer than one partition gets the transport's default count. ``describe_topics``
@@ -80,6 +81,24 @@ class KafkaAdmin(Closeable):
             name: TopicSpec(name, partitions, configs[name])
             for name, partitions in sorted(topics.items())
             if name in configs
+        }
+
+    def committed_offsets(
+        self, group: str, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """The offsets ``group`` committed (OffsetFetch: a transaction's once it committed)."""
+        wanted = [KafkaTopicPartition(tp.topic, tp.partition) for tp in partitions]
+        try:
+            futures = self._admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group, wanted)], request_timeout=_REQUEST_TIMEOUT_S
+            )
+            listed = futures[group].result()
+        except KafkaException as exc:
+            raise translate(f"read the offsets of group {group}", exc) from exc
+        return {
+            TopicPartition(p.topic, p.partition): p.offset
+            for p in listed.topic_partitions
+            if p.error is None and p.offset >= 0
         }
 
     def close(self) -> None:

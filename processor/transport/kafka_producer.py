@@ -9,7 +9,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from processor.errors import TransportError
-from processor.transport.base import Closeable, Outbound
+from processor.transport.base import Closeable, Outbound, TopicPartition
 from processor.transport.kafka_common import (
     DeliveryCallback,
     ErrorReporter,
@@ -97,6 +97,25 @@ class KafkaProducer(Closeable):
         if remaining:
             raise TransportError(f"{remaining} record(s) still undelivered after {timeout_s}s")
         self._reporter.recovered()
+
+    def deliver(self, record: Outbound, timeout_s: float = 30.0) -> tuple[TopicPartition, int]:
+        """Produce ``record``, flush, and return the partition and offset its delivery
+        report gave."""
+        if self._closed:
+            raise TransportError("producer is closed")
+        reports: list[Message] = []
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            self._delivered(err, msg)
+            reports.append(msg)
+
+        produce_one(self._producer, record, delivered)
+        self.flush(timeout_s)  # raises unless every record, this one too, was delivered
+        (report,) = reports
+        partition, offset = report.partition(), report.offset()
+        if partition is None or offset is None:  # librdkafka gives both once delivered
+            raise TransportError(f"no position in the delivery report of {record.topic}")
+        return TopicPartition(record.topic, partition), offset
 
     def close(self) -> None:
         """Flush, then release the producer."""

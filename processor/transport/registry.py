@@ -136,6 +136,9 @@ class _Producer(Closeable):
     def flush(self, timeout_s: float = 30.0) -> None:
         self._inner.flush(timeout_s)
 
+    def deliver(self, record: Outbound, timeout_s: float = 30.0) -> tuple[TopicPartition, int]:
+        return self._inner.deliver(_framed(record, self._ids), timeout_s)
+
     def close(self) -> None:
         self._inner.close()
 

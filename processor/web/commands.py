@@ -4,7 +4,7 @@ Writes go through the same paths as every other producer: a submit, a cancel or
 a redrive is a command on runs.commands (``Client``); a completion is produced to
 boundary.completions (``Client.complete``) and the processor's admission stage
 decides on it like on any external system's: a forged one ends in
-admission.rejected.
+admission.rejected. With ``wait_s`` the answer says what admission decided.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Response
+from fastapi import APIRouter, Header, Query, Response
 
-from processor.clients.client import Client, check_traceparent
+from processor.clients.client import Client, CompletionReceipt, check_traceparent
 from processor.facts import payload, tokens
 from processor.facts.models import CommandReply
 from processor.web.context import WebContext
@@ -24,15 +24,15 @@ from processor.web.errors import ApiError
 from processor.web.models import (
     CancelBody,
     CommandAnswer,
+    CompletionAnswer,
     CompletionBody,
     ErrorBody,
-    Queued,
     RedriveBody,
     SubmitAnswer,
     SubmitBody,
 )
 
-__all__ = ["COMMAND_WAIT_S", "command_answer", "command_routes"]
+__all__ = ["COMMAND_WAIT_S", "COMPLETION_WAIT_MAX_S", "command_answer", "command_routes"]
 
 #: How long a submit or a cancel waits for the processor's reply before answering
 #: "queued" (the command is durable in runs.commands by then).
@@ -43,6 +43,16 @@ COMMAND_WAIT_S = 10.0
 _REFUSAL_STATUS = {"unknown_run": 404, "bad_step": 422}
 #: A run input or completion over the payload limit (refused by the client or the processor).
 TOO_LARGE = "payload_too_large"
+#: The longest a completion may wait for its admission decision.
+COMPLETION_WAIT_MAX_S = 60.0
+# Refusals of a completion that are about the completion itself; the others
+# (conflicting_completion, late_completion, run_terminal, ...) are about the run: 409.
+_COMPLETION_REFUSAL_STATUS = {
+    TOO_LARGE: 413,
+    "invalid_token": 422,
+    "unknown_interaction": 422,
+    "malformed": 422,
+}
 
 
 def command_routes(router: APIRouter, context: WebContext, writer: Any) -> None:
@@ -112,18 +122,37 @@ def command_routes(router: APIRouter, context: WebContext, writer: Any) -> None:
 
     @router.post(
         "/completions",
-        summary="Complete an await: produced to boundary.completions, admitted like any other",
+        summary="Complete an await (admitted like any other); with wait_s, say what became of it",
         status_code=202,
-        response_model=Queued,
-        responses={413: {"model": ErrorBody}},
+        response_model=CompletionAnswer,
+        responses={
+            200: {"model": CompletionAnswer},
+            409: {"model": ErrorBody},
+            413: {"model": ErrorBody},
+        },
         dependencies=[writer],
     )
-    def complete(body: CompletionBody) -> Queued:
+    def complete(
+        body: CompletionBody,
+        response: Response,
+        wait_s: Annotated[
+            float,
+            Query(
+                ge=0,
+                le=COMPLETION_WAIT_MAX_S,
+                description="Seconds to wait for the admission decision (0: answer queued)",
+            ),
+        ] = 0.0,
+    ) -> dict[str, Any]:
         if tokens.parse(body.token) is None:
             raise ApiError(422, "invalid_token", "not a resume token")
         with context.client() as client, _payload_limit():
-            _send_completion(client, body)
-        return Queued(queued=True)
+            receipt = _send_completion(client, body, wait_s)
+        if receipt.refusal is not None:
+            status = _COMPLETION_REFUSAL_STATUS.get(receipt.refusal, 409)
+            raise ApiError(status, receipt.refusal, receipt.detail or receipt.refusal)
+        response.status_code = 202 if receipt.queued else 200
+        return receipt.as_dict()
 
 
 @contextmanager
@@ -135,15 +164,14 @@ def _payload_limit() -> Iterator[None]:
         raise ApiError(413, TOO_LARGE, str(exc)) from None
 
 
-def _send_completion(client: Client, body: CompletionBody) -> None:
+def _send_completion(client: Client, body: CompletionBody, wait_s: float) -> CompletionReceipt:
     if body.outcome == "failed":
         if not body.error:
             raise ApiError(422, "invalid_request", "error: required when the outcome is failed")
-        client.fail(body.token, body.error, body.idempotency_key)
-        return
+        return client.fail(body.token, body.error, body.idempotency_key, wait_s=wait_s)
     if body.error is not None:
         raise ApiError(422, "invalid_request", "error: only when the outcome is failed")
-    client.complete(body.token, body.output, body.idempotency_key)
+    return client.complete(body.token, body.output, body.idempotency_key, wait_s=wait_s)
 
 
 def command_answer(run_id: str, reply: CommandReply | None) -> dict[str, Any]:

@@ -54,6 +54,7 @@ class ClientPool:
                 d.topology,
                 d.settings.state_dir,
                 max_payload_bytes=d.settings.max_payload_bytes,
+                group=d.settings.group,
             )
             self._all.append(client)
         try:

@@ -9,11 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 __all__ = [
     "CancelBody",
     "CommandAnswer",
+    "CompletionAnswer",
     "CompletionBody",
     "ErrorBody",
     "Health",
     "History",
-    "Queued",
     "Ready",
     "RedriveBody",
     "Requests",
@@ -93,8 +93,21 @@ class CompletionBody(BaseModel):
     idempotency_key: str | None = Field(default=None, min_length=1)
 
 
-class Queued(BaseModel):
-    queued: bool
+class CompletionAnswer(BaseModel):
+    """A completion as produced, and what the admission stage made of it (if waited for)."""
+
+    model_config = _OPEN
+
+    queued: bool = Field(description="True: no decision known (not waited for, or none in time)")
+    admission: Literal["queued", "admitted", "duplicate"] = Field(
+        description="duplicate: the same answer was admitted before (nothing changed)"
+    )
+    run_id: str
+    interaction: str
+    outcome: Literal["success", "failure"]
+    idempotency_key: str
+    partition: int = Field(description="Where the completion was written: its partition")
+    offset: int = Field(description="... and its offset in boundary.completions")
 
 
 class RunStatus(BaseModel):

@@ -226,6 +226,49 @@ def test_create_topics_creates_only_missing_ones_and_describes_them(
     assert spec.config.get("cleanup.policy") == "delete"
 
 
+def test_deliver_returns_where_the_record_was_written(
+    transport: Transport, make_topic: TopicFactory, closing: Closing
+) -> None:
+    topic = make_topic(partitions=3)
+    fill(transport, topic, 10)  # offsets to land after
+    producer = closing(transport.producer())
+    producer.produce(Outbound(topic, b"buffered", b"before"))  # delivered first, in order
+    tp, offset = producer.deliver(Outbound(topic, b"run-7", b"the completion"))
+    assert tp == TopicPartition(topic, partition_for(b"run-7", 3))
+    [stored] = [r for r in read_partition(transport, tp) if r.offset == offset]
+    assert (stored.key, stored.value) == (b"run-7", b"the completion")
+    before = [r for r in read_topic(transport, topic, 3) if r.value == b"before"]
+    assert len(before) == 1, "what was produced before is delivered too"
+    again = producer.deliver(Outbound(topic, b"run-7", b"again"))
+    assert again[0] == tp and again[1] > offset
+
+
+def test_admin_reads_the_offsets_a_processor_group_committed(
+    transport: Transport, make_topic: TopicFactory, closing: Closing
+) -> None:
+    source, sink = make_topic(partitions=2), make_topic(partitions=1)
+    fill(transport, source, 12)
+    group = unique_group()
+    admin = closing(transport.admin())
+    tps = [TopicPartition(source, p) for p in range(2)]
+    assert admin.committed_offsets(group, tps) == {}  # nothing committed yet
+    session, _ = subscribed(transport, closing, group, "a", [source])
+    first = poll_until(session, 12)[:5]
+    session.begin()
+    session.produce(Outbound(sink, b"k", b"with the offsets"))
+    session.commit(next_offsets(first))
+    # Kafka writes a transaction's markers after its commit returns: visible soon after.
+    deadline = time.monotonic() + POLL_DEADLINE_S
+    while (committed := admin.committed_offsets(group, tps)) != next_offsets(first):
+        assert committed == {}, committed  # never anything but nothing or all of it
+        assert time.monotonic() < deadline, "the committed offsets never showed"
+        time.sleep(0.05)  # polling the broker with a deadline
+    assert admin.committed_offsets(group, tps[:1]) == {
+        tp: o for tp, o in next_offsets(first).items() if tp == tps[0]
+    }
+    assert admin.committed_offsets(unique_group(), tps) == {}  # another group's: none
+
+
 # -- reader -------------------------------------------------------------------------------
 
 

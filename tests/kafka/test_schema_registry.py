@@ -45,6 +45,7 @@ from tests.kafka.support import (
     assert_replay_verifies,
 )
 from tests.schema_registry import start_local_registry
+from tests.web.support import request_of
 
 pytestmark = pytest.mark.kafka
 
@@ -140,6 +141,28 @@ def test_a_client_without_this_package_reads_a_run_and_answers_its_await(
     assert [(o["value"]["run_id"], o["value"]["status"]) for o in outcomes] == [
         (run_id, "succeeded")
     ]
+
+
+def test_a_sender_learns_what_became_of_its_confluent_framed_completion(
+    boundary_host: Host,
+) -> None:
+    deployment = boundary_host.deployment
+    settings = deployment.settings
+    with Client(
+        deployment.transport, deployment.topology, settings.state_dir, group=settings.group
+    ) as client:
+        run_id = client.submit("scalar", {"n": 6}, wait_s=60).run_id
+        request = wait_until(lambda: request_of(deployment, run_id), 60, "the await's request")
+        token = request.resume_token
+        first = client.complete(token, {"ok": 1}, wait_s=60)
+        again = client.complete(token, {"ok": 1}, wait_s=60)
+        forged = client.complete(token[:-1] + ("A" if token[-1] != "A" else "B"), 1, wait_s=60)
+    assert [first.admission, again.admission, forged.admission] == [
+        "admitted",
+        "duplicate",
+        "refused",
+    ]
+    assert forged.refusal == "invalid_token"
 
 
 @pytest.fixture
