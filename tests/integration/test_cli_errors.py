@@ -24,7 +24,9 @@ from processor.transport.embedded import EmbeddedTransport
 from tests.apps.support import REPO_ROOT, cli, subprocess_env
 
 
-def _with_env(data_dir: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+def _with_env(
+    data_dir: Path, env: dict[str, str], *args: str, timeout_s: float = 120
+) -> subprocess.CompletedProcess[str]:
     """``python -m processor ARGS`` with ``env`` on top of the test's environment."""
     return subprocess.run(
         [sys.executable, "-m", "processor", "--data-dir", str(data_dir), *args],
@@ -32,7 +34,7 @@ def _with_env(data_dir: Path, env: dict[str, str], *args: str) -> subprocess.Com
         env={**subprocess_env(data_dir), **env},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout_s,
         check=False,
     )
 
@@ -144,3 +146,19 @@ def test_a_bad_log_format_with_json_is_json_on_stderr(tmp_path: Path) -> None:
     result = _with_env(tmp_path / "data", env, "status", "r-1", "--json")
     assert result.returncode == 2
     assert _error(result) == {"error": "PROCESSOR_LOG_FORMAT must be one of text, json"}
+
+
+@pytest.mark.parametrize("variable", ["PROCESSOR_RESUME_SECRET", "PROCESSOR_HTTP_TOKEN"])
+@pytest.mark.parametrize("command", ["run", "worker"])
+def test_a_placeholder_secret_stops_the_start_naming_the_variable(
+    tmp_path: Path, command: str, variable: str
+) -> None:
+    """compose's old defaults: the processor and the worker started with them."""
+    env = {variable: f"change-me-not-a-real-{variable.rsplit('_', 1)[1].lower()}"}
+    args = (command, "--app", "tests.apps.pipelines:app", "--no-http", "--json")
+    refused = _with_env(tmp_path / "data", env, *args, timeout_s=60)
+    assert refused.returncode == 1
+    error = _error(refused)["error"]
+    assert error.startswith(f"invalid settings: {variable} is a placeholder, not a secret")
+    assert env[variable] not in error
+    assert not (tmp_path / "data").exists()  # refused before anything was created
