@@ -50,7 +50,7 @@ cli = typer.Typer(
     name="processor",
     help="Durable, event-sourced pipelines on Kafka (or the embedded log).",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 topics_cli = typer.Typer(help="Topics as code: create what is missing, report drift.")
