@@ -65,3 +65,11 @@ def test_the_wheel_declares_the_package_version_and_license(wheel: zipfile.ZipFi
     assert metadata["Version"] == processor.__version__
     assert metadata["License-Expression"] == "Apache-2.0"
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in wheel.namelist())
+
+
+def test_the_wheel_requires_the_files_of_its_docs_page(wheel: zipfile.ZipFile) -> None:
+    """/docs serves Swagger UI's files from a dependency, not from the wheel."""
+    (meta_name,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    metadata = email.message_from_bytes(wheel.read(meta_name))
+    required = [r.split(">")[0].split("<")[0].strip() for r in metadata.get_all("Requires-Dist")]
+    assert "swagger-ui-bundle-v2" in required

@@ -1,7 +1,10 @@
-"""``--app shop:app`` finds ``shop.py`` in the folder the command runs in, as uvicorn,
-celery and flask find theirs: a user's first run, with the wheel installed in a fresh
-virtual environment (the ``processor`` script puts its own folder on the path, not the
-working directory) and nothing of the checkout around it."""
+"""The wheel installed in a fresh virtual environment, used from a user's own folder with
+nothing of the checkout around it.
+
+``--app shop:app`` finds ``shop.py`` in the folder the command runs in, as uvicorn,
+celery and flask find theirs (the ``processor`` script puts its own folder on the path,
+not the working directory); and /docs shows with what the wheel and its dependencies
+install, nothing fetched from elsewhere."""
 
 from __future__ import annotations
 
@@ -14,9 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.apps.support import wait_until
+from tests.web.support import assert_docs_offline
 from tests.wheel_support import build_wheel, install_in_fresh_venv, user_env
 
 pytestmark = pytest.mark.slow  # builds the wheel and installs it with its dependencies
@@ -55,13 +60,13 @@ def shop(tmp_path: Path) -> Path:
 class Command:
     """One ``processor`` command started in the shop's folder (stderr kept in a file)."""
 
-    def __init__(self, installed: Path, shop: Path, *args: str) -> None:
+    def __init__(self, installed: Path, shop: Path, *args: str, **settings: str) -> None:
         self._stderr_path = shop / f"{args[0]}.stderr"
         self._stderr = self._stderr_path.open("w")
         self.proc = subprocess.Popen(
             [str(installed / "processor"), *args],
             cwd=shop,
-            env=user_env(PROCESSOR_DATA_DIR=str(shop / "data")),
+            env=user_env(PROCESSOR_DATA_DIR=str(shop / "data"), **settings),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -160,3 +165,15 @@ def test_worker_imports_the_app_from_the_working_directory(
     started.append(worker)
     assert worker.first_line() == {"ready": True, "workers": 1, "concurrency": 8}
     assert worker.stop() == 0
+
+
+def test_the_docs_page_shows_with_what_the_wheel_installs(
+    installed: Path, shop: Path, started: list[Command]
+) -> None:
+    args = ("run", "--app", "shop:app", "--workers", "0", "--json")
+    run = Command(installed, shop, *args, PROCESSOR_HTTP_PORT="0")
+    started.append(run)
+    address = run.first_line()["http"]
+    with httpx.Client(base_url=address, timeout=30) as http:
+        assert_docs_offline(http.get)
+    assert run.stop() == 0
