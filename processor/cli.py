@@ -41,6 +41,7 @@ from processor.telemetry.logs import LOG_FORMATS, configure_logging
 from processor.transport.deployment import Deployment, ensure_topics
 
 if TYPE_CHECKING:
+    from processor.examples.demo_runner import DemoReport
     from processor.facts.keyring import KeyRing
     from processor.store.rocks import PartitionStore
 
@@ -52,7 +53,7 @@ cli = typer.Typer(
     name="processor",
     help="Durable, event-sourced pipelines on Kafka (or the embedded log).",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 topics_cli = typer.Typer(help="Topics as code: create what is missing, report drift.")
@@ -72,7 +73,8 @@ BrokerOption = Annotated[
 DataDirOption = Annotated[
     Path | None, typer.Option("--data-dir", help="Embedded log and state directory [.processor]")
 ]
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (errors too, on stderr).")]
+JSON_FLAG = "--json"
+JsonFlag = Annotated[bool, typer.Option(JSON_FLAG, help="Print JSON (errors too, on stderr).")]
 AppOption = Annotated[str, typer.Option("--app", help="Pipelines to load, as module:attribute.")]
 WorkersOption = Annotated[int, typer.Option("--workers", min=0, help="Worker threads")]
 ConcurrencyOption = Annotated[
@@ -178,19 +180,30 @@ class Invocation:
         typer.echo(json.dumps(value, default=str) if self.json_output else text)
 
     def fail(self, message: str, code: int = EXIT_ERROR, **details: Any) -> NoReturn:
-        """Print an error on stderr and exit with ``code``: ``error: MESSAGE``, or with
-        ``--json`` ``{"error": MESSAGE, **details}`` (what a script may need, such as a
-        refusal's reason and run id)."""
-        if self.json_output:
-            typer.echo(json.dumps({"error": message, **details}, default=str), err=True)
-        else:
-            typer.echo(f"error: {message}", err=True)
+        """Print an error on stderr and exit with ``code`` (see ``_print_error``)."""
+        _print_error(message, self.json_output, **details)
         raise typer.Exit(code)
 
     def refuse(self, refusal: str, detail: str | None, /, **details: Any) -> NoReturn:
-        """Something the processor refused: an error (exit 1) with its reason."""
+        """A command the processor refused: an error (exit 1) with its reason."""
         shown = {**details, "refusal": refusal, "detail": detail}
         self.fail(f"refused: {refusal}: {detail}", EXIT_ERROR, **shown)
+
+
+def _json_on_command_line() -> bool:
+    """Whether ``--json`` is on the command line, before or after the command: for the
+    errors printed before the command's own options are read."""
+    return JSON_FLAG in sys.argv[1:]
+
+
+def _print_error(message: str, json_output: bool, **details: Any) -> None:
+    """The one place that prints an error: on stderr, ``error: MESSAGE``, or with
+    ``--json`` ``{"error": MESSAGE, **details}`` (details: what a script may need,
+    such as a refusal's reason and run id)."""
+    if json_output:
+        typer.echo(json.dumps({"error": message, **details}, default=str), err=True)
+    else:
+        typer.echo(f"error: {message}", err=True)
 
 
 def _with_common_options(fn: Callable[..., None]) -> Callable[..., None]:
@@ -267,11 +280,12 @@ def _root(
         ),
     ] = False,
 ) -> None:
-    _configure_telemetry(ctx, logging.INFO if verbose else logging.WARNING)
+    level = logging.INFO if verbose else logging.WARNING
+    _configure_telemetry(ctx, level, json_output or _json_on_command_line())
     ctx.obj = Invocation(broker, data_dir, topic_prefix, json_output)
 
 
-def _configure_telemetry(ctx: typer.Context, level: int) -> None:
+def _configure_telemetry(ctx: typer.Context, level: int, json_output: bool) -> None:
     """Logs in ``PROCESSOR_LOG_FORMAT`` and, with ``PROCESSOR_OTEL``, spans.
 
     Any other invalid setting is left for the command to report, as before.
@@ -280,9 +294,8 @@ def _configure_telemetry(ctx: typer.Context, level: int) -> None:
         settings = Settings()
     except ValidationError as exc:
         if any(error["loc"][:1] == ("log_format",) for error in exc.errors()):
-            typer.echo(
-                f"error: PROCESSOR_LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}", err=True
-            )
+            message = f"PROCESSOR_LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}"
+            _print_error(message, json_output)
             raise typer.Exit(EXIT_USAGE) from None
         configure_logging("text", level)
         return
@@ -504,13 +517,13 @@ def submit(
         )
     except PayloadTooLarge as exc:  # refused before anything was produced
         inv.fail(f"--input: payload_too_large: {exc}", code=EXIT_USAGE)
+    shown = receipt.as_dict()
     if receipt.refusal:
-        inv.emit(receipt.as_dict(), f"refused: {receipt.refusal}: {receipt.detail}")
-        raise typer.Exit(EXIT_ERROR)
+        inv.refuse(receipt.refusal, receipt.detail, **shown)
     if receipt.created is None:
-        inv.emit(receipt.as_dict(), f"{receipt.run_id} queued; no processor answered in {wait}s")
-        raise typer.Exit(EXIT_NOT_FOUND)
-    inv.emit(receipt.as_dict(), f"{receipt.run_id} {'created' if receipt.created else 'existing'}")
+        message = f"no processor answered in {wait}s; run {receipt.run_id} is queued"
+        inv.fail(message, EXIT_NOT_FOUND, **shown)
+    inv.emit(shown, f"{receipt.run_id} {'created' if receipt.created else 'existing'}")
 
 
 def _existing_or_no_run(inv: Invocation, run_id: str) -> Deployment:
@@ -706,7 +719,7 @@ def replay(
         )
     inv.emit(report.as_dict(), text)
     if verify and not report.verified:
-        raise typer.Exit(EXIT_DIFFERENT)
+        inv.fail(f"replay --verify found {len(report.differences)} differences", EXIT_DIFFERENT)
 
 
 @_command()
@@ -734,17 +747,27 @@ def demo(
         inv.fail(str(exc))
     shown = report.as_dict()
     inv.emit(shown, "\n".join(f"{k:>16}: {v}" for k, v in shown.items()))
-    if not report.replay_verified or report.succeeded + report.failed != report.submitted:
-        raise typer.Exit(EXIT_DIFFERENT)
+    problems = _demo_problems(report)
+    if problems:
+        inv.fail(f"the demo did not pass: {', '.join(problems)}", EXIT_DIFFERENT)
+
+
+def _demo_problems(report: DemoReport) -> list[str]:
+    """What makes a demo fail, in words: runs that did not end, a replay that differs."""
+    problems = []
+    ended = report.succeeded + report.failed
+    if ended != report.submitted:
+        problems.append(f"{ended} of {report.submitted} runs ended")
+    if not report.replay_verified:
+        problems.append("replay verification failed")
+    return problems
 
 
 def _reply_or_exit(inv: Invocation, reply: CommandReply | None, wait: float) -> dict[str, Any]:
     if reply is None:
         inv.fail(f"no processor answered in {wait}s (the command is queued)", EXIT_NOT_FOUND)
     if reply.refusal:
-        shown = {"run_id": reply.run_id, "refusal": reply.refusal, "detail": reply.detail}
-        inv.emit(shown, f"refused: {reply.refusal}: {reply.detail}")
-        raise typer.Exit(EXIT_ERROR)
+        inv.refuse(reply.refusal, reply.detail, run_id=reply.run_id)
     response = json.loads(reply.response) if reply.response else {}
     return {"run_id": reply.run_id, "accepted": reply.created, "detail": reply.detail, **response}
 
@@ -1042,7 +1065,8 @@ def topics_apply(ctx: typer.Context) -> None:
     )
     inv.emit(shown, text or "topics up to date")
     if drift:
-        raise typer.Exit(EXIT_DIFFERENT)
+        differ = ", ".join(sorted({d.topic for d in drift}))
+        inv.fail(f"topics differ from their declarations: {differ}", EXIT_DIFFERENT)
 
 
 @_command(schemas_cli, "apply")
@@ -1064,9 +1088,19 @@ def schemas_apply(ctx: typer.Context) -> None:
 
 
 def main() -> None:
-    """The ``processor`` entry point."""
+    """The ``processor`` entry point.
+
+    With ``--json``, a usage error is JSON on stderr too; without, click words it."""
+    json_output = _json_on_command_line()
     try:
-        cli()
-    except ProcessorError as exc:  # raised outside a command (its own are caught there)
-        typer.echo(f"error: {exc}", err=True)
+        code = cli(standalone_mode=not json_output)
+    except typer.TyperException as exc:  # raised only outside standalone mode: with --json
+        _print_error(exc.format_message(), json_output)
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        _print_error("aborted", json_output)
         sys.exit(EXIT_ERROR)
+    except ProcessorError as exc:  # raised outside a command (its own are caught there)
+        _print_error(str(exc), json_output)
+        sys.exit(EXIT_ERROR)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from processor.errors import ConfigurationError
@@ -19,6 +20,11 @@ __all__ = [
     "librdkafka_security",
     "schema_registry_config",
 ]
+
+
+#: What a placeholder secret says (compared without case or punctuation): compose's and
+#: the README's old example values, and their kin. A deployment never runs on one.
+_PLACEHOLDER_WORDS = ("changeme", "replaceme", "placeholder", "notareal")
 
 
 class Settings(BaseSettings):
@@ -206,6 +212,19 @@ class Settings(BaseSettings):
             raise ValueError("broker must look like kafka://host:port[,host:port]")
         return value
 
+    @field_validator("resume_secret", "resume_secrets", "http_token")
+    @classmethod
+    def _not_a_placeholder(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        """Refuse a secret everyone can read in an example: name the variable, not the value."""
+        if value is not None and _is_placeholder(value.get_secret_value()):
+            raise PydanticCustomError(
+                "placeholder_secret",
+                "{variable} is a placeholder, not a secret: set a random value of your own "
+                "(for example `openssl rand -hex 32`)",
+                {"variable": f"PROCESSOR_{(info.field_name or '').upper()}"},
+            )
+        return value
+
     @field_validator("schema_registry_url")
     @classmethod
     def _registry_url(cls, value: str | None) -> str | None:
@@ -218,6 +237,11 @@ class Settings(BaseSettings):
     @property
     def state_dir(self) -> Path:
         return self.data_dir / "state" / self.group
+
+
+def _is_placeholder(secret: str) -> bool:
+    letters = "".join(c for c in secret.lower() if c.isalnum())
+    return any(word in letters for word in _PLACEHOLDER_WORDS)
 
 
 #: ``http_port`` when it is unset, by command: the processor's, and a worker's.

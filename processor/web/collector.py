@@ -22,7 +22,7 @@ from processor.facts.topics import TopicName
 from processor.transport.base import Reader, TopicPartition
 from processor.transport.topology import Topology
 
-__all__ = ["CensusCollector", "LoopCollector"]
+__all__ = ["CensusCollector", "LoopCollector", "processor_collectors"]
 
 logger = logging.getLogger(__name__)
 
@@ -125,3 +125,11 @@ class CensusCollector(Collector):
         for (pipeline, version), count in sorted(versions.items()):
             blocked.add_metric([pipeline, str(version)], count)
         yield from (waiting, unknown, blocked)
+
+
+def processor_collectors(
+    current: Callable[[], ProcessorLoop | None], reader: Reader, topology: Topology
+) -> tuple[LoopCollector, CensusCollector]:
+    """The scrape-time gauges of a processor (its HTTP server registers them while it
+    serves): every metric they describe is in README.md's table, as a test checks."""
+    return LoopCollector(current, reader, topology), CensusCollector(current)

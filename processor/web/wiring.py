@@ -15,7 +15,7 @@ from processor.engine.host import Host
 from processor.facts.keyring import KeyRing
 from processor.telemetry.metrics import REGISTRY
 from processor.web.app import create_app
-from processor.web.collector import CensusCollector, LoopCollector
+from processor.web.collector import processor_collectors
 from processor.web.context import Readiness, WebContext
 from processor.web.server import HttpServer
 
@@ -60,9 +60,8 @@ class ProcessorWeb:
             owned=lambda: host_partitions(host),
         )
         assert self.context.stores is not None
-        self._collectors = (
-            LoopCollector(lambda: host.loop, deployment.transport.reader(), deployment.topology),
-            CensusCollector(lambda: host.loop),
+        self._collectors = processor_collectors(
+            lambda: host.loop, deployment.transport.reader(), deployment.topology
         )
         self._server = HttpServer(
             create_app(self.context),

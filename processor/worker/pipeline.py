@@ -41,6 +41,8 @@ runs started on an older version finish on it.
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -324,10 +326,15 @@ def _unchanged(value: Any) -> Any:
 
 
 def load_application(target: str) -> Application:
-    """Import ``module:attribute`` and check it is an Application."""
+    """Import ``module:attribute`` and check it is an Application.
+
+    The working directory comes first on the import path, as with uvicorn, celery and
+    flask: ``--app shop:app`` finds ``shop.py`` in the folder the command runs in
+    (the ``processor`` script's own folder is what Python puts there)."""
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
         raise ConfigurationError(f"--app must look like module:attribute, got {target!r}")
+    _working_directory_on_path()
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -336,3 +343,11 @@ def load_application(target: str) -> Application:
     if not isinstance(app, Application):
         raise ConfigurationError(f"{target} is not a processor Application")
     return app
+
+
+def _working_directory_on_path() -> None:
+    """Put the working directory (absolute, so a child process given this ``sys.path``
+    finds the same modules) first on the import path, unless it is on it already."""
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)

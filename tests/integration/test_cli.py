@@ -85,10 +85,13 @@ def test_idempotency_key_returns_the_same_run_and_refuses_a_conflict(data_dir: P
     assert code == 0
     assert again == {"run_id": first["run_id"], "created": False}
 
-    # The same key with a different input is refused.
-    code, conflict = _submit(data_dir, "steps3", "--input", '{"n": 9}', "--idempotency-key", key)
-    assert code != 0
+    # The same key with a different input is refused: an error, on stderr.
+    args = ("submit", "steps3", "--input", '{"n": 9}', "--idempotency-key", key)
+    refused = cli(data_dir, *args, "--json")
+    assert refused.returncode == 1
+    conflict = _json_error(refused)
     assert conflict["refusal"] == "idempotency_conflict"
+    assert conflict["error"].startswith("refused: idempotency_conflict: ")
     assert conflict["run_id"] == first["run_id"]
     assert conflict["created"] is False
 
@@ -137,9 +140,51 @@ def test_unknown_run_exits_3(data_dir: Path) -> None:
 
 
 def test_submit_to_an_unknown_pipeline_is_refused(data_dir: Path) -> None:
-    code, shown = _submit(data_dir, "no_such_pipeline", "--input", "{}")
-    assert code == 1
-    assert shown["refusal"] == "unknown_pipeline"
+    refused = cli(data_dir, "submit", "no_such_pipeline", "--input", "{}", "--json")
+    assert refused.returncode == 1
+    assert _json_error(refused)["refusal"] == "unknown_pipeline"
+    plain = cli(data_dir, "submit", "no_such_pipeline", "--input", "{}")
+    assert (plain.returncode, plain.stdout) == (1, "")
+    assert plain.stderr.startswith("error: refused: unknown_pipeline: ")
+
+
+@pytest.fixture(scope="module")
+def finished_run(data_dir: Path) -> str:
+    """A run of the module's processor that has succeeded."""
+    code, submitted = _submit(data_dir, "steps3", "--input", '{"n": 3}')
+    assert code == 0
+    _succeeded_status(data_dir, submitted["run_id"])
+    return str(submitted["run_id"])
+
+
+#: Each command a processor can refuse, with what it refuses about a succeeded run.
+REFUSED_COMMANDS = [
+    (("cancel",), "run_terminal"),
+    (("redrive",), "not_failed"),
+    (
+        (
+            "resolve",
+            *("--segment", "1", "--attempt", "1", "--generation", "1"),
+            *("--idempotency-key", "op-1", "--retry"),
+        ),
+        "stale_attempt",
+    ),
+]
+
+
+@pytest.mark.parametrize(("command", "refusal"), REFUSED_COMMANDS)
+def test_a_refused_command_is_an_error_on_stderr(
+    data_dir: Path, finished_run: str, command: tuple[str, ...], refusal: str
+) -> None:
+    name, *options = command
+    refused = cli(data_dir, name, finished_run, *options, "--json")
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    shown = _json_error(refused)
+    assert (shown["refusal"], shown["run_id"]) == (refusal, finished_run)
+    assert shown["error"] == f"refused: {refusal}: {shown['detail']}"
+    plain = cli(data_dir, name, finished_run, *options)
+    assert (plain.returncode, plain.stdout) == (1, "")
+    assert plain.stderr == f"error: refused: {refusal}: {shown['detail']}\n"
 
 
 def test_replay_verify_agrees_with_the_live_projections(data_dir: Path) -> None:

@@ -196,7 +196,7 @@ def test_a_keyed_retry_with_deadline_s_returns_the_original_run(tmp_path: Path) 
         }
         other = cli(process.data_dir, *args, "--deadline-s", "60", "--json")
         assert other.returncode == 1
-        assert json.loads(other.stdout)["refusal"] == "idempotency_conflict"
+        assert _error(other)["refusal"] == "idempotency_conflict"
     finally:
         process.close()
 

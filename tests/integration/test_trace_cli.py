@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from processor.config.settings import Settings
 from processor.facts.codec import codec
@@ -51,7 +52,7 @@ def _submitted(data_dir: Path) -> list[SubmitRun]:
 def test_submit_sends_the_traceparent_with_the_command(tmp_path: Path) -> None:
     done = _submit(tmp_path / "data", "--traceparent", GIVEN)
     assert done.returncode == 3, done.stderr  # queued: no processor answers here
-    run_id = json.loads(done.stdout)["run_id"]
+    run_id = json.loads(done.stderr)["run_id"]  # the error names the queued run
     (command,) = _submitted(tmp_path / "data")
     assert (command.run_id, command.traceparent) == (run_id, GIVEN)
 
@@ -66,9 +67,9 @@ def test_a_malformed_traceparent_is_a_usage_error_and_sends_nothing(tmp_path: Pa
 def test_with_otel_on_the_submit_span_is_exported_and_is_the_runs_parent(tmp_path: Path) -> None:
     done = _submit(tmp_path / "data", "--traceparent", GIVEN, otel=True)
     assert done.returncode == 3, done.stderr
-    # Without an OTLP exporter installed, the SDK's console exporter prints to stderr.
-    start = done.stderr.index("{")
-    span, _ = json.JSONDecoder().raw_decode(done.stderr[start:])
+    # Without an OTLP exporter installed, the SDK's console exporter prints to stderr,
+    # as the command prints its error (queued).
+    (span,) = [shown for shown in _json_objects(done.stderr) if "name" in shown]
     assert span["name"] == "processor.submit"
     assert span["context"]["trace_id"] == "0x" + GIVEN.split("-")[1]
     assert span["parent_id"] == "0x" + GIVEN.split("-")[2]
@@ -76,3 +77,13 @@ def test_with_otel_on_the_submit_span_is_exported_and_is_the_runs_parent(tmp_pat
     assert command.traceparent is not None and command.traceparent != GIVEN
     assert command.traceparent.split("-")[1] == GIVEN.split("-")[1]
     assert "0x" + command.traceparent.split("-")[2] == span["context"]["span_id"]
+
+
+def _json_objects(text: str) -> list[dict[str, Any]]:
+    """The JSON objects printed in ``text`` (each may span several lines), in order."""
+    found, decoder, at = [], json.JSONDecoder(), text.find("{")
+    while at != -1:
+        shown, end = decoder.raw_decode(text, at)
+        found.append(shown)
+        at = text.find("{", end)
+    return found

@@ -114,3 +114,20 @@ def test_the_dashboard_queries_only_metrics_the_package_defines() -> None:
     used = _dashboard_metrics()
     assert len(used) >= 10
     assert used - defined == set()
+
+
+def test_compose_ships_no_working_placeholder_secret() -> None:
+    """Each secret of the processor must be given (``${VAR:?...}``): compose refuses to
+    start without it, naming the variable, instead of starting with a known value."""
+    secret_names = ("PROCESSOR_RESUME_SECRET", "PROCESSOR_HTTP_TOKEN")
+    for name, service in _services().items():
+        environment = service.get("environment", {})
+        for variable, value in environment.items():
+            if variable.startswith("PROCESSOR_") and variable.endswith(
+                ("SECRET", "SECRETS", "TOKEN")
+            ):
+                required = re.fullmatch(rf"\$\{{{variable}:\?(.*)\}}", str(value))
+                assert required is not None, f"{name}: {variable}={value}"
+                assert "openssl rand" in required.group(1), "the message says how to make one"
+        if name in ("processor", "worker"):
+            assert set(secret_names) <= set(environment), name

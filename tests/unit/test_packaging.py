@@ -9,48 +9,21 @@ from a clean copy of the sources, and lists what it holds.
 from __future__ import annotations
 
 import email
-import shutil
-import subprocess
-import sys
 import zipfile
-from pathlib import Path
 
 import pytest
 
 import processor
 from processor.facts.codec import SCHEMA_DIR
 from processor.facts.models import FACT_TYPES, MESSAGE_TYPES
+from tests.wheel_support import REPO_ROOT, build_wheel
 
 pytestmark = pytest.mark.slow  # pip builds in an isolated environment: 5 s or more
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-#: What a build needs; a copy keeps a stale build/ or egg-info of the checkout out of it.
-BUILD_INPUTS = ("pyproject.toml", "README.md", "LICENSE", "processor", "schemas", "topics")
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
-    root = tmp_path_factory.mktemp("wheel")
-    source = root / "src"
-    source.mkdir()
-    for name in BUILD_INPUTS:
-        if (REPO_ROOT / name).is_dir():
-            # processor/schemas and processor/topics stay links, as in a clone.
-            ignore = shutil.ignore_patterns("__pycache__")
-            shutil.copytree(REPO_ROOT / name, source / name, symlinks=True, ignore=ignore)
-        else:
-            shutil.copy2(REPO_ROOT / name, source / name)
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", str(source), "-w", "dist"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert built.returncode == 0, built.stdout + built.stderr
-    (path,) = (root / "dist").glob("processor-*.whl")
-    return zipfile.ZipFile(path)
+    return zipfile.ZipFile(build_wheel(tmp_path_factory.mktemp("wheel")))
 
 
 def test_the_wheel_holds_a_schema_for_every_model(wheel: zipfile.ZipFile) -> None:
@@ -92,3 +65,11 @@ def test_the_wheel_declares_the_package_version_and_license(wheel: zipfile.ZipFi
     assert metadata["Version"] == processor.__version__
     assert metadata["License-Expression"] == "Apache-2.0"
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in wheel.namelist())
+
+
+def test_the_wheel_requires_the_files_of_its_docs_page(wheel: zipfile.ZipFile) -> None:
+    """/docs serves Swagger UI's files from a dependency, not from the wheel."""
+    (meta_name,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    metadata = email.message_from_bytes(wheel.read(meta_name))
+    required = [r.split(">")[0].split("<")[0].strip() for r in metadata.get_all("Requires-Dist")]
+    assert "swagger-ui-bundle-v2" in required

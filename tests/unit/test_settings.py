@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
 
 from processor.config.settings import Settings, default_of
 from processor.engine.loop import LoopConfig
@@ -64,3 +68,47 @@ def test_the_kafka_transport_takes_its_timeouts_from_the_settings() -> None:
     assert transport._transaction_timeout_ms == 9_000
     overridden = KafkaTransport(settings, transaction_timeout_ms=2_000)
     assert overridden._transaction_timeout_ms == 2_000
+
+
+#: Values people leave in place of a secret: compose's old defaults, the README's old
+#: example, and their spellings.
+PLACEHOLDERS = [
+    "change-me",
+    "change-me-not-a-real-secret",
+    "change-me-not-a-real-token",
+    "CHANGEME-0123456789abcdef",
+    "Change_Me_Please_0123456789",
+    "replace-me-with-a-long-random-value",
+    "<placeholder-0123456789abcdef>",
+    "not-a-real-secret-0123456789",
+]
+
+
+@pytest.mark.parametrize("value", PLACEHOLDERS)
+@pytest.mark.parametrize("variable", ["PROCESSOR_RESUME_SECRET", "PROCESSOR_HTTP_TOKEN"])
+def test_a_placeholder_secret_is_refused_naming_its_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValidationError) as refused:
+        Settings()
+    (error,) = refused.value.errors()
+    assert error["msg"].startswith(f"{variable} is a placeholder, not a secret")
+    assert value not in error["msg"]  # a secret is never echoed, even a would-be one
+
+
+def test_a_placeholder_in_the_key_list_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROCESSOR_RESUME_SECRETS", "k2:change-me-not-a-real-secret,k1:" + "a" * 32)
+    with pytest.raises(ValidationError) as refused:
+        Settings()
+    assert refused.value.errors()[0]["msg"].startswith("PROCESSOR_RESUME_SECRETS is a placeholder")
+
+
+def test_random_secrets_are_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    token, secret = secrets.token_hex(32), secrets.token_urlsafe(32)
+    monkeypatch.setenv("PROCESSOR_HTTP_TOKEN", token)
+    monkeypatch.setenv("PROCESSOR_RESUME_SECRET", secret)
+    settings = Settings()
+    assert settings.http_token is not None and settings.resume_secret is not None
+    assert settings.http_token.get_secret_value() == token
+    assert settings.resume_secret.get_secret_value() == secret

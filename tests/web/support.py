@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,3 +160,27 @@ def status_of(client: httpx.Client, run_id: str) -> dict[str, Any]:
     assert answer.status_code == 200, answer.text
     body: dict[str, Any] = answer.json()
     return body
+
+
+#: The addresses a page loads: its src and href attributes, and Swagger UI's ``url``.
+_PAGE_URLS = re.compile(r"""(?:\b(?:src|href)\s*=\s*|\burl:\s*)["']([^"']+)["']""")
+
+
+def assert_docs_offline(get: Callable[[str], httpx.Response]) -> list[str]:
+    """/docs names no other host and every file it loads is served here: a machine
+    without Internet access shows it. Returns the addresses it loads."""
+    page = get("/docs")
+    assert page.status_code == 200, page.text
+    assert "://" not in page.text, page.text  # no CDN, no other host
+    loaded = _PAGE_URLS.findall(page.text)
+    assert {u.rsplit("/", 1)[-1] for u in loaded} >= {
+        "swagger-ui-bundle.js",
+        "swagger-ui.css",
+        "openapi.json",
+    }, loaded
+    for url in loaded:
+        assert url.startswith("/") and not url.startswith("//"), url
+        answer = get(url)
+        assert answer.status_code == 200, (url, answer.status_code)
+        assert answer.content, url
+    return loaded

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
+from fastapi.testclient import TestClient
+from swagger_ui_bundle import swagger_ui_path
 
+from processor.web.app import create_app
+from processor.web.context import Readiness, WebContext
 from tests.apps.support import wait_until
-from tests.web.support import Served, status_of, submit
+from tests.web.support import Served, assert_docs_offline, status_of, submit
 
 
 def _error(answer: httpx.Response, status: int, error: str) -> str:
@@ -51,6 +57,31 @@ def test_health_ready_metrics_and_openapi(served: Served) -> None:
         assert spec["paths"][path][method]["summary"], (method, path)
 
     assert anyone.get("/docs").status_code == 200
+
+
+def test_the_docs_page_loads_only_files_served_here(served: Served) -> None:
+    assert_docs_offline(served.http(token=None).get)
+
+
+def test_a_workers_docs_page_loads_only_files_served_here() -> None:
+    worker_app = create_app(
+        WebContext(bind_host="127.0.0.1", token=None, readiness=lambda: Readiness(True))
+    )
+    with TestClient(worker_app) as http:
+        loaded = assert_docs_offline(http.get)
+    assert "/openapi.json" in loaded
+
+
+def test_the_docs_page_is_swagger_ui_5_which_renders_openapi_3_1() -> None:
+    """FastAPI writes OpenAPI 3.1, which Swagger UI renders from version 5 on."""
+    assert (
+        TestClient(create_app(WebContext("127.0.0.1", None, lambda: Readiness(True))))
+        .get("/openapi.json")
+        .json()["openapi"]
+        .startswith("3.1")
+    )
+    version = Path(str(swagger_ui_path)).name.removeprefix("swagger-ui-")
+    assert int(version.split(".")[0]) >= 5, version
 
 
 def test_submit_created_then_existing_with_the_idempotency_key(served: Served) -> None:
