@@ -19,20 +19,7 @@ from tests.unit.test_progress import SPECS, Run
 def _claim(
     run: Run, worker: str, *, item: WorkItem | None = None, step: int | None = None
 ) -> Decision:
-    item = item or run.work[-1]
-    claim = AttemptProgress(
-        run_id=item.run_id,
-        kind=item.kind,
-        segment=item.segment,
-        attempt=item.attempt,
-        generation=item.generation,
-        step=item.first_step if step is None else step,
-        report="started",
-        worker_id=worker,
-        at_ms=run.now,
-        claim=True,
-    )
-    return run.take(decide_claim(claim, run.state, run.ctx))
+    return run.report(worker=worker, item=item, step=step, claim=True)
 
 
 def _reply(decision: Decision) -> ClaimReply:

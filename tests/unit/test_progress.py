@@ -24,6 +24,7 @@ from processor.model.decide import (
     Context,
     Decision,
     TimerFired,
+    decide_claim,
     decide_progress,
     decide_result,
     decide_submit,
@@ -113,8 +114,10 @@ class Run:
         step: int | None = None,
         worker: str = "w",
         item: WorkItem | None = None,
+        claim: bool = False,
     ) -> Decision:
-        """A worker's report on ``item`` (default: the latest), its first step by default."""
+        """A worker's report on ``item`` (default: the latest), its first step by default;
+        with ``claim``, its claim of the attempt (``model.claims``)."""
         item = item or self.work[-1]
         progress = AttemptProgress(
             run_id=self.run_id,
@@ -126,8 +129,10 @@ class Run:
             report=report,  # type: ignore[arg-type]
             worker_id=worker,
             at_ms=self.now,
+            claim=claim,
         )
-        return self.take(decide_progress(progress, self.state, self.ctx))
+        decide = decide_claim if claim else decide_progress
+        return self.take(decide(progress, self.state, self.ctx))
 
     def fail_to_unwind(self) -> WorkItem:
         """``book`` completes, ``pay`` fails for good: the compensator of ``book`` is
