@@ -22,6 +22,7 @@ __all__ = [
     "completion_arrival",
     "handoff_arrival",
     "record_cause",
+    "record_position",
     "routing_run_id",
 ]
 
@@ -66,6 +67,16 @@ def record_cause(topic: str, partition: int, offset: int) -> str:
     """The ``cause_id`` of the facts decided on the input record read at this position
     (a sender finds what became of its completion by it)."""
     return f"{topic}/{partition}/{offset}"
+
+
+def record_position(cause: str) -> tuple[str, int, int] | None:
+    """The topic, partition and offset a ``record_cause`` names (None: not one; a
+    command's facts carry its command id). Topic names hold no slash."""
+    topic, _, rest = cause.partition("/")
+    partition, _, offset = rest.partition("/")
+    if not (topic and partition.isdecimal() and offset.isdecimal()):
+        return None
+    return topic, int(partition), int(offset)
 
 
 def routing_run_id(

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from processor.clients.completion_lookup import find_completion
 from processor.clients.completion_receipt import AdmissionWatch, CompletionReceipt
 from processor.clients.external import CompletionClient
 from processor.clients.outcome import RunResult, terminal_result
@@ -58,7 +59,6 @@ from processor.model.state import RunState
 from processor.store.rocks import PartitionStore, open_existing, store_path
 from processor.telemetry import tracing
 from processor.transport.base import (
-    AdminClient,
     Closeable,
     Outbound,
     Producer,
@@ -358,18 +358,40 @@ class Client(Closeable):
         deadline = time.monotonic() + wait_s
         reader, admin = self._transport.reader(), self._transport.admin()
         try:
-            watch = AdmissionWatch(reader, self._topology, claims.run_id, self._rejected(admin))
+            watch = AdmissionWatch(reader, self._topology, claims.run_id, self._rejected())
             sent = completions.deliver(token, outcome, body, error, idempotency_key)
             return watch.wait(admin, self._group, sent, deadline)
         finally:
             reader.close()
             admin.close()
 
-    def _rejected(self, admin: AdminClient) -> int:
+    def completion(self, run_id: str, idempotency_key: str) -> CompletionReceipt | None:
+        """What became of a completion of ``run_id`` carrying ``idempotency_key``, asked
+        later (sent without waiting, or by another producer): ``admission`` ``admitted``
+        (with the admitted fact's ``seq``) or ``refused`` (with ``refusal`` and ``detail``),
+        where the completion decided on was written, and when (``decided_ms``). An
+        admission wins over a refusal of the same key (a later, conflicting copy). None:
+        nothing decided on such a completion (yet).
+        """
+        facts = self.history(run_id)
+        rejected = TopicPartition(
+            self._topology.name(TopicName.REJECTED),
+            partition_for(run_id.encode(), self._rejected()),
+        )
+        reader = self._transport.reader()
+        try:
+            return find_completion(facts, reader, rejected, run_id, idempotency_key)
+        finally:
+            reader.close()
+
+    def _rejected(self) -> int:
         """The partition count of admission.rejected (not co-partitioned: asked once)."""
         if self._rejected_partitions is None:
-            name = self._topology.name(TopicName.REJECTED)
-            spec = admin.describe_topics().get(name)
+            admin = self._transport.admin()
+            try:
+                spec = admin.describe_topics().get(self._topology.name(TopicName.REJECTED))
+            finally:
+                admin.close()
             self._rejected_partitions = (
                 self._topology.partitions if spec is None else spec.partitions
             )

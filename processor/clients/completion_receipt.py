@@ -55,6 +55,10 @@ class CompletionReceipt:
     admission: Admission = "queued"
     refusal: str | None = None  # the reason, when refused
     detail: str | None = None
+    # Known when the decision was looked up by its key (``Client.completion``): the
+    # admitted fact's seq, and when it was decided (the fact's or the rejection's time).
+    seq: int | None = None
+    decided_ms: int | None = None
 
     @property
     def queued(self) -> bool:
@@ -76,6 +80,10 @@ class CompletionReceipt:
         if self.refusal is not None:
             shown["refusal"] = self.refusal
             shown["detail"] = self.detail
+        if self.seq is not None:
+            shown["seq"] = self.seq
+        if self.decided_ms is not None:
+            shown["decided_ms"] = self.decided_ms
         return shown
 
 

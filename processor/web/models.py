@@ -11,6 +11,7 @@ __all__ = [
     "CommandAnswer",
     "CompletionAnswer",
     "CompletionBody",
+    "CompletionDecision",
     "ErrorBody",
     "Health",
     "History",
@@ -108,6 +109,26 @@ class CompletionAnswer(BaseModel):
     idempotency_key: str
     partition: int = Field(description="Where the completion was written: its partition")
     offset: int = Field(description="... and its offset in boundary.completions")
+
+
+class CompletionDecision(BaseModel):
+    """What admission decided on a completion, found by its run and idempotency key."""
+
+    model_config = _OPEN
+
+    admission: Literal["admitted", "refused"] = Field(
+        description="admitted wins over a refusal of the same key (a later, conflicting copy)"
+    )
+    run_id: str
+    interaction: str = Field(description="As its token names it ('' if it is no token)")
+    outcome: Literal["success", "failure"] = Field(description="The answer the completion gave")
+    idempotency_key: str
+    partition: int = Field(description="Where the completion decided on was written: its partition")
+    offset: int = Field(description="... and its offset in boundary.completions")
+    decided_ms: int = Field(description="When: the admitted fact's time, or the refusal's (ms)")
+    seq: int | None = Field(default=None, description="The admitted fact's seq in the run")
+    refusal: str | None = Field(default=None, description="The reason, when refused")
+    detail: str | None = None
 
 
 class RunStatus(BaseModel):

@@ -1,5 +1,6 @@
 """The read routes of the JSON API: runs (from the runs index), a run, its history,
-pending requests, rejected input and dead letters, a page at a time.
+pending requests, what became of a completion, rejected input and dead letters, a
+page at a time.
 
 One rule for resume tokens: an answer shows them whole only to a request with the
 bearer token (``/api/requests``, made of them, refuses any other); every other
@@ -29,12 +30,25 @@ from processor.store.readers import store_partitions
 from processor.web.auth import authorized
 from processor.web.context import WebContext
 from processor.web.errors import ApiError
-from processor.web.models import ErrorBody, History, Requests, RunList, RunStatus, TopicRecords
+from processor.web.models import (
+    CompletionDecision,
+    ErrorBody,
+    History,
+    Requests,
+    RunList,
+    RunStatus,
+    TopicRecords,
+)
 
 __all__ = ["DEFAULT_LIMIT", "read_routes", "request_routes"]
 
 #: Items of a page when the request gives no ``limit``.
 DEFAULT_LIMIT = 50
+# A completion with no decision found (the key is not echoed: it may be a token).
+_UNDECIDED = (
+    "no completion of run {run_id} with this idempotency key was admitted or refused: "
+    "it may not be decided yet (no processor has read it), or was never written for this run"
+)
 
 
 def read_routes(router: APIRouter, context: WebContext, reader: Any) -> None:
@@ -102,6 +116,21 @@ def read_routes(router: APIRouter, context: WebContext, reader: Any) -> None:
         page = history_page(facts, after, limit)
         facts = _shown(context, request)(page.facts)
         return History(run_id=run_id, facts=facts, next_after=page.next_after)
+
+    @router.get(
+        "/completions/{run_id}/{idempotency_key:path}",
+        summary="What admission decided on a completion, by its run and idempotency key",
+        response_model=CompletionDecision,
+        responses={404: {"model": ErrorBody}},
+        dependencies=[reader],
+    )
+    def completion(request: Request, run_id: str, idempotency_key: str) -> dict[str, Any]:
+        with context.client() as client:
+            found = client.completion(run_id, idempotency_key)
+        if found is None:
+            raise ApiError(404, "unknown_completion", _UNDECIDED.format(run_id=run_id))
+        shown: dict[str, Any] = _shown(context, request)(found.as_dict())
+        return shown
 
     @router.get(
         "/rejected",

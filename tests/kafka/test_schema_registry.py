@@ -157,12 +157,23 @@ def test_a_sender_learns_what_became_of_its_confluent_framed_completion(
         first = client.complete(token, {"ok": 1}, wait_s=60)
         again = client.complete(token, {"ok": 1}, wait_s=60)
         forged = client.complete(token[:-1] + ("A" if token[-1] != "A" else "B"), 1, wait_s=60)
+        # Asked later by key: the framed fact, and the framed completion a rejection keeps.
+        admitted = client.completion(run_id, first.idempotency_key)
+        refused = client.completion(run_id, forged.idempotency_key)
     assert [first.admission, again.admission, forged.admission] == [
         "admitted",
         "duplicate",
         "refused",
     ]
     assert forged.refusal == "invalid_token"
+    assert admitted is not None and (admitted.admission, admitted.offset) == (
+        "admitted",
+        first.offset,
+    )
+    assert refused is not None and (refused.refusal, refused.offset) == (
+        "invalid_token",
+        forged.offset,
+    )
 
 
 @pytest.fixture

@@ -46,6 +46,7 @@ def test_health_ready_metrics_and_openapi(served: Served) -> None:
         ("post", "/api/runs/{run_id}/redrive"),
         ("get", "/api/requests"),
         ("post", "/api/completions"),
+        ("get", "/api/completions/{run_id}/{idempotency_key}"),
         ("get", "/api/rejected"),
         ("get", "/api/dlq"),
         ("get", "/healthz"),

@@ -11,9 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
-from processor.facts import tokens
+from processor.clients.external import CompletionClient
+from processor.facts import payload, tokens
 from processor.facts.keyring import KeyRing
 from tests.apps.support import cli, wait_until
 from tests.web.support import Served, request_of, status_of, submit
@@ -224,3 +226,91 @@ def _kafka_cli(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
         )
     finally:
         space.delete_topics()
+
+
+def _decision(http: httpx.Client, run_id: str, key: str) -> dict[str, Any] | None:
+    """``GET /api/completions/{run_id}/{key}``: the decision, or None (404: none yet)."""
+    answer = http.get(f"/api/completions/{run_id}/{key}")
+    if answer.status_code == 404:
+        assert answer.json()["error"] == "unknown_completion", answer.text
+        return None
+    assert answer.status_code == 200, answer.text
+    body: dict[str, Any] = answer.json()
+    return body
+
+
+def test_a_sender_asks_later_what_became_of_its_queued_completion(served: Served) -> None:
+    http = served.http()
+    run_id, token = _order_waiting(served, "l-1")
+    output = {"order_id": "l-1", "amount": 6.0, "payment_id": "pay-l"}
+    completion = {"token": token, "outcome": "succeeded", "output": output}
+    posted = http.post("/api/completions", json={**completion, "idempotency_key": "pay-l-1"})
+    assert posted.status_code == 202, posted.text  # queued: the sender asks later
+
+    found = wait_until(lambda: _decision(http, run_id, "pay-l-1"), 60, "the decision")
+    assert (found["admission"], found["run_id"], found["outcome"]) == (
+        "admitted",
+        run_id,
+        "success",
+    )
+    sent = posted.json()
+    assert (found["partition"], found["offset"]) == (sent["partition"], sent["offset"])
+    assert (found["interaction"], found["idempotency_key"]) == (sent["interaction"], "pay-l-1")
+    assert isinstance(found["seq"], int) and found["decided_ms"] > 0
+
+    # A later copy under the same key, with another answer, is refused: the key stays admitted.
+    clash = {**completion, "output": {**output, "payment_id": "pay-other"}}
+    refused = http.post(
+        "/api/completions", params={"wait_s": 30}, json={**clash, "idempotency_key": "pay-l-1"}
+    )
+    assert refused.status_code == 409, refused.text
+    assert _decision(http, run_id, "pay-l-1") == found
+
+    # The same under a key of its own (with a slash: the key is the rest of the path).
+    other = http.post(
+        "/api/completions", params={"wait_s": 30}, json={**clash, "idempotency_key": "pay/l-2"}
+    )
+    assert other.status_code == 409, other.text
+    conflict = _decision(http, run_id, "pay/l-2")
+    assert conflict is not None
+    assert (conflict["admission"], conflict["refusal"], conflict["detail"]) == (
+        "refused",
+        "conflicting_completion",
+        other.json()["detail"],
+    )
+    assert conflict["idempotency_key"] == "pay/l-2" and conflict["decided_ms"] > 0
+
+
+def test_a_forged_or_oversized_completion_is_found_refused_an_unknown_key_is_not(
+    served: Served,
+) -> None:
+    http = served.http()
+    run_id, token = _order_waiting(served, "l-3")
+    forged = {"token": _forged(token), "outcome": "failed", "error": "no", "idempotency_key": "f-1"}
+    assert http.post("/api/completions", params={"wait_s": 30}, json=forged).status_code == 422
+    found = _decision(http, run_id, "f-1")
+    assert found is not None
+    assert (found["admission"], found["refusal"], found["outcome"]) == (
+        "refused",
+        "invalid_token",
+        "failure",
+    )
+    assert "forged" in found["detail"]
+
+    # Another producer than the API (no check of its own), in the JSON shape, too large.
+    sender = CompletionClient(served.deployment.transport, served.deployment.topology)
+    try:
+        big = payload.dumps("x" * (600 * 1024))
+        sender.send(token, "success", big, None, "big-1", wire="json")
+    finally:
+        sender.close()
+    too_large = wait_until(lambda: _decision(http, run_id, "big-1"), 60, "the big one refused")
+    assert (too_large["admission"], too_large["refusal"]) == ("refused", "payload_too_large")
+
+    missing = http.get(f"/api/completions/{run_id}/never-sent")
+    assert missing.status_code == 404, missing.text
+    assert missing.json()["error"] == "unknown_completion"
+    assert "not be decided yet" in missing.json()["detail"]
+    assert http.get("/api/completions/no-such-run/f-1").status_code == 404
+    # A read route: open on loopback without the bearer token.
+    assert _decision(served.http(token=None), run_id, "f-1") == found

@@ -4,9 +4,11 @@ shows it redacted (README, "HTTP API and metrics"), on each transport.
 A run waits at its await; its live resume token is then carried by three completions
 the processor refuses while the interaction stays open (over the payload limit, in
 Avro and in JSON, and in bytes that are no record), so ``admission.rejected`` keeps
-it in their original bytes; and by the input of a run that fails for good, so the
-run's status, its history and its dead letter show it. Without the bearer token no
-route's answer holds the token's signature; with it, every one of them shows it whole.
+it in their original bytes, and what became of the JSON one (its sender took the
+token for its idempotency key) shows it; and by the input of a run that fails for
+good, so the run's status, its history and its dead letter show it. Without the
+bearer token no route's answer holds the token's signature; with it, every one of
+them shows it whole.
 The token was live all along: a completion with it succeeds the run.
 """
 
@@ -30,6 +32,8 @@ TRANSPORTS = ["embedded", pytest.param("kafka", marks=pytest.mark.kafka)]
 LIMIT = 2048
 #: A refused completion of each kind, each keeping the token in its original bytes.
 REFUSED = 3
+#: The idempotency key of the oversized Avro completion (the JSON one's is the token).
+OVERSIZED_KEY = "tok-oversized"
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,11 @@ class Exposed:
             "/api/requests": ["/api/requests", f"/api/requests?run={self.waiting}"],
             "/api/rejected": ["/api/rejected?limit=1000"],
             "/api/dlq": ["/api/dlq?limit=1000"],
+            "/api/completions/{run_id}/{idempotency_key}": [
+                f"/api/completions/{self.waiting}/{OVERSIZED_KEY}",
+                # A sender that took the token for its idempotency key: the answer shows it.
+                f"/api/completions/{self.waiting}/{self.token}",
+            ],
         }
 
 
@@ -88,8 +97,8 @@ def _expose(served: Served) -> Exposed:
     # Another producer than this package's clients: no check before producing.
     sender = CompletionClient(served.deployment.transport, served.deployment.topology)
     try:
-        sender.complete(token, "p" * LIMIT)  # refused payload_too_large: still open
-        sender.send(token, "success", payload.dumps("q" * LIMIT), None, wire="json")
+        sender.complete(token, "p" * LIMIT, OVERSIZED_KEY)  # refused payload_too_large: still open
+        sender.send(token, "success", payload.dumps("q" * LIMIT), None, token, wire="json")
         sender.produce_raw(waiting, b"no record, but a token: " + token.encode())
         sender.flush()
     finally:
@@ -141,6 +150,8 @@ def test_a_redacted_answer_keeps_the_claims_of_the_token(exposed: Exposed) -> No
     (letter,) = [r for r in dead if r["run_id"] == exposed.failed]
     assert letter["input"] == {"note": exposed.redacted}
     assert exposed.redacted in status_of(http, exposed.failed)["error"]
+    asked = http.get(f"/api/completions/{exposed.waiting}/{exposed.token}").json()
+    assert (asked["refusal"], asked["idempotency_key"]) == ("payload_too_large", exposed.redacted)
 
 
 def test_the_bearer_token_shows_the_token_whole_and_it_is_live(exposed: Exposed) -> None:
@@ -153,6 +164,7 @@ def test_the_bearer_token_shows_the_token_whole_and_it_is_live(exposed: Exposed)
     assert shown[f"/api/requests?run={exposed.waiting}"] == ["text"]
     assert shown["/api/rejected?limit=1000"] == ["hex"]  # the original bytes, whole
     assert shown["/api/dlq?limit=1000"] == ["text"]
+    assert shown[f"/api/completions/{exposed.waiting}/{exposed.token}"] == ["text"]
     assert shown[f"/api/runs/{exposed.failed}/history?limit=1000"] == ["text"]
     # The refused completions left the interaction open: its token still answers it.
     output = {"order_id": "tok-1", "amount": 3.6, "payment_id": "pay-tok"}
