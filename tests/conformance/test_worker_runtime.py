@@ -1,5 +1,5 @@
-"""A worker on each transport: concurrent attempts, progress reports, stop notices, and
-redelivery of what had not finished when it went away.
+"""A worker on each transport: concurrent attempts, progress reports, stop notices,
+claims, and redelivery of what had not finished when it went away.
 
 Work items are produced by the test (no processor), results read back from
 segments.results. Waits are bounded by deadlines on conditions.
@@ -20,10 +20,18 @@ import pytest
 from processor import StepContext
 from processor.facts import payload
 from processor.facts.codec import decode, encode
-from processor.facts.models import AttemptProgress, SegmentResult, StopNotice, WorkItem
+from processor.facts.models import (
+    AttemptProgress,
+    ClaimReply,
+    SegmentResult,
+    StopNotice,
+    WorkItem,
+)
 from processor.facts.topics import TopicName
 from processor.transport.base import Outbound, TopicPartition, TopicSpec, Transport
 from processor.transport.topology import Topology
+from processor.worker.attempts import ref_of
+from processor.worker.executor import NOT_RUN
 from processor.worker.pipeline import Application, Pipeline
 from processor.worker.service import Worker
 
@@ -76,7 +84,16 @@ def quick(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
-APP = Application([together, blocking, watched])
+charged = Pipeline("charged", version=1)
+
+
+@charged.step(effectful=True)
+def charge_once(value: dict[str, Any]) -> str:
+    _started.append(value["id"])
+    return str(value["id"])
+
+
+APP = Application([together, blocking, watched, charged])
 
 
 # --- support -----------------------------------------------------------------------------
@@ -100,13 +117,13 @@ class Space:
     def topic(self, name: TopicName) -> str:
         return self.topology.name(name)
 
-    def produce(self, *messages: WorkItem | StopNotice) -> None:
-        """Work items to segments.work, stop notices to segments.control."""
+    def produce(self, *messages: WorkItem | StopNotice | ClaimReply) -> None:
+        """Work items to segments.work, stop notices and claims' answers to segments.control."""
         producer = self.transport.producer()
         try:
             for message in messages:
                 key = message.run_id.encode()
-                topic = TopicName.CONTROL if isinstance(message, StopNotice) else TopicName.WORK
+                topic = TopicName.WORK if isinstance(message, WorkItem) else TopicName.CONTROL
                 producer.produce(Outbound(self.topic(topic), key, encode(message)))
             producer.flush()
         finally:
@@ -278,3 +295,77 @@ def test_what_a_worker_had_not_finished_is_delivered_again(space: Space) -> None
     assert "stuck" in _started  # run again by the second worker
     finished = [m for m in found if isinstance(m, SegmentResult)]
     assert {m.run_id for m in finished} == {stuck.run_id, done.run_id}
+
+
+def test_an_attempt_stopped_or_lost_before_it_starts_is_not_run(space: Space) -> None:
+    """A stop notice read before the item starts: a stopped run's attempt ends failed
+    (its run waits for a result), a lost one's with nothing (another attempt runs)."""
+    _gate.clear()
+    _started.clear()
+    busy = work("blocking", {"id": "busy", "block": True})
+    stopped, lost, after = (work("blocking", {"id": name}) for name in ("stopped", "lost", "after"))
+    space.produce(busy, stopped, lost, after)
+    worker = space.start_worker(concurrency=1)  # the others wait behind ``busy``
+    wait_for(lambda: "busy" in _started)
+    space.produce(
+        StopNotice(
+            run_id=stopped.run_id, segment=0, attempt=1, generation=1, reason="cancelled", at_ms=1
+        ),
+        StopNotice(
+            run_id=lost.run_id, segment=0, attempt=1, generation=1, reason="attempt_lost", at_ms=1
+        ),
+    )
+    wait_for(lambda: all(worker.stops.notice_for(ref_of(i)) for i in (stopped, lost)))
+    _gate.set()
+    found = space.wait_results(lambda f: set(outputs(f).values()) == {"busy", "after"})
+    assert _started == ["busy", "after"]
+    ended = {m.run_id: m for m in found if isinstance(m, SegmentResult)}
+    assert lost.run_id not in ended
+    failed = ended[stopped.run_id]
+    assert (failed.outcome, failed.error_type, failed.retryable) == ("failed", NOT_RUN, False)
+    assert (failed.failed_step, failed.steps) == (0, ())
+
+
+def test_an_effectful_attempt_runs_only_once_its_claim_is_granted(space: Space) -> None:
+    _started.clear()
+    granted, refused = work("charged", {"id": "granted"}), work("charged", {"id": "refused"})
+    space.produce(granted, refused)
+    worker = space.start_worker(concurrency=2, start_report_after_ms=0)  # a start: reported
+
+    def claims(found: list[SegmentResult | AttemptProgress]) -> dict[str, AttemptProgress]:
+        return {m.run_id: m for m in found if isinstance(m, AttemptProgress) and m.claim}
+
+    claimed = claims(space.wait_results(lambda f: len(claims(f)) == 2))
+    assert _started == []  # nothing runs before its claim is answered
+    assert {(c.step, c.report, c.worker_id) for c in claimed.values()} == {
+        (0, "started", worker.reporter_id)
+    }
+
+    def reply(item: WorkItem, worker_id: str, **answer: Any) -> ClaimReply:
+        return ClaimReply(
+            run_id=item.run_id,
+            segment=0,
+            attempt=1,
+            generation=1,
+            worker_id=worker_id,
+            at_ms=1,
+            **answer,
+        )
+
+    space.produce(
+        reply(refused, "another-worker/1", granted=True),  # not this worker's claim
+        reply(refused, worker.reporter_id, granted=False, reason="attempt_claimed"),
+        reply(granted, worker.reporter_id, granted=True),
+    )
+    found = space.wait_results(lambda f: granted.run_id in outputs(f))
+    assert _started == ["granted"]
+    assert [m for m in found if isinstance(m, SegmentResult) and m.run_id == refused.run_id] == []
+    started = [m for m in found if isinstance(m, AttemptProgress) and not m.claim]
+    assert started == []  # the granted claim was its start report: none sent again
+
+
+def wait_for(condition: Callable[[], object]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"not so within {WAIT_S}s"
+        time.sleep(0.01)  # the poll interval of a deadline-bounded wait
