@@ -32,7 +32,21 @@ from processor.model.decision import Context, Decision, Emit
 from processor.model.progress import attempt_steps, record_start, reported_attempt
 from processor.model.state import RunState
 
-__all__ = ["decide_claim"]
+__all__ = ["RUN_STOPPING", "WITHOUT_RESULT", "decide_claim"]
+
+#: The refusal whose claimant ends the attempt with a failed result (the stop settles).
+RUN_STOPPING = "run_stopping"
+#: The refusals whose claimant owes no result: another attempt or worker answers, or
+#: nothing waits for one.
+WITHOUT_RESULT = frozenset(
+    {
+        "attempt_claimed",
+        "stale_attempt",
+        "unknown_run",
+        "unknown_pipeline",
+        "malformed_progress",
+    }
+)
 
 
 def decide_claim(claim: AttemptProgress, state: RunState | None, ctx: Context) -> Decision:
@@ -51,7 +65,7 @@ def decide_claim(claim: AttemptProgress, state: RunState | None, ctx: Context) -
         return _refused(claim, ctx, "malformed_progress", detail)
     if state.stopping:
         detail = f"the run is stopping ({state.stop.reason})"
-        return _refused(claim, ctx, "run_stopping", detail)
+        return _refused(claim, ctx, RUN_STOPPING, detail)
     if attempt.started_step is not None:
         if attempt.worker_id == claim.worker_id:
             return Decision(emits=(_reply(claim, ctx, granted=True),))  # asked again

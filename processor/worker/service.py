@@ -35,6 +35,7 @@ from processor.facts.models import ClaimReply, SegmentResult, StopNotice, WorkIt
 from processor.facts.rejection import rejected
 from processor.facts.topics import TopicName
 from processor.facts.traceparent import TRACEPARENT_HEADER, is_traceparent
+from processor.model import claims
 from processor.model.stop_notices import LOST
 from processor.telemetry import logs
 from processor.telemetry.metrics import count_worker_rejection
@@ -440,17 +441,8 @@ class Worker:
 
 _Slot = tuple[TopicPartition, int]
 #: Why an attempt is not run, when the processor waits for no result of it: it was
-#: lost (another attempt runs), another worker claimed it, or it is no longer open.
-_NO_RESULT = frozenset(
-    {
-        LOST,
-        "attempt_claimed",
-        "stale_attempt",
-        "unknown_run",
-        "unknown_pipeline",
-        "malformed_progress",
-    }
-)
+#: lost (another attempt runs), or its claim was refused so (``claims.WITHOUT_RESULT``).
+_NO_RESULT = claims.WITHOUT_RESULT | {LOST}
 
 
 def _slot(record: Record) -> _Slot:
