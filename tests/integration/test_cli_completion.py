@@ -32,7 +32,16 @@ def test_the_completion_options_are_offered() -> None:
 
 
 def test_show_completion_prints_the_bash_script() -> None:
-    shown = _processor("--show-completion", "bash")
+    # typer finds the user's shell among the command's parents (shellingham), so the
+    # command runs from bash, as a user types it (two commands: bash does not exec it).
+    shown = subprocess.run(
+        ["bash", "-c", '"$0" --show-completion; exit $?', str(PROCESSOR)],
+        env=user_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert shown.returncode == 0, shown.stderr
     assert "_PROCESSOR_COMPLETE=complete_bash" in shown.stdout
     assert shown.stdout.rstrip().endswith("processor")  # complete ... -F _... processor
