@@ -425,7 +425,7 @@ def worker(
     """Run workers only: consume segments.work, run steps, produce results.
 
     Serves /healthz, /readyz and /metrics over HTTP unless --no-http."""
-    from processor.engine.worker_process import all_joined
+    from processor.worker.joining import JoinGate
     from processor.worker.service import Worker
 
     inv = _inv(ctx)
@@ -438,6 +438,7 @@ def worker(
     deployment = inv.deployment()
     stop = threading.Event()
     _stop_on_signals(stop)
+    gate = JoinGate(workers)
     runners = [
         Worker(
             deployment.transport,
@@ -448,6 +449,7 @@ def worker(
             concurrency=concurrency or deployment.settings.worker_concurrency,
             start_report_after_ms=deployment.settings.start_report_after_ms,
             announce_interval_ms=deployment.settings.worker_announce_interval_ms,
+            gate=gate,
         )
         for _ in range(workers)
     ]
@@ -461,11 +463,11 @@ def worker(
     for thread in pool:
         thread.start()
     # Ready once the processors can know of it (every worker has announced itself) and
-    # its workers have joined their group (a later join would move work they run).
+    # its workers take work (all have joined their group: ``worker.joining``).
     deadline = time.monotonic() + READY_WAIT_S
     for runner in runners:
         runner.announcer.announced.wait(max(0.0, deadline - time.monotonic()))
-    all_joined(runners, stop, max(0.0, deadline - time.monotonic()))
+    gate.opened.wait(max(0.0, deadline - time.monotonic()))
     slots = runners[0].concurrency
     inv.emit(
         {"ready": True, "workers": workers, "concurrency": slots},

@@ -5,8 +5,8 @@ path (``app_ref``), the ``worker_isolation`` setting is ``process`` (the default
 the clock is the wall clock; else as threads of this process (the test kit's
 controllable clock, an Application built in code).
 
-The workers start first, and the processor loop only once every one of them has
-taken its place in the workers' group: a worker joining later would take partitions
+The in-process workers take work only once every one of them has joined the
+workers' group (``worker.joining``): a worker joining later would take partitions
 away from one that already runs their work items, which would run again.
 """
 
@@ -24,27 +24,20 @@ from processor.engine.guarded import start_guarded
 from processor.engine.instance import InstanceClaim, claim_instance
 from processor.engine.loop import LoopConfig, ProcessorLoop
 from processor.engine.trigger import TriggerStage
-from processor.engine.worker_process import (
-    ChildSpec,
-    WorkerProcess,
-    all_joined,
-    in_process_workers,
-)
+from processor.engine.worker_process import ChildSpec, WorkerProcess, in_process_workers
 from processor.errors import TransportError
 from processor.facts.keyring import KeyRing
 from processor.store.ownership import OwnershipPublisher
 from processor.telemetry.metrics import recording
 from processor.transport.clock import Clock, wall_clock_ms
 from processor.transport.deployment import Deployment, ensure_topics
+from processor.worker.joining import JoinGate
 from processor.worker.pipeline import Application
 from processor.worker.service import Worker
 
 __all__ = ["Host"]
 
 logger = logging.getLogger(__name__)
-
-#: How long the processor waits for its in-process workers to join their group.
-JOIN_WAIT_S = 60.0
 
 
 @dataclass
@@ -62,7 +55,7 @@ class Host:
     instance_id: str = ""  # set by ``start``: the id kept in the state directory
     stop_event: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
-    _workers: list[Worker] = field(default_factory=list)  # when they run as threads
+    _gate: JoinGate | None = None  # when the workers run as threads: opens once all joined
     loop: ProcessorLoop | None = None
     triggers: TriggerStage | None = None  # when the application declares triggers
     errors: list[BaseException] = field(default_factory=list)
@@ -97,27 +90,27 @@ class Host:
         except BaseException:
             self._release()
             raise
-        self._start_workers()
-        if not self.workers_ready(JOIN_WAIT_S) and not self.stop_event.is_set():
-            logger.warning("the in-process workers did not join in %.0fs; starting", JOIN_WAIT_S)
         self._spawn("processor", self._run_loop)
         if self.triggers is not None:
             logger.info("triggers on %s", ", ".join(self.triggers.topics))
             self._spawn("triggers", _runner(self.triggers, self.stop_event))
+        self._start_workers()
 
     def _start_workers(self) -> None:
         if self._workers_apart():
             self._start_worker_process()
             return
-        self._workers = in_process_workers(
+        self._gate = JoinGate(self.workers)
+        workers = in_process_workers(
             self.deployment,
             self.app,
             self.instance_id,
             count=self.workers,
             concurrency=self.concurrency,
             clock=self.clock,
+            gate=self._gate,
         )
-        for worker in self._workers:
+        for worker in workers:
             self._spawn(worker.worker_id, _runner(worker, self.stop_event))
 
     def _workers_apart(self) -> bool:
@@ -146,10 +139,11 @@ class Host:
         self.worker_process.start()
 
     def workers_ready(self, timeout_s: float) -> bool:
-        """Wait until every in-process worker has joined its group (a child's say so)."""
+        """Wait until every in-process worker has joined its group and takes work (a
+        child's say so)."""
         if self.worker_process is not None:
             return self.worker_process.wait_ready(timeout_s)
-        return all_joined(self._workers, self.stop_event, timeout_s)
+        return self._gate is None or self._gate.opened.wait(timeout_s)
 
     def _worker_process_ended(self, reason: BaseException) -> None:
         logger.error("%s: stopping", reason)

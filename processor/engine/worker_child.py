@@ -17,20 +17,22 @@ import pickle
 import signal
 import sys
 import threading
+import time
 from typing import BinaryIO, TextIO
 
 from processor.engine.guarded import start_guarded
-from processor.engine.worker_process import STOP, ChildSpec, all_joined, in_process_workers
+from processor.engine.worker_process import STOP, ChildSpec, in_process_workers
 from processor.telemetry import tracing
 from processor.telemetry.logs import configure_logging
 from processor.telemetry.metrics import Relay, relay_to, set_recording
 from processor.transport.clock import wall_clock_ms
 from processor.transport.deployment import Deployment
+from processor.worker.joining import JoinGate
 from processor.worker.pipeline import load_application
 
 _PARENT_GONE = 70  # the exit code when the parent ended without asking it to stop
 _RELAY_EVERY_S = 0.5
-_JOIN_WAIT_S = 60.0  # then the parent starts without it (a warning) and ready never comes
+_TICK_S = 0.05  # how soon ready is said once the workers have joined
 
 
 def main(control_fd: int, events_fd: int) -> int:
@@ -49,6 +51,7 @@ def main(control_fd: int, events_fd: int) -> int:
     relay_to(relay)
     deployment = Deployment.from_settings(spec.settings)
     app = load_application(spec.app_ref)
+    gate = JoinGate(spec.workers)
     workers = in_process_workers(
         deployment,
         app,
@@ -56,20 +59,34 @@ def main(control_fd: int, events_fd: int) -> int:
         count=spec.workers,
         concurrency=spec.concurrency,
         clock=wall_clock_ms,
+        gate=gate,
     )
     crashed: list[BaseException] = []  # a worker's bug: they all stop, the parent too
     threads = [
         start_guarded(worker.worker_id, functools.partial(worker.run, stop), crashed, stop)
         for worker in workers
     ]
-    if all_joined(workers, stop, _JOIN_WAIT_S):
-        _send(events, {"ready": True})
-    while not stop.wait(_RELAY_EVERY_S):
-        _send_metrics(events, relay)
+    _relay_until_stopped(events, relay, gate, stop)
     for thread in threads:
         thread.join(30)
     _send_metrics(events, relay)
     return 1 if crashed else 0
+
+
+def _relay_until_stopped(
+    events: TextIO, relay: Relay, gate: JoinGate, stop: threading.Event
+) -> None:
+    """Say ready once every worker has joined (they take work from then on), and relay
+    the workers' metrics every ``_RELAY_EVERY_S``, until ``stop``."""
+    ready = False
+    relay_at = time.monotonic() + _RELAY_EVERY_S
+    while not stop.wait(_TICK_S):
+        if not ready and gate.opened.is_set():
+            _send(events, {"ready": True})
+            ready = True
+        if time.monotonic() >= relay_at:
+            _send_metrics(events, relay)
+            relay_at += _RELAY_EVERY_S
 
 
 def _watch_parent(control: BinaryIO, stop: threading.Event) -> None:

@@ -9,7 +9,7 @@ the two talk over two pipes (their own, not stdin or stdout, which step code may
   file without ``stop`` means the parent died: the child ends at once, as its threads
   would have (its attempts are redelivered when the processor is back).
 - child -> parent: JSON lines, ``{"ready": true}`` once its workers have joined their
-  group (``all_joined``), then
+  group (their ``JoinGate`` opened), then
   ``{"metrics": [...]}`` (``telemetry.metrics.Relay``): the parent records them, so its
   ``/metrics`` shows the workers' step durations, deadline warnings and rejections.
 
@@ -27,18 +27,18 @@ import pickle
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from processor.config.settings import Settings
 from processor.telemetry.metrics import apply_relayed
 from processor.transport.clock import Clock
 from processor.transport.deployment import Deployment
+from processor.worker.joining import JoinGate
 from processor.worker.pipeline import Application
 from processor.worker.service import Worker
 
-__all__ = ["ChildSpec", "WorkerProcess", "all_joined", "in_process_workers"]
+__all__ = ["ChildSpec", "WorkerProcess", "in_process_workers"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,8 +67,10 @@ def in_process_workers(
     count: int,
     concurrency: int | None,
     clock: Clock,
+    gate: JoinGate,
 ) -> list[Worker]:
-    """The workers of a processor: static members named after its instance id."""
+    """The workers of a processor: static members named after its instance id, which
+    take work once all have joined (``gate``)."""
     settings = deployment.settings
     return [
         Worker(
@@ -83,19 +85,10 @@ def in_process_workers(
             concurrency=concurrency or settings.worker_concurrency,
             start_report_after_ms=settings.start_report_after_ms,
             announce_interval_ms=settings.worker_announce_interval_ms,
+            gate=gate,
         )
         for index in range(count)
     ]
-
-
-def all_joined(workers: Sequence[Worker], stop: threading.Event, timeout_s: float) -> bool:
-    """Wait until every worker has joined its group; False at the timeout or a stop."""
-    deadline = time.monotonic() + timeout_s
-    for worker in workers:
-        while not worker.joined.wait(0.05):
-            if stop.is_set() or time.monotonic() >= deadline:
-                return False
-    return True
 
 
 class WorkerProcess:

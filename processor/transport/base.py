@@ -153,6 +153,11 @@ class GroupConsumer(Protocol):
         given during a poll): members that join later move partitions away from it."""
         ...
 
+    def hold(self, held: bool) -> None:
+        """While held, take part in the group (polls serve its protocol) but return no
+        records: nothing is taken that a member joining later would make move."""
+        ...
+
     def commit(self, consumed: Mapping[TopicPartition, int]) -> None:
         """Commit ``consumed`` (next offsets), waiting until it is stored."""
         ...

@@ -101,19 +101,27 @@ class EmbeddedConsumer(Closeable):
         self._session_ms = session_timeout_ms
         self._alive(self._log)
         self._leaving = threading.Event()
+        self._held = False
         self._heart = threading.Thread(
             target=self._beat, args=(db_file, durable), name=f"member-{group}", daemon=True
         )
         self._heart.start()
 
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
-        """Claim and return up to ``max_records`` records, waiting up to ``timeout_s``."""
+        """Claim and return up to ``max_records`` records, waiting up to ``timeout_s``
+        (while held: none, after ``timeout_s``)."""
+        if self._held:
+            self._leaving.wait(timeout_s)
+            return []
         return self._log.poll_until(lambda: self._claim(max_records), timeout_s)
 
     def joined(self) -> bool:
         """Always: members claim records, not partitions, so a member that joins later
         takes nothing away from the others."""
         return True
+
+    def hold(self, held: bool) -> None:
+        self._held = held
 
     def commit_soon(self, consumed: Mapping[TopicPartition, int]) -> None:
         """As ``commit``: a local write has no broker round trip to spare."""

@@ -54,6 +54,7 @@ class KafkaGroupConsumer(Closeable):
         self._name = f"consumer of group {group!r}"
         self._reporter = ErrorReporter(self._name)
         self._joined = False  # set by the first assignment (``_assigned``, during a poll)
+        self._held = False  # partitions assigned meanwhile are paused (``hold``)
         try:
             self._consumer = Consumer(
                 config | self._reporter.config() | {"on_commit": self._on_commit}
@@ -74,9 +75,23 @@ class KafkaGroupConsumer(Closeable):
 
     def _assigned(self, consumer: Any, partitions: list[Any]) -> None:
         self._joined = True  # even with no partition: the group's balance counts us
+        if self._held and partitions:
+            consumer.incremental_assign(partitions)  # assigned here, to pause at once
+            consumer.pause(partitions)
 
     def joined(self) -> bool:
         return self._joined
+
+    def hold(self, held: bool) -> None:
+        """While held, partitions assigned are paused: polls fetch nothing."""
+        self._require_open()
+        self._held = held
+        try:
+            assigned = self._consumer.assignment()
+            if assigned:
+                (self._consumer.pause if held else self._consumer.resume)(assigned)
+        except KafkaException as exc:
+            raise translate(f"{self._name}: hold", exc) from exc
 
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
         """Records queued for us, else the first to arrive within ``timeout_s``."""

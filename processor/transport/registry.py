@@ -155,6 +155,9 @@ class _Consumer(Closeable):
     def joined(self) -> bool:
         return self._inner.joined()
 
+    def hold(self, held: bool) -> None:
+        self._inner.hold(held)
+
     def commit(self, consumed: Mapping[TopicPartition, int]) -> None:
         self._inner.commit(consumed)
 

@@ -46,6 +46,7 @@ from processor.worker.announce import Announcer
 from processor.worker.attempts import RUNNING, RunningAttempt
 from processor.worker.control import LISTENERS, ControlListener
 from processor.worker.executor import execute, execute_async, needs_loop, not_run
+from processor.worker.joining import JoinGate
 from processor.worker.offsets import PendingOffsets
 from processor.worker.outbox import Outbox
 from processor.worker.pipeline import Application
@@ -79,6 +80,7 @@ class Worker:
         drain_timeout_s: float = 10.0,
         static_member: bool = False,
         announce_interval_ms: int = default_of("worker_announce_interval_ms"),
+        gate: JoinGate | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -102,9 +104,12 @@ class Worker:
         # the work items it held (processor run's in-process workers).
         self._instance_id = self.worker_id if static_member else None
         self._freed = threading.Event()
-        #: Set once the worker has taken its place in its group (``GroupConsumer.joined``):
-        #: a processor starts its in-process workers' work only then (``engine.host``).
+        #: Set once the worker has taken its place in its group (``GroupConsumer.joined``).
         self.joined = threading.Event()
+        # The workers of this process that start their work together (``joining``), and
+        # whether this one still holds its consumer for them.
+        self._gate = gate
+        self._holding = False
         self._stops: ControlListener | None = None  # while it runs: its process's listener
         self.reporter_id = self.worker_id  # the id progress reports carry (set by run)
         self.announcer = Announcer(
@@ -143,6 +148,9 @@ class Worker:
         except BaseException:
             outbox.close()
             raise
+        if self._gate is not None:
+            consumer.hold(True)  # until every worker of the gate has joined
+            self._holding = True
         announcing = threading.Event()
         announcer = threading.Thread(
             target=self.announcer.run,
@@ -179,6 +187,7 @@ class Worker:
     ) -> None:
         """Poll for what fits in the free slots and start it, check the running
         attempts, commit the offsets below the oldest unfinished record."""
+        self._pass_the_gate(consumer)
         free = self._free()
         if free > 0:
             records = consumer.poll(min(self._max_batch, free), _POLL_S)
@@ -186,14 +195,22 @@ class Worker:
             records = []
             self._freed.wait(_POLL_S)
         self._freed.clear()
-        if not self.joined.is_set() and consumer.joined():
-            self.joined.set()
         for record in records:
             self._take(record, outbox, runtime, progress)
         now = self._clock()
         for attempt in self._attempts():
             attempt.check(now)
         self._commit(consumer)
+
+    def _pass_the_gate(self, consumer: GroupConsumer) -> None:
+        """Note the join (once); take work once every worker of the gate has joined."""
+        if not self.joined.is_set() and consumer.joined():
+            self.joined.set()
+            if self._gate is not None:
+                self._gate.joined()
+        if self._holding and self._gate is not None and self._gate.opened.is_set():
+            consumer.hold(False)
+            self._holding = False
 
     def _free(self) -> int:
         """Slots free for a new attempt. Ended attempts whose results wait to be flushed

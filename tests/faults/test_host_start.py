@@ -1,9 +1,9 @@
-"""A processor starts its work only once its in-process workers have joined their group.
+"""In-process workers take work only once all of them have joined their group.
 
 A worker that joined later would take partitions away from one that already runs
 their work items, and those would run again (issue 27). The workers' consumers here
-say they have joined only when the test opens a gate: until then the processor runs
-no round, however long the workers have been polling.
+say they have joined only when the test opens a gate: until then the processor
+dispatches a run, and no worker takes it, however long they have been polling.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from processor.clients.client import Client
 from processor.config.settings import Settings
 from processor.engine.host import Host
+from processor.facts.models import SegmentAttemptStarted
 from processor.transport.base import GroupConsumer, Record, TopicPartition, Transport
 from processor.transport.deployment import Deployment
 from tests.apps.pipelines import app
@@ -36,6 +38,9 @@ class _GatedConsumer:
 
     def joined(self) -> bool:
         return self._gate.is_set() and self._inner.joined()
+
+    def hold(self, held: bool) -> None:
+        self._inner.hold(held)
 
     def commit(self, consumed: Mapping[TopicPartition, int]) -> None:
         self._inner.commit(consumed)
@@ -66,30 +71,40 @@ class _GatedTransport:
         return getattr(self._inner, name)
 
 
-def test_the_processor_runs_no_round_before_its_workers_have_joined(tmp_path: Path) -> None:
-    deployment = Deployment.from_settings(Settings(data_dir=tmp_path / "data"))
+def test_no_worker_takes_work_before_all_of_the_processors_workers_have_joined(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(data_dir=tmp_path / "data")
+    deployment = Deployment.from_settings(settings)
     gate = threading.Event()
     transport = _GatedTransport(deployment.transport, gate)
     host = Host(replace(deployment, transport=transport), app, workers=2)  # type: ignore[arg-type]
-    rounds: list[float] = []
-    host.on_round = rounds.append
-    starting = threading.Thread(target=host.start, daemon=True)
-    starting.start()
+    host.start()
     try:
-        wait_until(
-            lambda: (
-                len(transport.consumers) == 2 and all(c.polls >= 3 for c in transport.consumers)
-            ),
-            30.0,
-            "both workers to poll",
-        )
-        assert rounds == []  # the processor waits for them
-        assert starting.is_alive()
-        gate.set()
-        wait_until(lambda: rounds, 30.0, "the processor's first round")
-        starting.join(30)
+        with Client(settings=settings) as client:
+            receipt = client.submit("steps3", {"n": 1}, wait_s=30)
+            assert receipt.run_id is not None
+            wait_until(
+                lambda: any(
+                    isinstance(f, SegmentAttemptStarted) for f in client.history(receipt.run_id)
+                ),
+                30.0,
+                "the processor to dispatch the run",
+            )
+            polling = transport.consumers
+            polled = [c.polls for c in polling]
+            wait_until(
+                lambda: all(c.polls >= n + 3 for c, n in zip(polling, polled, strict=True)),
+                30.0,
+                "both workers to poll again",
+            )
+            state = client.status(receipt.run_id)
+            assert state is not None and (state.status, state.phase) == ("running", "dispatched")
+            assert not host.workers_ready(0)
+            gate.set()
+            assert host.workers_ready(30)
+            assert client.wait(receipt.run_id, timeout_s=30).status == "succeeded"
     finally:
         gate.set()
-        starting.join(30)
         host.stop()
     assert not host.errors, host.errors
