@@ -21,15 +21,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from processor.admission.admit import admit
-from processor.admission.arrivals import (
-    Refusal,
-    completion_arrival,
-    handoff_arrival,
-    record_cause,
-)
+from processor.admission.arrivals import Refusal
 from processor.config.settings import Settings
 from processor.engine.fleet import Fleet
+from processor.engine.inputs import INPUTS, FleetNews
 from processor.engine.spans import Traced, record_spans
 from processor.errors import (
     AppendConflictError,
@@ -39,20 +34,9 @@ from processor.errors import (
     TransportError,
 )
 from processor.facts import json_wire
-from processor.facts.codec import codec, encode
+from processor.facts.codec import encode
 from processor.facts.keyring import KeyRing
-from processor.facts.models import (
-    AttemptProgress,
-    AvroModel,
-    BoundaryRequest,
-    CancelRun,
-    RedriveRun,
-    ResolveAttempt,
-    RunSubmitted,
-    SegmentResult,
-    SubmitRun,
-    WorkerAnnouncement,
-)
+from processor.facts.models import AvroModel, BoundaryRequest, RunSubmitted
 from processor.facts.rejection import rejected
 from processor.facts.topics import RUN_ADDRESSED_INPUTS, TopicName
 from processor.facts.traceparent import TRACEPARENT_HEADER
@@ -63,13 +47,6 @@ from processor.model.decide import (
     PipelineCatalog,
     Publish,
     TimerFired,
-    decide_cancel,
-    decide_claim,
-    decide_progress,
-    decide_redrive,
-    decide_resolve,
-    decide_result,
-    decide_submit,
     decide_timer,
     decide_unblock,
 )
@@ -468,62 +445,26 @@ class ProcessorLoop:
     def _decide(
         self, topic: TopicName, record: Record, staging: Staging, now: int
     ) -> tuple[str, Decision] | None:
-        """Decode one input and decide on it; None when it was forwarded elsewhere."""
-        ctx = self._context(now)
-        if topic is TopicName.COMMANDS:
-            command = _decode_command(record.value)
-            if not self._routed_here(record, command.run_id):
-                return None
-            state = _run(staging, command.run_id)
-            if state is None and isinstance(command, SubmitRun):
-                logs.bind_run(command.run_id, command.pipeline)
-            match command:
-                case SubmitRun():
-                    return command.run_id, decide_submit(command, state, ctx)
-                case CancelRun():
-                    return command.run_id, decide_cancel(command, state, ctx)
-                case ResolveAttempt():
-                    return command.run_id, decide_resolve(command, state, ctx)
-                case RedriveRun():
-                    return command.run_id, decide_redrive(command, state, ctx)
-        if topic is TopicName.RESULTS:
-            return self._decide_result(record, staging, ctx)
-        cause = record_cause(record.topic, record.partition, record.offset)
-        arrival = (
-            completion_arrival(record.value, self._config.resume_keys, cause, record.headers)
-            if topic is TopicName.COMPLETIONS
-            else handoff_arrival(record.value, self._config.resume_keys, cause)
-        )
-        if isinstance(arrival, Refusal):
-            if arrival.run_id:
-                logs.bind_run(arrival.run_id)
-            return arrival.run_id or "", Decision.refuse(arrival.reason, arrival.detail)
-        if not self._routed_here(record, arrival.run_id):
-            return None
-        return arrival.run_id, admit(arrival, _run(staging, arrival.run_id), ctx)
-
-    def _decide_result(
-        self, record: Record, staging: Staging, ctx: Context
-    ) -> tuple[str, Decision] | None:
-        """segments.results: a segment's result, a worker's progress report, or a worker
-        announcement (not the loop's: ignored here, never rejected)."""
-        message = _decode_result(record.value)
-        if isinstance(message, WorkerAnnouncement):  # on every partition: not routed
-            self.fleet.heard(message)
+        """Decode one input and decide on it as its entry in ``INPUTS`` says; None when
+        it was forwarded elsewhere or is not about a run."""
+        source = INPUTS[topic]
+        message = source.decode(record, self._config.resume_keys)
+        if isinstance(message, Refusal):  # refused as it was decoded: no run decides it
+            if message.run_id:
+                logs.bind_run(message.run_id)
+            return message.run_id or "", Decision.refuse(message.reason, message.detail)
+        entry = source.entry(message, record.value)
+        if isinstance(entry, FleetNews):  # heard on every partition: not routed, not decided
+            entry.hear(self.fleet, message)
             self._live = self.fleet.live_versions()
             return None
-        if not self._routed_here(record, message.run_id):
+        run_id = entry.run_id(message)
+        if not self._routed_here(record, run_id):
             return None
-        state = _run(staging, message.run_id)
-        if isinstance(message, AttemptProgress):
-            decide = decide_claim if message.claim else decide_progress
-            decision = decide(message, state, ctx)
-            if decision.refusal is not None:  # a late or repeated report: no error
-                logger.debug("progress refused: %s %s", decision.refusal, decision.detail)
-                metrics.PROGRESS_REFUSED.labels(decision.refusal).inc()
-                decision = Decision(emits=decision.emits)  # a refused claim is answered
-            return message.run_id, decision
-        return message.run_id, decide_result(message, state, ctx)
+        state = _run(staging, run_id)
+        if state is None and entry.pipeline is not None:  # a new run: its logs name it
+            logs.bind_run(run_id, entry.pipeline(message))
+        return run_id, entry.decided(message, state, self._context(now))
 
     def _routed_here(self, record: Record, run_id: str) -> bool:
         """Forward a record produced to the wrong partition to its run's partition."""
@@ -766,24 +707,6 @@ def _close_quietly(session: ProcessorSession) -> None:
 def _exception_text(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}"
     return text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 3] + "..."
-
-
-def _decode_command(value: bytes | None) -> SubmitRun | CancelRun | ResolveAttempt | RedriveRun:
-    """runs.commands carries four command types; anything else is the wrong schema."""
-    command = codec().decode(value)
-    if not isinstance(command, SubmitRun | CancelRun | ResolveAttempt | RedriveRun):
-        detail = f"expected a command on runs.commands, got {type(command).__name__}"
-        raise FactDecodeError("wrong_schema", detail, value)
-    return command
-
-
-def _decode_result(value: bytes | None) -> SegmentResult | AttemptProgress | WorkerAnnouncement:
-    """segments.results carries results, progress reports and worker announcements."""
-    message = codec().decode(value)
-    if not isinstance(message, SegmentResult | AttemptProgress | WorkerAnnouncement):
-        detail = f"expected a result on segments.results, got {type(message).__name__}"
-        raise FactDecodeError("wrong_schema", detail, value)
-    return message
 
 
 def _facts_ends(produced: list[tuple[TopicPartition, int]], facts_topic: str) -> dict[int, int]:
