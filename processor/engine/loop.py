@@ -51,10 +51,8 @@ from processor.model.decide import (
     decide_unblock,
 )
 from processor.model.state import RunState
-from processor.restore.catch_up import catch_up
-from processor.restore.parallel import catch_up_partitions, worker_count
+from processor.restore.assignment import RestoreConfig, restore_assigned
 from processor.store.census import RunCensus, blocked_runs
-from processor.store.rocks import PartitionStore, open_store, store_path, stored_facts_offset
 from processor.store.staging import Staging
 from processor.telemetry import logs, metrics, tracing
 from processor.transport.base import (
@@ -126,6 +124,17 @@ class LoopConfig:
             max_payload_bytes=settings.max_payload_bytes,
             max_infrastructure_losses=settings.max_infrastructure_losses,
             announce_interval_ms=settings.worker_announce_interval_ms,
+        )
+
+    @property
+    def restore(self) -> RestoreConfig:
+        """What a restore of assigned partitions needs of it (``restore/assignment.py``)."""
+        return RestoreConfig(
+            state_dir=self.state_dir,
+            stable_wait_s=self.stable_wait_s,
+            parallel_min_facts=self.parallel_restore_min_facts,
+            native_fold=self.native_fold,
+            keep_runs=self.keep_runs,
         )
 
 
@@ -265,91 +274,20 @@ class ProcessorLoop:
         self.fleet.changed()  # their blocked runs may find a worker now
 
     def _restore(self, partitions: list[int]) -> None:
-        for partition in partitions:
-            # A crashed writer's open transaction hides facts committed after it; catch
-            # up only once the broker has aborted it, or decisions would be made twice.
-            facts = TopicPartition(self._facts_topic, partition)
-            if not self._reader.wait_stable(facts, self._config.stable_wait_s):
-                logger.warning(
-                    "partition %d: runs.facts still has an open transaction after %.0fs",
-                    partition,
-                    self._config.stable_wait_s,
-                )
-        self._restore_in_processes(partitions)
+        """Take the stores of ``partitions``, caught up (``restore/assignment.py``)."""
         opened: dict[int, Staging] = {}
+        restored = restore_assigned(
+            self._transport, self._reader, self._facts_topic, self._config.restore, partitions
+        )
         try:
-            for partition in partitions:
-                store = open_store(store_path(self._config.state_dir, partition))
-                if store.facts_offset() == 0:
-                    logger.info(
-                        "partition %d: no store, rebuilding from runs.facts offset 0", partition
-                    )
-                facts = TopicPartition(self._facts_topic, partition)
-                self._catch_up(store, facts)
-                census = RunCensus.count_from(store)
-                self.census[partition] = census
-                opened[partition] = Staging(store, keep_runs=self._config.keep_runs, census=census)
+            for caught_up in restored:
+                self.applied_facts[caught_up.partition] = caught_up.applied
+                self.census[caught_up.partition] = caught_up.census
+                opened[caught_up.partition] = caught_up.staging
         finally:
             # All at once, so that ``owned_partitions`` (read by other threads) shows the
             # whole assignment; on a failure, the caught-up ones are closed with the rest.
             self._stagings.update(opened)
-
-    def _catch_up(self, store: PartitionStore, facts: TopicPartition) -> None:
-        """Catch ``store`` up to the end of its runs.facts partition, with progress."""
-        end = self._reader.end_offset(facts)
-        remaining = metrics.RESTORE_REMAINING.labels(str(facts.partition))
-        remaining.set(max(0, end - store.facts_offset()))
-        caught = catch_up(
-            store, self._reader, facts, native=self._config.native_fold, progress=remaining.dec
-        )
-        remaining.set(0)
-        metrics.RESTORE_FACTS.inc(caught.facts)
-        # Caught up to the end, and we are the partition's only writer: all of it is applied.
-        self.applied_facts[facts.partition] = max(end, store.facts_offset())
-
-    def _restore_in_processes(self, partitions: Sequence[int]) -> None:
-        """Catch up a big restore of several partitions in a pool of processes first.
-
-        What is left afterwards (normally nothing) is caught up here, in turn. (On
-        Kafka the end offset counts transaction markers, so an up-to-date store can
-        look a few offsets behind: the threshold is far above that.)
-        """
-        ends, starts, lag = {}, {}, 0
-        for partition in partitions:
-            end = self._reader.end_offset(TopicPartition(self._facts_topic, partition))
-            stored = stored_facts_offset(store_path(self._config.state_dir, partition))
-            if end > stored:
-                ends[partition], starts[partition] = end, stored
-                lag += end - stored
-        workers = worker_count(
-            None, lag, len(ends), min_facts=self._config.parallel_restore_min_facts
-        )
-        if workers < 2:
-            return
-        logger.info(
-            "restoring %d facts of partitions %s in %d processes",
-            lag,
-            ", ".join(map(str, sorted(ends))),
-            workers,
-        )
-        for partition, end in ends.items():
-            metrics.RESTORE_REMAINING.labels(str(partition)).set(end - starts[partition])
-        folded, _ = catch_up_partitions(
-            self._transport,
-            self._reader,
-            self._facts_topic,
-            self._config.state_dir,
-            ends,
-            processes=workers,
-            native=self._config.native_fold,
-        )
-        for partition, caught in sorted(folded.items()):
-            logger.info(
-                "partition %s: caught up %d facts from offset %d in a restore process",
-                partition,
-                caught.facts,
-                starts[partition],
-            )
 
     def _on_revoke(self, revoked: Sequence[TopicPartition]) -> None:
         for partition in sorted({tp.partition for tp in revoked}):
