@@ -439,17 +439,7 @@ def worker(
     stop = threading.Event()
     _stop_on_signals(stop)
     runners = [
-        Worker(
-            deployment.transport,
-            pipelines,
-            deployment.topology,
-            group=deployment.settings.worker_group,
-            max_payload_bytes=deployment.settings.max_payload_bytes,
-            concurrency=concurrency or deployment.settings.worker_concurrency,
-            start_report_after_ms=deployment.settings.start_report_after_ms,
-            announce_interval_ms=deployment.settings.worker_announce_interval_ms,
-        )
-        for _ in range(workers)
+        Worker.from_settings(deployment, pipelines, concurrency=concurrency) for _ in range(workers)
     ]
     pool = [threading.Thread(target=w.run, args=(stop,), daemon=True) for w in runners]
     web = None
