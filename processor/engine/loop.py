@@ -521,6 +521,7 @@ class ProcessorLoop:
     # --- commit --------------------------------------------------------------------------
 
     def _commit(self) -> None:
+        """Commit everything decided since the last commit, in the numbered order."""
         batch, self._batch = self._batch, _Batch()
         if not batch:
             return
@@ -537,37 +538,53 @@ class ProcessorLoop:
                 session.produce(record)
             # 2. commit it together with the consumed input offsets
             produced = session.commit(batch.consumed)
-        except FencedError:
-            logger.warning("fenced: another instance owns our partitions; rejoining")
-            self._drop_session()
-            return
-        except SessionLostError as exc:
-            # The stuck transaction is not ours to end: the next session's producer (same
-            # transactional.id) fences it, and its partitions are caught up again on assign.
-            logger.warning("session lost, rejoining; the batch will be processed again: %s", exc)
-            self._drop_session()
-            return
         except TransportError as exc:
-            logger.warning("commit failed, batch will be processed again: %s", exc)
-            self._abort(session)
+            self._not_committed(session, exc)  # the batch's inputs are processed again
             return
         # 3. apply the facts to RocksDB with the facts offset (a crash here is
         #    repaired by catching up from runs.facts on the next start)
-        ends = _facts_ends(produced, self._facts_topic)
-        for partition, staging in self._stagings.items():
-            if staging.dirty or partition in ends:
-                staging.flush(ends.get(partition))
+        ends = self._flush(produced)
         # 4. telemetry, once per transaction
-        metrics.record_transaction(time.perf_counter() - began, batch.tally)
-        self.input_positions.update(batch.consumed)
-        for partition, end in ends.items():
-            self.applied_facts[partition] = end + self._marker
-        self.committed_batches += 1
-        # 4. logs and spans of what was committed (spans with OpenTelemetry on)
+        self._note_committed(batch, ends, time.perf_counter() - began)
+        # 5. logs and spans of what was committed (spans with OpenTelemetry on)
         if batch.finished and logger.isEnabledFor(logging.INFO):
             _log_finished(batch.finished)
         if batch.traced:
             record_spans(batch.traced, self._catalog)
+
+    def _not_committed(self, session: ProcessorSession, exc: TransportError) -> None:
+        """Rejoin or abort after a transaction that did not commit."""
+        match exc:
+            case FencedError():
+                logger.warning("fenced: another instance owns our partitions; rejoining")
+                self._drop_session()
+            case SessionLostError():
+                # The stuck transaction is not ours to end: the next session's producer
+                # (same transactional.id) fences it, and its partitions are caught up
+                # again on assign.
+                logger.warning(
+                    "session lost, rejoining; the batch will be processed again: %s", exc
+                )
+                self._drop_session()
+            case _:
+                logger.warning("commit failed, batch will be processed again: %s", exc)
+                self._abort(session)
+
+    def _flush(self, produced: list[tuple[TopicPartition, int]]) -> dict[int, int]:
+        """Write each staging's changes with the end of the facts it produced; those ends."""
+        ends = _facts_ends(produced, self._facts_topic)
+        for partition, staging in self._stagings.items():
+            if staging.dirty or partition in ends:
+                staging.flush(ends.get(partition))
+        return ends
+
+    def _note_committed(self, batch: _Batch, ends: dict[int, int], seconds: float) -> None:
+        """The metrics, and the positions the HTTP server reads, of a committed batch."""
+        metrics.record_transaction(seconds, batch.tally)
+        self.input_positions.update(batch.consumed)
+        for partition, end in ends.items():
+            self.applied_facts[partition] = end + self._marker
+        self.committed_batches += 1
 
     def _perform(self, effects: list[Outbound]) -> None:
         if not effects:
