@@ -1,14 +1,16 @@
 """The processor loop: the one place that orders effects.
 
 Each iteration polls a batch of run-addressed inputs, decides (pure) against the
-staged projections, scans due timers, then commits once:
+staged projections as each input's entry in ``engine/inputs.py`` says, scans due
+timers, then commits once:
 
 1. produce facts and outbound messages inside one log transaction,
 2. commit it together with the consumed input offsets,
 3. apply the facts to RocksDB in one WriteBatch with the facts offset.
 
-A crash between 2 and 3 is repaired on start by catching up from runs.facts; a
-crash before 2 leaves nothing behind, and the inputs are processed again.
+A crash between 2 and 3 is repaired on start by catching up from runs.facts
+(``restore/assignment.py``, when partitions are assigned); a crash before 2 leaves
+nothing behind, and the inputs are processed again.
 """
 
 from __future__ import annotations
