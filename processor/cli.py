@@ -440,17 +440,7 @@ def worker(
     _stop_on_signals(stop)
     gate = JoinGate(workers)
     runners = [
-        Worker(
-            deployment.transport,
-            pipelines,
-            deployment.topology,
-            group=deployment.settings.worker_group,
-            max_payload_bytes=deployment.settings.max_payload_bytes,
-            concurrency=concurrency or deployment.settings.worker_concurrency,
-            start_report_after_ms=deployment.settings.start_report_after_ms,
-            announce_interval_ms=deployment.settings.worker_announce_interval_ms,
-            gate=gate,
-        )
+        Worker.from_settings(deployment, pipelines, concurrency=concurrency, gate=gate)
         for _ in range(workers)
     ]
     pool = [threading.Thread(target=w.run, args=(stop,), daemon=True) for w in runners]

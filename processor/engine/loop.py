@@ -1,14 +1,16 @@
 """The processor loop: the one place that orders effects.
 
 Each iteration polls a batch of run-addressed inputs, decides (pure) against the
-staged projections, scans due timers, then commits once:
+staged projections as each input's entry in ``engine/inputs.py`` says, scans due
+timers, then commits once:
 
 1. produce facts and outbound messages inside one log transaction,
 2. commit it together with the consumed input offsets,
 3. apply the facts to RocksDB in one WriteBatch with the facts offset.
 
-A crash between 2 and 3 is repaired on start by catching up from runs.facts; a
-crash before 2 leaves nothing behind, and the inputs are processed again.
+A crash between 2 and 3 is repaired on start by catching up from runs.facts
+(``restore/assignment.py``, when partitions are assigned); a crash before 2 leaves
+nothing behind, and the inputs are processed again.
 """
 
 from __future__ import annotations
@@ -21,15 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from processor.admission.admit import admit
-from processor.admission.arrivals import (
-    Refusal,
-    completion_arrival,
-    handoff_arrival,
-    record_cause,
-)
+from processor.admission.arrivals import Refusal
 from processor.config.settings import Settings
 from processor.engine.fleet import Fleet
+from processor.engine.inputs import INPUTS, FleetNews
 from processor.engine.spans import Traced, record_spans
 from processor.errors import (
     AppendConflictError,
@@ -39,20 +36,9 @@ from processor.errors import (
     TransportError,
 )
 from processor.facts import json_wire
-from processor.facts.codec import codec, encode
+from processor.facts.codec import encode
 from processor.facts.keyring import KeyRing
-from processor.facts.models import (
-    AttemptProgress,
-    AvroModel,
-    BoundaryRequest,
-    CancelRun,
-    RedriveRun,
-    ResolveAttempt,
-    RunSubmitted,
-    SegmentResult,
-    SubmitRun,
-    WorkerAnnouncement,
-)
+from processor.facts.models import AvroModel, BoundaryRequest, RunSubmitted
 from processor.facts.rejection import rejected
 from processor.facts.topics import RUN_ADDRESSED_INPUTS, TopicName
 from processor.facts.traceparent import TRACEPARENT_HEADER
@@ -63,21 +49,12 @@ from processor.model.decide import (
     PipelineCatalog,
     Publish,
     TimerFired,
-    decide_cancel,
-    decide_claim,
-    decide_progress,
-    decide_redrive,
-    decide_resolve,
-    decide_result,
-    decide_submit,
     decide_timer,
     decide_unblock,
 )
 from processor.model.state import RunState
-from processor.restore.catch_up import catch_up
-from processor.restore.parallel import catch_up_partitions, worker_count
+from processor.restore.assignment import RestoreConfig, restore_assigned
 from processor.store.census import RunCensus, blocked_runs
-from processor.store.rocks import PartitionStore, open_store, store_path, stored_facts_offset
 from processor.store.staging import Staging
 from processor.telemetry import logs, metrics, tracing
 from processor.transport.base import (
@@ -149,6 +126,17 @@ class LoopConfig:
             max_payload_bytes=settings.max_payload_bytes,
             max_infrastructure_losses=settings.max_infrastructure_losses,
             announce_interval_ms=settings.worker_announce_interval_ms,
+        )
+
+    @property
+    def restore(self) -> RestoreConfig:
+        """What a restore of assigned partitions needs of it (``restore/assignment.py``)."""
+        return RestoreConfig(
+            state_dir=self.state_dir,
+            stable_wait_s=self.stable_wait_s,
+            parallel_min_facts=self.parallel_restore_min_facts,
+            native_fold=self.native_fold,
+            keep_runs=self.keep_runs,
         )
 
 
@@ -288,91 +276,20 @@ class ProcessorLoop:
         self.fleet.changed()  # their blocked runs may find a worker now
 
     def _restore(self, partitions: list[int]) -> None:
-        for partition in partitions:
-            # A crashed writer's open transaction hides facts committed after it; catch
-            # up only once the broker has aborted it, or decisions would be made twice.
-            facts = TopicPartition(self._facts_topic, partition)
-            if not self._reader.wait_stable(facts, self._config.stable_wait_s):
-                logger.warning(
-                    "partition %d: runs.facts still has an open transaction after %.0fs",
-                    partition,
-                    self._config.stable_wait_s,
-                )
-        self._restore_in_processes(partitions)
+        """Take the stores of ``partitions``, caught up (``restore/assignment.py``)."""
         opened: dict[int, Staging] = {}
+        restored = restore_assigned(
+            self._transport, self._reader, self._facts_topic, self._config.restore, partitions
+        )
         try:
-            for partition in partitions:
-                store = open_store(store_path(self._config.state_dir, partition))
-                if store.facts_offset() == 0:
-                    logger.info(
-                        "partition %d: no store, rebuilding from runs.facts offset 0", partition
-                    )
-                facts = TopicPartition(self._facts_topic, partition)
-                self._catch_up(store, facts)
-                census = RunCensus.count_from(store)
-                self.census[partition] = census
-                opened[partition] = Staging(store, keep_runs=self._config.keep_runs, census=census)
+            for caught_up in restored:
+                self.applied_facts[caught_up.partition] = caught_up.applied
+                self.census[caught_up.partition] = caught_up.census
+                opened[caught_up.partition] = caught_up.staging
         finally:
             # All at once, so that ``owned_partitions`` (read by other threads) shows the
             # whole assignment; on a failure, the caught-up ones are closed with the rest.
             self._stagings.update(opened)
-
-    def _catch_up(self, store: PartitionStore, facts: TopicPartition) -> None:
-        """Catch ``store`` up to the end of its runs.facts partition, with progress."""
-        end = self._reader.end_offset(facts)
-        remaining = metrics.RESTORE_REMAINING.labels(str(facts.partition))
-        remaining.set(max(0, end - store.facts_offset()))
-        caught = catch_up(
-            store, self._reader, facts, native=self._config.native_fold, progress=remaining.dec
-        )
-        remaining.set(0)
-        metrics.RESTORE_FACTS.inc(caught.facts)
-        # Caught up to the end, and we are the partition's only writer: all of it is applied.
-        self.applied_facts[facts.partition] = max(end, store.facts_offset())
-
-    def _restore_in_processes(self, partitions: Sequence[int]) -> None:
-        """Catch up a big restore of several partitions in a pool of processes first.
-
-        What is left afterwards (normally nothing) is caught up here, in turn. (On
-        Kafka the end offset counts transaction markers, so an up-to-date store can
-        look a few offsets behind: the threshold is far above that.)
-        """
-        ends, starts, lag = {}, {}, 0
-        for partition in partitions:
-            end = self._reader.end_offset(TopicPartition(self._facts_topic, partition))
-            stored = stored_facts_offset(store_path(self._config.state_dir, partition))
-            if end > stored:
-                ends[partition], starts[partition] = end, stored
-                lag += end - stored
-        workers = worker_count(
-            None, lag, len(ends), min_facts=self._config.parallel_restore_min_facts
-        )
-        if workers < 2:
-            return
-        logger.info(
-            "restoring %d facts of partitions %s in %d processes",
-            lag,
-            ", ".join(map(str, sorted(ends))),
-            workers,
-        )
-        for partition, end in ends.items():
-            metrics.RESTORE_REMAINING.labels(str(partition)).set(end - starts[partition])
-        folded, _ = catch_up_partitions(
-            self._transport,
-            self._reader,
-            self._facts_topic,
-            self._config.state_dir,
-            ends,
-            processes=workers,
-            native=self._config.native_fold,
-        )
-        for partition, caught in sorted(folded.items()):
-            logger.info(
-                "partition %s: caught up %d facts from offset %d in a restore process",
-                partition,
-                caught.facts,
-                starts[partition],
-            )
 
     def _on_revoke(self, revoked: Sequence[TopicPartition]) -> None:
         for partition in sorted({tp.partition for tp in revoked}):
@@ -468,62 +385,26 @@ class ProcessorLoop:
     def _decide(
         self, topic: TopicName, record: Record, staging: Staging, now: int
     ) -> tuple[str, Decision] | None:
-        """Decode one input and decide on it; None when it was forwarded elsewhere."""
-        ctx = self._context(now)
-        if topic is TopicName.COMMANDS:
-            command = _decode_command(record.value)
-            if not self._routed_here(record, command.run_id):
-                return None
-            state = _run(staging, command.run_id)
-            if state is None and isinstance(command, SubmitRun):
-                logs.bind_run(command.run_id, command.pipeline)
-            match command:
-                case SubmitRun():
-                    return command.run_id, decide_submit(command, state, ctx)
-                case CancelRun():
-                    return command.run_id, decide_cancel(command, state, ctx)
-                case ResolveAttempt():
-                    return command.run_id, decide_resolve(command, state, ctx)
-                case RedriveRun():
-                    return command.run_id, decide_redrive(command, state, ctx)
-        if topic is TopicName.RESULTS:
-            return self._decide_result(record, staging, ctx)
-        cause = record_cause(record.topic, record.partition, record.offset)
-        arrival = (
-            completion_arrival(record.value, self._config.resume_keys, cause, record.headers)
-            if topic is TopicName.COMPLETIONS
-            else handoff_arrival(record.value, self._config.resume_keys, cause)
-        )
-        if isinstance(arrival, Refusal):
-            if arrival.run_id:
-                logs.bind_run(arrival.run_id)
-            return arrival.run_id or "", Decision.refuse(arrival.reason, arrival.detail)
-        if not self._routed_here(record, arrival.run_id):
-            return None
-        return arrival.run_id, admit(arrival, _run(staging, arrival.run_id), ctx)
-
-    def _decide_result(
-        self, record: Record, staging: Staging, ctx: Context
-    ) -> tuple[str, Decision] | None:
-        """segments.results: a segment's result, a worker's progress report, or a worker
-        announcement (not the loop's: ignored here, never rejected)."""
-        message = _decode_result(record.value)
-        if isinstance(message, WorkerAnnouncement):  # on every partition: not routed
-            self.fleet.heard(message)
+        """Decode one input and decide on it as its entry in ``INPUTS`` says; None when
+        it was forwarded elsewhere or is not about a run."""
+        source = INPUTS[topic]
+        message = source.decode(record, self._config.resume_keys)
+        if isinstance(message, Refusal):  # refused as it was decoded: no run decides it
+            if message.run_id:
+                logs.bind_run(message.run_id)
+            return message.run_id or "", Decision.refuse(message.reason, message.detail)
+        entry = source.entry(message, record.value)
+        if isinstance(entry, FleetNews):  # heard on every partition: not routed, not decided
+            entry.hear(self.fleet, message)
             self._live = self.fleet.live_versions()
             return None
-        if not self._routed_here(record, message.run_id):
+        run_id = entry.run_id(message)
+        if not self._routed_here(record, run_id):
             return None
-        state = _run(staging, message.run_id)
-        if isinstance(message, AttemptProgress):
-            decide = decide_claim if message.claim else decide_progress
-            decision = decide(message, state, ctx)
-            if decision.refusal is not None:  # a late or repeated report: no error
-                logger.debug("progress refused: %s %s", decision.refusal, decision.detail)
-                metrics.PROGRESS_REFUSED.labels(decision.refusal).inc()
-                decision = Decision(emits=decision.emits)  # a refused claim is answered
-            return message.run_id, decision
-        return message.run_id, decide_result(message, state, ctx)
+        state = _run(staging, run_id)
+        if state is None and entry.pipeline is not None:  # a new run: its logs name it
+            logs.bind_run(run_id, entry.pipeline(message))
+        return run_id, entry.decided(message, state, self._context(now))
 
     def _routed_here(self, record: Record, run_id: str) -> bool:
         """Forward a record produced to the wrong partition to its run's partition."""
@@ -642,6 +523,7 @@ class ProcessorLoop:
     # --- commit --------------------------------------------------------------------------
 
     def _commit(self) -> None:
+        """Commit everything decided since the last commit, in the numbered order."""
         batch, self._batch = self._batch, _Batch()
         if not batch:
             return
@@ -658,37 +540,53 @@ class ProcessorLoop:
                 session.produce(record)
             # 2. commit it together with the consumed input offsets
             produced = session.commit(batch.consumed)
-        except FencedError:
-            logger.warning("fenced: another instance owns our partitions; rejoining")
-            self._drop_session()
-            return
-        except SessionLostError as exc:
-            # The stuck transaction is not ours to end: the next session's producer (same
-            # transactional.id) fences it, and its partitions are caught up again on assign.
-            logger.warning("session lost, rejoining; the batch will be processed again: %s", exc)
-            self._drop_session()
-            return
         except TransportError as exc:
-            logger.warning("commit failed, batch will be processed again: %s", exc)
-            self._abort(session)
+            self._not_committed(session, exc)  # the batch's inputs are processed again
             return
         # 3. apply the facts to RocksDB with the facts offset (a crash here is
         #    repaired by catching up from runs.facts on the next start)
-        ends = _facts_ends(produced, self._facts_topic)
-        for partition, staging in self._stagings.items():
-            if staging.dirty or partition in ends:
-                staging.flush(ends.get(partition))
+        ends = self._flush(produced)
         # 4. telemetry, once per transaction
-        metrics.record_transaction(time.perf_counter() - began, batch.tally)
-        self.input_positions.update(batch.consumed)
-        for partition, end in ends.items():
-            self.applied_facts[partition] = end + self._marker
-        self.committed_batches += 1
-        # 4. logs and spans of what was committed (spans with OpenTelemetry on)
+        self._note_committed(batch, ends, time.perf_counter() - began)
+        # 5. logs and spans of what was committed (spans with OpenTelemetry on)
         if batch.finished and logger.isEnabledFor(logging.INFO):
             _log_finished(batch.finished)
         if batch.traced:
             record_spans(batch.traced, self._catalog)
+
+    def _not_committed(self, session: ProcessorSession, exc: TransportError) -> None:
+        """Rejoin or abort after a transaction that did not commit."""
+        match exc:
+            case FencedError():
+                logger.warning("fenced: another instance owns our partitions; rejoining")
+                self._drop_session()
+            case SessionLostError():
+                # The stuck transaction is not ours to end: the next session's producer
+                # (same transactional.id) fences it, and its partitions are caught up
+                # again on assign.
+                logger.warning(
+                    "session lost, rejoining; the batch will be processed again: %s", exc
+                )
+                self._drop_session()
+            case _:
+                logger.warning("commit failed, batch will be processed again: %s", exc)
+                self._abort(session)
+
+    def _flush(self, produced: list[tuple[TopicPartition, int]]) -> dict[int, int]:
+        """Write each staging's changes with the end of the facts it produced; those ends."""
+        ends = _facts_ends(produced, self._facts_topic)
+        for partition, staging in self._stagings.items():
+            if staging.dirty or partition in ends:
+                staging.flush(ends.get(partition))
+        return ends
+
+    def _note_committed(self, batch: _Batch, ends: dict[int, int], seconds: float) -> None:
+        """The metrics, and the positions the HTTP server reads, of a committed batch."""
+        metrics.record_transaction(seconds, batch.tally)
+        self.input_positions.update(batch.consumed)
+        for partition, end in ends.items():
+            self.applied_facts[partition] = end + self._marker
+        self.committed_batches += 1
 
     def _perform(self, effects: list[Outbound]) -> None:
         if not effects:
@@ -766,24 +664,6 @@ def _close_quietly(session: ProcessorSession) -> None:
 def _exception_text(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}"
     return text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 3] + "..."
-
-
-def _decode_command(value: bytes | None) -> SubmitRun | CancelRun | ResolveAttempt | RedriveRun:
-    """runs.commands carries four command types; anything else is the wrong schema."""
-    command = codec().decode(value)
-    if not isinstance(command, SubmitRun | CancelRun | ResolveAttempt | RedriveRun):
-        detail = f"expected a command on runs.commands, got {type(command).__name__}"
-        raise FactDecodeError("wrong_schema", detail, value)
-    return command
-
-
-def _decode_result(value: bytes | None) -> SegmentResult | AttemptProgress | WorkerAnnouncement:
-    """segments.results carries results, progress reports and worker announcements."""
-    message = codec().decode(value)
-    if not isinstance(message, SegmentResult | AttemptProgress | WorkerAnnouncement):
-        detail = f"expected a result on segments.results, got {type(message).__name__}"
-        raise FactDecodeError("wrong_schema", detail, value)
-    return message
 
 
 def _facts_ends(produced: list[tuple[TopicPartition, int]], facts_topic: str) -> dict[int, int]:

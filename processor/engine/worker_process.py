@@ -71,20 +71,14 @@ def in_process_workers(
 ) -> list[Worker]:
     """The workers of a processor: static members named after its instance id, which
     take work once all have joined (``gate``)."""
-    settings = deployment.settings
     return [
-        Worker(
-            deployment.transport,
+        Worker.from_settings(
+            deployment,
             app,
-            deployment.topology,
-            group=settings.worker_group,
+            concurrency=concurrency,
             worker_id=f"{instance_id}-w{index}",
             static_member=True,  # kept in the state directory: the same after a restart
             clock=clock,  # progress reports and deadline warnings: the processor's clock
-            max_payload_bytes=settings.max_payload_bytes,
-            concurrency=concurrency or settings.worker_concurrency,
-            start_report_after_ms=settings.start_report_after_ms,
-            announce_interval_ms=settings.worker_announce_interval_ms,
             gate=gate,
         )
         for index in range(count)

@@ -27,6 +27,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 from processor.config.settings import default_of
 from processor.errors import FactDecodeError, TransportError
@@ -52,6 +53,9 @@ from processor.worker.outbox import Outbox
 from processor.worker.pipeline import Application
 from processor.worker.progress import ProducedProgress
 from processor.worker.runtime import StepRuntime
+
+if TYPE_CHECKING:
+    from processor.transport.deployment import Deployment
 
 __all__ = ["Worker"]
 
@@ -120,6 +124,40 @@ class Worker:
             concurrency=concurrency,
             interval_ms=announce_interval_ms,
             clock=clock,
+        )
+
+    @classmethod
+    def from_settings(
+        cls,
+        deployment: Deployment,
+        app: Application,
+        *,
+        concurrency: int | None = None,
+        worker_id: str | None = None,
+        static_member: bool = False,
+        clock: Clock = wall_clock_ms,
+        gate: JoinGate | None = None,
+    ) -> Worker:
+        """A worker of ``app`` as ``deployment``'s settings configure it.
+
+        ``concurrency`` overrides the setting (a command-line option); ``processor
+        run``'s in-process workers also give their ``worker_id``, as ``static_member``s,
+        and the processor's ``clock``; the workers of one process share a ``gate``.
+        """
+        settings = deployment.settings
+        return cls(
+            deployment.transport,
+            app,
+            deployment.topology,
+            group=settings.worker_group,
+            worker_id=worker_id,
+            static_member=static_member,
+            clock=clock,
+            max_payload_bytes=settings.max_payload_bytes,
+            concurrency=concurrency or settings.worker_concurrency,
+            start_report_after_ms=settings.start_report_after_ms,
+            announce_interval_ms=settings.worker_announce_interval_ms,
+            gate=gate,
         )
 
     @property

@@ -186,7 +186,7 @@ def test_a_lost_store_of_several_partitions_is_restored_in_processes(
     loop = ProcessorLoop(
         deployment.transport, harness.app, deployment.topology, config, clock=harness.clock
     )
-    caplog.set_level(logging.INFO, logger="processor.engine.loop")
+    caplog.set_level(logging.INFO, logger="processor.restore.assignment")
     try:
         loop.start()
 

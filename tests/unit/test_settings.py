@@ -11,8 +11,13 @@ from pydantic import ValidationError
 from processor.config.settings import Settings, default_of
 from processor.engine.loop import LoopConfig
 from processor.facts.keyring import KeyRing
+from processor.restore.assignment import RestoreConfig
+from processor.transport.deployment import Deployment
+from processor.transport.embedded import EmbeddedTransport
 from processor.transport.kafka import KafkaTransport
 from processor.transport.topology import Topology
+from processor.worker.pipeline import Application, Pipeline
+from processor.worker.service import Worker
 
 
 def test_the_loop_configuration_comes_from_the_settings(tmp_path: Path) -> None:
@@ -49,6 +54,56 @@ def test_the_loop_configuration_comes_from_the_settings(tmp_path: Path) -> None:
         max_infrastructure_losses=5,
         announce_interval_ms=700,
     )
+
+
+def test_a_restore_takes_its_configuration_from_the_loops(tmp_path: Path) -> None:
+    settings = Settings(
+        data_dir=tmp_path,
+        keep_runs=17,
+        stable_wait_ms=1500,
+        parallel_restore_min_facts=13,
+        native_fold=False,
+    )
+    config = LoopConfig.from_settings(settings, instance_id="i-1", resume_keys=KeyRing.single(b""))
+    assert config.restore == RestoreConfig(
+        state_dir=settings.state_dir,
+        stable_wait_s=1.5,
+        parallel_min_facts=13,
+        native_fold=False,
+        keep_runs=17,
+    )
+
+
+def test_a_worker_takes_its_configuration_from_the_settings(tmp_path: Path) -> None:
+    settings = Settings(
+        data_dir=tmp_path,
+        worker_group="wg",
+        worker_concurrency=3,
+        max_payload_bytes=2048,
+        start_report_after_ms=40,
+        worker_announce_interval_ms=700,
+    )
+    deployment = Deployment(settings, EmbeddedTransport(tmp_path / "log"), Topology())
+    pipeline = Pipeline("p")
+
+    @pipeline.step()
+    def only(value: int) -> int:
+        return value
+
+    app = Application([pipeline])
+    worker = Worker.from_settings(deployment, app)
+    announced = worker.announcer.announcement()
+    assert (announced.group, announced.concurrency, worker.concurrency) == ("wg", 3, 3)
+    assert worker.worker_id.startswith("worker-")
+    assert (worker._max_payload_bytes, worker._start_report_after_ms) == (2048, 40)
+    assert worker.announcer._interval_ms == 700
+
+    static = Worker.from_settings(
+        deployment, app, concurrency=5, worker_id="i-1-w0", static_member=True, clock=lambda: 9
+    )
+    announced = static.announcer.announcement()
+    assert (static.worker_id, static.concurrency, announced.at_ms) == ("i-1-w0", 5, 9)
+    assert static._instance_id == "i-1-w0"
 
 
 def test_defaults_below_the_settings_are_the_settings_defaults() -> None:

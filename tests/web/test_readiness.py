@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-import processor.engine.loop as loop_module
+import processor.restore.assignment as assignment_module
 from processor.clients.client import Client
 from processor.config.settings import Settings
 from processor.engine.host import Host
@@ -54,7 +54,7 @@ class HeldRestore:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.reached = threading.Event()
         self._released = threading.Event()
-        real = loop_module.catch_up
+        real = assignment_module.catch_up
 
         def held(store: PartitionStore, *args: Any, **kwargs: Any) -> Any:
             if store.facts_offset() == 0:
@@ -62,7 +62,7 @@ class HeldRestore:
                 assert self._released.wait(120), "the test never released the restore"
             return real(store, *args, **kwargs)
 
-        monkeypatch.setattr(loop_module, "catch_up", held)
+        monkeypatch.setattr(assignment_module, "catch_up", held)
 
     def release(self) -> None:
         self._released.set()
