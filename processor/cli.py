@@ -411,6 +411,19 @@ def _run_until_stopped(inv: Invocation, host: Host, workers: int, http: str | No
 
 
 @_command()
+def check(ctx: typer.Context, app: AppOption) -> None:
+    """Check an application's definitions without running it: what ``run`` and
+    ``worker`` would refuse, and each pipeline version's steps and segments."""
+    from processor.worker.outline import outline, outline_text
+
+    inv = _inv(ctx)
+    shown = outline(_load_app(inv, app))
+    checked = f"{len(shown)} pipeline version{'s' if len(shown) != 1 else ''}"
+    text = outline_text(shown) + f"\nok: {checked} checked"
+    inv.emit({"ok": True, "pipelines": shown}, text)
+
+
+@_command()
 def worker(
     ctx: typer.Context,
     app: AppOption,

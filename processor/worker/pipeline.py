@@ -255,11 +255,17 @@ class Pipeline:
         return register
 
     def spec(self) -> PipelineSpec:
+        """The pipeline's definition, checked: a clear error names what is wrong."""
         if not self.steps:
             raise ConfigurationError(f"pipeline {self.name!r} has no steps")
+        names: set[str] = set()
         for step in self.steps:
+            name = step.spec.name
+            if name in names:
+                raise ConfigurationError(f"pipeline {self.name!r} has two steps named {name!r}")
+            names.add(name)
             if step.spec.awaits is not None and step.spec.effectful:
-                raise ConfigurationError(f"await step {step.spec.name!r} cannot be effectful")
+                raise ConfigurationError(f"await step {name!r} cannot be effectful")
         steps = tuple(s.spec for s in self.steps)
         return PipelineSpec(
             self.name, self.version, steps, self.output_topic, self.checkpoint, self.deadline_ms
