@@ -81,21 +81,26 @@ def fold(facts: Iterable[FactHeader], state: RunState | None = None) -> RunState
     against a draft that already includes the earlier facts' changes.
     """
     draft: _Draft | None = None
+    updates: RunChanges = {}
     for fact in facts:
         if state is None:
             state = _start(fact)
             continue
         if draft is None:
             draft = _Draft(state)
-        if fact.seq <= draft.version:
+            # Both once, not per fact: cast is a call, and an attribute lookup on the draft
+            # takes the slow path of a class with __getattr__.
+            read, fields = cast(RunState, draft), draft.__dict__
+        if fact.seq <= fields["version"]:
             continue  # already folded: duplicates change nothing
-        changes = _reducer_of(type(fact), _changes)(fact, cast(RunState, draft))
+        changes = _reducer_of(type(fact), _changes)(fact, read)
         changes["version"] = fact.seq
         changes["updated_ms"] = fact.time_ms
-        draft.apply(changes)
-    if state is None or draft is None or not draft.updates:
+        fields.update(changes)
+        updates.update(changes)
+    if state is None or not updates:
         return state
-    return state.evolve(draft.updates)
+    return state.evolve(updates)
 
 
 class _Draft:
@@ -107,11 +112,6 @@ class _Draft:
 
     def __init__(self, state: RunState) -> None:
         self.__dict__.update(state.__dict__)
-        self.updates: RunChanges = {}
-
-    def apply(self, changes: RunChanges) -> None:
-        self.__dict__.update(changes)
-        self.updates.update(changes)
 
     def __getattr__(self, name: str) -> Any:
         # Only what is not a field: RunState's properties and methods, on a built copy.
