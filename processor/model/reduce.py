@@ -46,17 +46,20 @@ from processor.facts.models import (
     TerminalPublicationCompleted,
     TerminalPublicationPrepared,
 )
-from processor.facts.trusted import assemble, evolve
 from processor.model.state import (
     COMPENSATE,
     FAILED,
     RUNNING,
     SUCCEEDED,
     Boundary,
+    CompensationChanges,
     ForwardAttempt,
     Interaction,
+    InteractionChanges,
+    Phase,
     Publication,
     RecordedResolution,
+    RunChanges,
     RunState,
     Sleep,
     Stop,
@@ -78,21 +81,26 @@ def fold(facts: Iterable[FactHeader], state: RunState | None = None) -> RunState
     against a draft that already includes the earlier facts' changes.
     """
     draft: _Draft | None = None
+    updates: RunChanges = {}
     for fact in facts:
         if state is None:
             state = _start(fact)
             continue
         if draft is None:
             draft = _Draft(state)
-        if fact.seq <= draft.version:
+            # Both once, not per fact: cast is a call, and an attribute lookup on the draft
+            # takes the slow path of a class with __getattr__.
+            read, fields = cast(RunState, draft), draft.__dict__
+        if fact.seq <= fields["version"]:
             continue  # already folded: duplicates change nothing
-        changes = _reducer_of(type(fact), _changes)(fact, cast(RunState, draft))
+        changes = _reducer_of(type(fact), _changes)(fact, read)
         changes["version"] = fact.seq
         changes["updated_ms"] = fact.time_ms
-        draft.apply(changes)
-    if state is None or draft is None or not draft.updates:
+        fields.update(changes)
+        updates.update(changes)
+    if state is None or not updates:
         return state
-    return evolve(state, draft.updates)
+    return state.evolve(updates)
 
 
 class _Draft:
@@ -104,11 +112,6 @@ class _Draft:
 
     def __init__(self, state: RunState) -> None:
         self.__dict__.update(state.__dict__)
-        self.updates: dict[str, Any] = {}
-
-    def apply(self, changes: dict[str, Any]) -> None:
-        self.__dict__.update(changes)
-        self.updates.update(changes)
 
     def __getattr__(self, name: str) -> Any:
         # Only what is not a field: RunState's properties and methods, on a built copy.
@@ -138,8 +141,7 @@ def _start(fact: FactHeader) -> RunState | None:
     if not isinstance(fact, RunSubmitted):
         return None  # a run begins with its submission; anything else is orphaned
     # The values come from a validated fact, with the types RunState declares.
-    return assemble(
-        RunState,
+    return RunState.assemble(
         {
             "run_id": fact.run_id,
             "pipeline": fact.pipeline,
@@ -163,7 +165,7 @@ F = TypeVar("F", bound=FactHeader)
 
 
 @functools.singledispatch
-def _changes(fact: FactHeader, state: RunState) -> dict[str, object]:
+def _changes(fact: FactHeader, state: RunState) -> RunChanges:
     """The fact's changes to the run, by fact type (each type registers its own).
 
     A type without a reducer only advances the version: an old reader survives a
@@ -178,15 +180,10 @@ def _changes(fact: FactHeader, state: RunState) -> dict[str, object]:
 _reducer_of = _changes.registry.get
 
 
-#: An attempt's timers once it settled or was lost (either kind).
-_NO_TIMERS: dict[str, object] = {"expires_ms": None, "heartbeat_due_ms": None}
-
-
 @_changes.register
-def _(fact: SegmentAttemptStarted, state: RunState) -> dict[str, object]:
+def _(fact: SegmentAttemptStarted, state: RunState) -> RunChanges:
     forward = state.attempt
-    attempt = evolve(
-        forward,
+    attempt = forward.evolve(
         {
             "segment": fact.segment,
             "number": fact.attempt,
@@ -204,48 +201,64 @@ def _(fact: SegmentAttemptStarted, state: RunState) -> dict[str, object]:
 
 
 @_changes.register
-def _(fact: AttemptStepStarted, state: RunState) -> dict[str, object]:
-    timers = {"expires_ms": fact.expires_ms, "heartbeat_due_ms": fact.heartbeat_due_ms}
-    changes: dict[str, object]
+def _(fact: AttemptStepStarted, state: RunState) -> RunChanges:
+    changes: RunChanges
     if fact.kind == COMPENSATE:
-        changes = {
-            "compensation": evolve(state.compensation, {"worker_id": fact.worker_id, **timers})
-        }
+        compensation = state.compensation.evolve(
+            {
+                "worker_id": fact.worker_id,
+                "expires_ms": fact.expires_ms,
+                "heartbeat_due_ms": fact.heartbeat_due_ms,
+            }
+        )
+        changes = {"compensation": compensation}
     else:
-        started = {"started_step": fact.step, "worker_id": fact.worker_id, **timers}
-        changes = {"attempt": evolve(state.attempt, started)}
+        attempt = state.attempt.evolve(
+            {
+                "started_step": fact.step,
+                "worker_id": fact.worker_id,
+                "expires_ms": fact.expires_ms,
+                "heartbeat_due_ms": fact.heartbeat_due_ms,
+            }
+        )
+        changes = {"attempt": attempt}
     if fact.redelivered:
         changes["infrastructure_losses"] = state.infrastructure_losses + 1
     return changes
 
 
 @_changes.register
-def _(fact: AttemptHeartbeatRecorded, state: RunState) -> dict[str, object]:
-    due = {"heartbeat_due_ms": fact.heartbeat_due_ms}
+def _(fact: AttemptHeartbeatRecorded, state: RunState) -> RunChanges:
+    due = fact.heartbeat_due_ms
     if fact.kind == COMPENSATE:
-        return {"compensation": evolve(state.compensation, due)}
-    return {"attempt": evolve(state.attempt, due)}
+        return {"compensation": state.compensation.evolve({"heartbeat_due_ms": due})}
+    return {"attempt": state.attempt.evolve({"heartbeat_due_ms": due})}
 
 
 @_changes.register
-def _(fact: AttemptLost, state: RunState) -> dict[str, object]:
+def _(fact: AttemptLost, state: RunState) -> RunChanges:
     if fact.kind == COMPENSATE:
         # The compensator is dispatched again in the same commit, under the same attempt
         # number: its retry budget is not charged.
-        compensation = evolve(state.compensation, _NO_TIMERS)
+        compensation = state.compensation.evolve({"expires_ms": None, "heartbeat_due_ms": None})
         return {"compensation": compensation, "infrastructure_losses": fact.losses}
     # The lost attempt is given back to the step's retry budget: the next one (started
     # at once) counts again the attempt this one counted.
     forward = state.attempt
-    attempt = evolve(forward, {**_NO_TIMERS, "step_attempts": max(0, forward.step_attempts - 1)})
+    attempt = forward.evolve(
+        {
+            "expires_ms": None,
+            "heartbeat_due_ms": None,
+            "step_attempts": max(0, forward.step_attempts - 1),
+        }
+    )
     return {"phase": "idle", "attempt": attempt, "infrastructure_losses": fact.losses}
 
 
 @_changes.register
-def _(fact: RunDefinitionBlocked, state: RunState) -> dict[str, object]:
+def _(fact: RunDefinitionBlocked, state: RunState) -> RunChanges:
     # The attempt named waits, not started: no expiry, the budget without it.
-    attempt = evolve(
-        state.attempt,
+    attempt = state.attempt.evolve(
         {
             "segment": fact.segment,
             "number": fact.attempt,
@@ -260,9 +273,9 @@ def _(fact: RunDefinitionBlocked, state: RunState) -> dict[str, object]:
 
 
 @_changes.register
-def _(fact: StepCompleted, state: RunState) -> dict[str, object]:
+def _(fact: StepCompleted, state: RunState) -> RunChanges:
     # The attempt that completed this step now tries the next.
-    attempt = evolve(state.attempt, {"next_step": fact.step + 1, "step_attempts": 1})
+    attempt = state.attempt.evolve({"next_step": fact.step + 1, "step_attempts": 1})
     return {
         "attempt": attempt,
         "last_output": fact.output,
@@ -272,7 +285,7 @@ def _(fact: StepCompleted, state: RunState) -> dict[str, object]:
 
 
 @_changes.register
-def _(fact: SegmentCompleted, state: RunState) -> dict[str, object]:
+def _(fact: SegmentCompleted, state: RunState) -> RunChanges:
     return {"phase": "idle", "attempt": _settled(state), "unknown": None}
 
 
@@ -281,16 +294,16 @@ def _settled(state: RunState) -> ForwardAttempt:
     attempt = state.attempt
     if attempt.expires_ms is None and attempt.heartbeat_due_ms is None:
         return attempt
-    return evolve(attempt, {"expires_ms": None, "heartbeat_due_ms": None})
+    return attempt.evolve({"expires_ms": None, "heartbeat_due_ms": None})
 
 
 def _with_reason(attempt: ForwardAttempt, reason: str | None) -> ForwardAttempt:
     """The attempt with the retry decision ``reason`` (None: a fact from before reasons)."""
-    return attempt if reason is None else evolve(attempt, {"retry_reason": reason})
+    return attempt if reason is None else attempt.evolve({"retry_reason": reason})
 
 
 @_changes.register
-def _(fact: SegmentFailed, state: RunState) -> dict[str, object]:
+def _(fact: SegmentFailed, state: RunState) -> RunChanges:
     return {
         "phase": "idle",
         "unknown": None,
@@ -302,18 +315,17 @@ def _(fact: SegmentFailed, state: RunState) -> dict[str, object]:
 
 
 @_changes.register
-def _(fact: RetryScheduled, state: RunState) -> dict[str, object]:
-    attempt = _with_reason(evolve(state.attempt, {"retry_due_ms": fact.due_ms}), fact.reason)
+def _(fact: RetryScheduled, state: RunState) -> RunChanges:
+    attempt = _with_reason(state.attempt.evolve({"retry_due_ms": fact.due_ms}), fact.reason)
     return {"phase": "retry_wait", "attempt": attempt}
 
 
 @_changes.register
-def _(fact: SegmentSuspended, state: RunState) -> dict[str, object]:
-    attempt = evolve(
-        state.attempt, {"expires_ms": None, "heartbeat_due_ms": None, "next_step": fact.step}
+def _(fact: SegmentSuspended, state: RunState) -> RunChanges:
+    attempt = state.attempt.evolve(
+        {"expires_ms": None, "heartbeat_due_ms": None, "next_step": fact.step}
     )
-    boundary = assemble(
-        Boundary,
+    boundary = Boundary.assemble(
         {
             "number": fact.boundary,
             "step": fact.step,
@@ -328,9 +340,8 @@ def _(fact: SegmentSuspended, state: RunState) -> dict[str, object]:
 
 
 @_changes.register
-def _(fact: BoundaryInteractionDispatched, state: RunState) -> dict[str, object]:
-    interaction = assemble(
-        Interaction,
+def _(fact: BoundaryInteractionDispatched, state: RunState) -> RunChanges:
+    interaction = Interaction.assemble(
         {
             "boundary": fact.boundary,
             "item_index": fact.item_index,
@@ -344,24 +355,24 @@ def _(fact: BoundaryInteractionDispatched, state: RunState) -> dict[str, object]
 
 
 @_changes.register
-def _(fact: BoundaryDispatchCompleted, state: RunState) -> dict[str, object]:
-    return {"boundary": evolve(state.boundary, {"dispatched": True})}
+def _(fact: BoundaryDispatchCompleted, state: RunState) -> RunChanges:
+    return {"boundary": state.boundary.evolve({"dispatched": True})}
 
 
-def _settle(state: RunState, interaction_id: str, changes: dict[str, object]) -> dict[str, object]:
+def _settle(state: RunState, interaction_id: str, changes: InteractionChanges) -> RunChanges:
     current = state.interactions.get(interaction_id)
     if current is None:
         return {}
-    settled = evolve(current, changes)
+    settled = current.evolve(changes)
     return {"interactions": {**state.interactions, interaction_id: settled}}
 
 
 @_changes.register
-def _(fact: BoundaryCompletionAdmitted, state: RunState) -> dict[str, object]:
+def _(fact: BoundaryCompletionAdmitted, state: RunState) -> RunChanges:
     return _settle(state, fact.interaction, _admitted(fact))
 
 
-def _admitted(fact: BoundaryCompletionAdmitted) -> dict[str, object]:
+def _admitted(fact: BoundaryCompletionAdmitted) -> InteractionChanges:
     output = fact.payload if fact.outcome == "success" else None
     return {
         "status": "admitted",
@@ -373,19 +384,18 @@ def _admitted(fact: BoundaryCompletionAdmitted) -> dict[str, object]:
 
 
 @_changes.register
-def _(fact: InteractionTimedOut, state: RunState) -> dict[str, object]:
+def _(fact: InteractionTimedOut, state: RunState) -> RunChanges:
     return _settle(state, fact.interaction, {"status": "timed_out"})
 
 
 @_changes.register
-def _(fact: ContinuationSegmentCreated, state: RunState) -> dict[str, object]:
+def _(fact: ContinuationSegmentCreated, state: RunState) -> RunChanges:
     released = {
-        key: (evolve(i, {"output": None}) if i.boundary == fact.boundary else i)
+        key: (i.evolve({"output": None}) if i.boundary == fact.boundary else i)
         for key, i in state.interactions.items()
     }
-    attempt = evolve(
-        state.attempt,
-        {"segment": fact.segment, "number": 0, "next_step": fact.first_step, "step_attempts": 0},
+    attempt = state.attempt.evolve(
+        {"segment": fact.segment, "number": 0, "next_step": fact.first_step, "step_attempts": 0}
     )
     return {
         "phase": "idle",
@@ -396,23 +406,23 @@ def _(fact: ContinuationSegmentCreated, state: RunState) -> dict[str, object]:
 
 
 @_changes.register
-def _(fact: TerminalPublicationPrepared, state: RunState) -> dict[str, object]:
+def _(fact: TerminalPublicationPrepared, state: RunState) -> RunChanges:
     targets = {**state.publication.targets, fact.topic: "prepared"}
-    publication = assemble(
-        Publication, {"targets": targets, "key": fact.idempotency_key, "due_ms": fact.time_ms}
+    publication = Publication.assemble(
+        {"targets": targets, "key": fact.idempotency_key, "due_ms": fact.time_ms}
     )
     return {"phase": "publishing", "publication": publication}
 
 
 @_changes.register
-def _(fact: TerminalPublicationCompleted, state: RunState) -> dict[str, object]:
+def _(fact: TerminalPublicationCompleted, state: RunState) -> RunChanges:
     publication = state.publication
     targets = {**publication.targets, fact.topic: "completed"}
-    return {"publication": evolve(publication, {"targets": targets})}
+    return {"publication": publication.evolve({"targets": targets})}
 
 
 @_changes.register
-def _(fact: RunSucceeded, state: RunState) -> dict[str, object]:
+def _(fact: RunSucceeded, state: RunState) -> RunChanges:
     return {
         "status": SUCCEEDED,
         "execution": "Completed",
@@ -426,7 +436,7 @@ def _(fact: RunSucceeded, state: RunState) -> dict[str, object]:
 
 
 @_changes.register
-def _(fact: RunFailed, state: RunState) -> dict[str, object]:
+def _(fact: RunFailed, state: RunState) -> RunChanges:
     return {
         "status": FAILED,
         "execution": "Failed",
@@ -442,7 +452,7 @@ def _(fact: RunFailed, state: RunState) -> dict[str, object]:
 
 def _no_retry(state: RunState) -> ForwardAttempt:
     attempt = state.attempt
-    return attempt if attempt.retry_due_ms is None else evolve(attempt, {"retry_due_ms": None})
+    return attempt if attempt.retry_due_ms is None else attempt.evolve({"retry_due_ms": None})
 
 
 #: A stop that fences a pending retry: the retry reason it gets.
@@ -450,7 +460,7 @@ _FENCED_RETRY_REASONS = {"timed_out": "deadline_elapsed", "cancelled": "cancelle
 
 
 @_changes.register
-def _(fact: RunStopRequested, state: RunState) -> dict[str, object]:
+def _(fact: RunStopRequested, state: RunState) -> RunChanges:
     # Queued forward work (a retry, a run blocked on its version), open interactions
     # and a sleep are fenced: their timers disappear from the due index (see due.py);
     # a running attempt keeps settling.
@@ -458,8 +468,8 @@ def _(fact: RunStopRequested, state: RunState) -> dict[str, object]:
     attempt = _no_retry(state)
     if state.phase == "retry_wait":
         attempt = _with_reason(attempt, _FENCED_RETRY_REASONS.get(fact.reason))
-    changes: dict[str, object] = {
-        "stop": assemble(Stop, {"reason": fact.reason, "detail": fact.detail}),
+    changes: RunChanges = {
+        "stop": Stop.assemble({"reason": fact.reason, "detail": fact.detail}),
         "phase": "idle" if fenced else state.phase,
         "attempt": attempt,
     }
@@ -469,19 +479,19 @@ def _(fact: RunStopRequested, state: RunState) -> dict[str, object]:
 
 
 @_changes.register
-def _(fact: SleepStarted, state: RunState) -> dict[str, object]:
-    attempt = evolve(state.attempt, {"expires_ms": None, "next_step": fact.step})
-    sleep = assemble(Sleep, {"step": fact.step, "wake_ms": fact.wake_ms})
+def _(fact: SleepStarted, state: RunState) -> RunChanges:
+    attempt = state.attempt.evolve({"expires_ms": None, "next_step": fact.step})
+    sleep = Sleep.assemble({"step": fact.step, "wake_ms": fact.wake_ms})
     return {"phase": "sleeping", "unknown": None, "attempt": attempt, "sleep": sleep}
 
 
 @_changes.register
-def _(fact: SleepCompleted, state: RunState) -> dict[str, object]:
+def _(fact: SleepCompleted, state: RunState) -> RunChanges:
     return {"phase": "idle", "sleep": Sleep()}
 
 
 @_changes.register
-def _(fact: AttemptOutcomeUnknown, state: RunState) -> dict[str, object]:
+def _(fact: AttemptOutcomeUnknown, state: RunState) -> RunChanges:
     unknown = UnknownAttempt(
         kind=fact.kind,
         segment=fact.segment,
@@ -491,7 +501,7 @@ def _(fact: AttemptOutcomeUnknown, state: RunState) -> dict[str, object]:
     )
     compensation = state.compensation
     if compensation.expires_ms is not None or compensation.heartbeat_due_ms is not None:
-        compensation = evolve(compensation, _NO_TIMERS)
+        compensation = compensation.evolve({"expires_ms": None, "heartbeat_due_ms": None})
     attempt = _settled(state)
     if fact.kind == "forward":  # an effectful step's attempt: never retried blindly
         attempt = _with_reason(attempt, "outcome_unknown")
@@ -504,7 +514,7 @@ def _(fact: AttemptOutcomeUnknown, state: RunState) -> dict[str, object]:
 
 
 @_changes.register
-def _(fact: AttemptResolved, state: RunState) -> dict[str, object]:
+def _(fact: AttemptResolved, state: RunState) -> RunChanges:
     recorded = RecordedResolution(fingerprint=fact.fingerprint, response=fact.response)
     return {
         "phase": "idle",
@@ -514,15 +524,14 @@ def _(fact: AttemptResolved, state: RunState) -> dict[str, object]:
 
 
 @_changes.register
-def _(fact: CompensationStarted, state: RunState) -> dict[str, object]:
-    compensation = evolve(state.compensation, {"unwind": fact.steps, "started": True})
+def _(fact: CompensationStarted, state: RunState) -> RunChanges:
+    compensation = state.compensation.evolve({"unwind": fact.steps, "started": True})
     return {"phase": "compensating", "compensation": compensation}
 
 
 @_changes.register
-def _(fact: CompensationAttemptStarted, state: RunState) -> dict[str, object]:
-    compensation = evolve(
-        state.compensation,
+def _(fact: CompensationAttemptStarted, state: RunState) -> RunChanges:
+    compensation = state.compensation.evolve(
         {
             "step": fact.step,
             "attempt": fact.attempt,
@@ -536,10 +545,10 @@ def _(fact: CompensationAttemptStarted, state: RunState) -> dict[str, object]:
     return {"phase": "compensating", "compensation": compensation}
 
 
-def _unwound(state: RunState, tally: str) -> dict[str, object]:
+def _unwound(state: RunState, tally: CompensationChanges) -> RunChanges:
     """The step at the head of the unwind is done (``tally``: compensated or skipped)."""
     compensation = state.compensation
-    changes = {
+    changes: CompensationChanges = {
         "unwind": compensation.unwind[1:],
         "step": None,
         "attempt": 0,
@@ -547,41 +556,43 @@ def _unwound(state: RunState, tally: str) -> dict[str, object]:
         "expires_ms": None,
         "worker_id": None,
         "heartbeat_due_ms": None,
-        tally: getattr(compensation, tally) + 1,
+        **tally,
     }
-    return {"phase": "compensating", "compensation": evolve(compensation, changes)}
+    return {"phase": "compensating", "compensation": compensation.evolve(changes)}
 
 
 @_changes.register
-def _(fact: CompensationStepCompleted, state: RunState) -> dict[str, object]:
-    return _unwound(state, "compensated")
+def _(fact: CompensationStepCompleted, state: RunState) -> RunChanges:
+    return _unwound(state, {"compensated": state.compensation.compensated + 1})
 
 
 @_changes.register
-def _(fact: CompensationStepSkipped, state: RunState) -> dict[str, object]:
-    return _unwound(state, "skipped")
+def _(fact: CompensationStepSkipped, state: RunState) -> RunChanges:
+    return _unwound(state, {"skipped": state.compensation.skipped + 1})
 
 
 @_changes.register
-def _(fact: CompensationAttemptFailed, state: RunState) -> dict[str, object]:
+def _(fact: CompensationAttemptFailed, state: RunState) -> RunChanges:
     compensation = state.compensation
+    changes: CompensationChanges
+    phase: Phase
     if fact.retry_due_ms is not None:
-        changes: dict[str, object] = {"retry_due_ms": fact.retry_due_ms, **_NO_TIMERS}
+        changes = {"retry_due_ms": fact.retry_due_ms, "expires_ms": None, "heartbeat_due_ms": None}
         phase = "compensation_retry_wait"
     else:
-        changes = {"failed": True, "unwind": (), **_NO_TIMERS}
+        changes = {"failed": True, "unwind": (), "expires_ms": None, "heartbeat_due_ms": None}
         phase = "idle"
     if fact.reason is not None:
         changes["retry_reason"] = fact.reason
-    return {"phase": phase, "compensation": evolve(compensation, changes)}
+    return {"phase": phase, "compensation": compensation.evolve(changes)}
 
 
 @_changes.register
-def _(fact: RunStopped, state: RunState) -> dict[str, object]:
+def _(fact: RunStopped, state: RunState) -> RunChanges:
     attempt = state.attempt
     if attempt.expires_ms is not None or attempt.retry_due_ms is not None:
-        attempt = evolve(
-            attempt, {"expires_ms": None, "retry_due_ms": None, "heartbeat_due_ms": None}
+        attempt = attempt.evolve(
+            {"expires_ms": None, "retry_due_ms": None, "heartbeat_due_ms": None}
         )
     return {
         "status": "cancelled" if fact.execution == "Cancelled" else "timed_out",
@@ -593,13 +604,12 @@ def _(fact: RunStopped, state: RunState) -> dict[str, object]:
 
 
 @_changes.register
-def _(fact: RunRedriven, state: RunState) -> dict[str, object]:
+def _(fact: RunRedriven, state: RunState) -> RunChanges:
     # Running again from ``from_step``: the steps before it keep their outputs, the
     # failure is cleared (the fact keeps it), the retry budget starts afresh.
     kept = {step: out for step, out in state.step_outputs.items() if step < fact.from_step}
     last_output = kept[fact.from_step - 1] if fact.from_step > 0 else state.input
-    attempt = evolve(
-        state.attempt,
+    attempt = state.attempt.evolve(
         {
             "next_step": fact.from_step,
             "step_attempts": 0,

@@ -1,11 +1,19 @@
-"""The run projection: everything decide needs to know about one run."""
+"""The run projection: everything decide needs to know about one run.
+
+Each model names its changes, a TypedDict of exactly its fields and their types, as
+``Evolvable[...]``: a reducer returns ``RunChanges`` and builds a part with the part's
+own ``evolve`` and ``assemble``, so mypy refuses a field the model does not declare
+(``tests/unit/test_changes.py`` keeps each TypedDict equal to its model).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict
+
+from processor.facts.trusted import Evolvable
 
 __all__ = [
     "COMPENSATE",
@@ -18,17 +26,27 @@ __all__ = [
     "Attempt",
     "AttemptKind",
     "Boundary",
+    "BoundaryChanges",
     "Compensation",
+    "CompensationChanges",
     "ForwardAttempt",
+    "ForwardAttemptChanges",
     "Interaction",
+    "InteractionChanges",
     "Phase",
     "Publication",
+    "PublicationChanges",
     "RecordedResolution",
+    "RecordedResolutionChanges",
+    "RunChanges",
     "RunState",
     "RunStatus",
     "Sleep",
+    "SleepChanges",
     "Stop",
+    "StopChanges",
     "UnknownAttempt",
+    "UnknownAttemptChanges",
 ]
 
 RunStatus = Literal["running", "succeeded", "failed", "cancelled", "timed_out"]
@@ -89,7 +107,23 @@ class Attempt:
 _CONFIG = ConfigDict(frozen=True, extra="forbid", ser_json_bytes="base64", val_json_bytes="base64")
 
 
-class Interaction(BaseModel):
+class InteractionChanges(TypedDict, total=False):
+    """A change to ``Interaction``: any of its fields, with their types."""
+
+    boundary: int
+    item_index: int
+    kind: str
+    target: str
+    deadline_ms: int
+    token_digest: bytes
+    status: InteractionStatus
+    outcome: str | None
+    digest: bytes | None
+    output: bytes | None
+    error: str | None
+
+
+class Interaction(BaseModel, Evolvable[InteractionChanges]):
     """One interaction of a boundary; kept after release so duplicates stay no-ops."""
 
     model_config = _CONFIG
@@ -107,7 +141,17 @@ class Interaction(BaseModel):
     error: str | None = None
 
 
-class UnknownAttempt(BaseModel):
+class UnknownAttemptChanges(TypedDict, total=False):
+    """A change to ``UnknownAttempt``: any of its fields, with their types."""
+
+    kind: str
+    segment: int
+    attempt: int
+    generation: int
+    step: int
+
+
+class UnknownAttempt(BaseModel, Evolvable[UnknownAttemptChanges]):
     """The attempt an operator must resolve: no automatic retry."""
 
     model_config = _CONFIG
@@ -119,7 +163,14 @@ class UnknownAttempt(BaseModel):
     step: int
 
 
-class RecordedResolution(BaseModel):
+class RecordedResolutionChanges(TypedDict, total=False):
+    """A change to ``RecordedResolution``: any of its fields, with their types."""
+
+    fingerprint: str
+    response: str
+
+
+class RecordedResolution(BaseModel, Evolvable[RecordedResolutionChanges]):
     """An operator command already applied (a resolution, a redrive): a repeat returns
     the same response."""
 
@@ -129,7 +180,23 @@ class RecordedResolution(BaseModel):
     response: str
 
 
-class ForwardAttempt(BaseModel):
+class ForwardAttemptChanges(TypedDict, total=False):
+    """A change to ``ForwardAttempt``: any of its fields, with their types."""
+
+    segment: int
+    number: int
+    generation: int
+    next_step: int
+    step_attempts: int
+    expires_ms: int | None
+    retry_due_ms: int | None
+    started_step: int | None
+    worker_id: str | None
+    heartbeat_due_ms: int | None
+    retry_reason: str | None
+
+
+class ForwardAttempt(BaseModel, Evolvable[ForwardAttemptChanges]):
     """Where the run's forward execution is: its segment, attempt and next step."""
 
     model_config = _CONFIG
@@ -150,7 +217,14 @@ class ForwardAttempt(BaseModel):
     retry_reason: str | None = None
 
 
-class Sleep(BaseModel):
+class SleepChanges(TypedDict, total=False):
+    """A change to ``Sleep``: any of its fields, with their types."""
+
+    step: int | None
+    wake_ms: int | None
+
+
+class Sleep(BaseModel, Evolvable[SleepChanges]):
     """The sleep the run is in (phase ``sleeping``): its step and its fixed wake time."""
 
     model_config = _CONFIG
@@ -159,7 +233,19 @@ class Sleep(BaseModel):
     wake_ms: int | None = None
 
 
-class Boundary(BaseModel):
+class BoundaryChanges(TypedDict, total=False):
+    """A change to ``Boundary``: any of its fields, with their types."""
+
+    number: int
+    step: int | None
+    kind: str
+    itemized: bool
+    items: int
+    on_timeout: str
+    dispatched: bool
+
+
+class Boundary(BaseModel, Evolvable[BoundaryChanges]):
     """The boundary the run last suspended at (its interactions are ``RunState.interactions``)."""
 
     model_config = _CONFIG
@@ -173,7 +259,15 @@ class Boundary(BaseModel):
     dispatched: bool = False  # every interaction sent
 
 
-class Publication(BaseModel):
+class PublicationChanges(TypedDict, total=False):
+    """A change to ``Publication``: any of its fields, with their types."""
+
+    targets: dict[str, str]
+    key: str | None
+    due_ms: int | None
+
+
+class Publication(BaseModel, Evolvable[PublicationChanges]):
     """The terminal publication: each target topic's progress, its key and its timer."""
 
     model_config = _CONFIG
@@ -183,7 +277,14 @@ class Publication(BaseModel):
     due_ms: int | None = None
 
 
-class Stop(BaseModel):
+class StopChanges(TypedDict, total=False):
+    """A change to ``Stop``: any of its fields, with their types."""
+
+    reason: str | None
+    detail: str | None
+
+
+class Stop(BaseModel, Evolvable[StopChanges]):
     """Stop intent: the first committed reason decides."""
 
     model_config = _CONFIG
@@ -192,7 +293,25 @@ class Stop(BaseModel):
     detail: str | None = None
 
 
-class Compensation(BaseModel):
+class CompensationChanges(TypedDict, total=False):
+    """A change to ``Compensation``: any of its fields, with their types."""
+
+    started: bool
+    unwind: tuple[int, ...]
+    step: int | None
+    attempt: int
+    generation: int
+    expires_ms: int | None
+    retry_due_ms: int | None
+    retry_reason: str | None
+    compensated: int
+    skipped: int
+    failed: bool
+    worker_id: str | None
+    heartbeat_due_ms: int | None
+
+
+class Compensation(BaseModel, Evolvable[CompensationChanges]):
     """The unwind: the steps still to compensate, the compensator attempt, the tally."""
 
     model_config = _CONFIG
@@ -214,7 +333,48 @@ class Compensation(BaseModel):
     heartbeat_due_ms: int | None = None  # lost without a heartbeat by then
 
 
-class RunState(BaseModel):
+class RunChanges(TypedDict, total=False):
+    """A change to ``RunState``, what a reducer returns: any of its fields, with their types."""
+
+    run_id: str
+    pipeline: str
+    pipeline_version: int
+    status: RunStatus
+    version: int
+    input: bytes
+    submitted_ms: int
+    created_ms: int
+    updated_ms: int
+    idempotency_key: str | None
+    fingerprint: str | None
+    submit_command_id: str
+    last_output: bytes
+    phase: Phase
+    attempt: ForwardAttempt
+    completed_steps: tuple[int, ...]
+    step_outputs: dict[int, bytes]
+    boundary: Boundary
+    sleep: Sleep
+    interactions: dict[str, Interaction]
+    publication: Publication
+    result: bytes | None
+    error: str | None
+    error_type: str | None
+    failed_step: int | None
+    failed_attempts: int
+    deadline_ms: int | None
+    stop: Stop
+    unknown: UnknownAttempt | None
+    resolutions: dict[str, RecordedResolution]
+    compensation: Compensation
+    execution: str | None
+    recovery: str | None
+    redrives: dict[str, RecordedResolution]
+    traceparent: str | None
+    infrastructure_losses: int
+
+
+class RunState(BaseModel, Evolvable[RunChanges]):
     """Projection of one run, folded from its facts by ``reduce``.
 
     Stored flat (``processor/store/run_row.py``), the row the compiled fold writes too.

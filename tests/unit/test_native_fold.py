@@ -63,6 +63,7 @@ from processor.facts.models import (
 from processor.model import reduce as reduce_module
 from processor.model.due import due_entries
 from processor.model.reduce import fold
+from processor.model.state import RunChanges, RunState
 from processor.restore.catch_up import catch_up
 from processor.store import keys, native_fold
 from processor.store.rocks import COLUMN_FAMILIES, PartitionStore
@@ -819,7 +820,7 @@ class RunAnnotated(FactHeader):
     note: str
 
 
-def _annotated(fact: RunAnnotated, state: Any) -> dict[str, object]:
+def _annotated(fact: RunAnnotated, state: RunState) -> RunChanges:
     return {"error": fact.note}  # any change the rows show
 
 

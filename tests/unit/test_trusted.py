@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 
+from processor.facts import trusted
 from processor.facts.trusted import SLOT_SETTERS, assemble, evolve
-from processor.model.state import ForwardAttempt, Interaction, RunState, Stop
+from processor.model.state import ForwardAttempt, Interaction, RunState, Sleep, Stop
 from processor.store.run_row import RunRow, row_json, state_of
 
 RUN: dict[str, Any] = {
@@ -61,8 +62,35 @@ def test_assemble_refuses_what_validation_refuses() -> None:
     missing = {name: value for name, value in RUN.items() if name != "pipeline"}
     with pytest.raises(ValidationError, match="pipeline"):
         assemble(RunState, missing)
-    with pytest.raises(ValidationError, match="unexpected"):
+
+
+def test_evolve_and_assemble_write_no_field_the_model_does_not_declare() -> None:
+    """A misspelled field is a bug: refused as ``dataclasses.replace`` refuses one, not
+    written into the instance (``model_copy(update=...)`` would write it)."""
+    with pytest.raises(TypeError, match="Sleep declares no field 'wake_msx'"):
+        evolve(Sleep(), {"wake_msx": 5})
+    with pytest.raises(TypeError, match="RunState declares no field 'unexpected'"):
         assemble(RunState, {**RUN, "unexpected": 1})
+    with pytest.raises(TypeError, match="declares no field 'unexpected', 'wake_msx'"):
+        evolve(Sleep(), {"unexpected": 1, "wake_ms": 2, "wake_msx": 2})
+
+
+class _Private(BaseModel):
+    """Off the slot-by-slot path (a private attribute): the public API builds it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    step: int = 0
+    _cache: int = PrivateAttr(default=0)
+
+
+def test_off_the_fast_path_an_undeclared_field_is_refused_too() -> None:
+    assert trusted._template(_Private) is None
+    assert evolve(_Private(), {"step": 2}).step == 2
+    with pytest.raises(TypeError, match="_Private declares no field 'stepx'"):
+        evolve(_Private(), {"stepx": 2})
+    with pytest.raises(TypeError, match="_Private declares no field 'stepx'"):
+        assemble(_Private, {"stepx": 2})
 
 
 def test_evolve_builds_what_model_copy_builds() -> None:
