@@ -62,6 +62,7 @@ __all__ = ["Worker"]
 logger = logging.getLogger(__name__)
 
 _POLL_S = 0.1  # how long a poll waits for records: also the period of the attempt checks
+_FIRST_RETRY_S, _LONGEST_RETRY_S = 0.5, 5.0  # pauses between tries to join the group
 
 
 class Worker:
@@ -182,10 +183,13 @@ class Worker:
         self.reporter_id = f"{self.worker_id}/{uuid.uuid4().hex[:8]}"
         progress = ProducedProgress(outbox.send, self._results, self.reporter_id)
         try:
-            consumer = self._transport.consumer(self._group, [work_topic], self._instance_id)
+            consumer = self._group_consumer(work_topic, stop)
         except BaseException:
             outbox.close()
             raise
+        if consumer is None:  # stopped before the log could be reached
+            outbox.close()
+            return
         if self._gate is not None:
             consumer.hold(True)  # until every worker of the gate has joined
             self._holding = True
@@ -213,6 +217,20 @@ class Worker:
             outbox.close()
             runtime.close()
             consumer.close()
+
+    def _group_consumer(self, topic: str, stop: threading.Event) -> GroupConsumer | None:
+        """The worker's member of its group; while the log cannot be reached (a broker
+        restarting, topics not made yet), tried again with a growing pause, until
+        ``stop`` (then None)."""
+        pause = _FIRST_RETRY_S
+        while True:
+            try:
+                return self._transport.consumer(self._group, [topic], self._instance_id)
+            except TransportError as exc:
+                logger.warning("%s: cannot join the workers' group yet: %s", self.worker_id, exc)
+            if stop.wait(pause):
+                return None
+            pause = min(2 * pause, _LONGEST_RETRY_S)
 
     # --- one round of the loop -------------------------------------------------------------
 
