@@ -53,6 +53,7 @@ from processor.facts.models import (
 )
 from processor.facts.topics import TopicName
 from processor.facts.traceparent import is_traceparent
+from processor.model import waits
 from processor.model.due import due_entries
 from processor.model.reduce import fold
 from processor.model.state import RunState
@@ -638,9 +639,7 @@ def status_dict(state: RunState) -> dict[str, Any]:
         "infrastructure_losses": state.infrastructure_losses,
         "started": _started(state),
         "timers": [{"kind": e.kind, "due_ms": e.due_ms} for e in sorted(due_entries(state))],
-        "waiting": _waiting(state),
-        "sleeping": _sleeping(state),
-        "blocked": _blocked(state),
+        **waits.status_views(state),  # what the run waits for: "waiting", "sleeping"...
         "publications": dict(state.publication.targets),
         "deadline_ms": state.deadline_ms,
         "stop_reason": state.stop.reason,
@@ -681,45 +680,6 @@ def _compensation(state: RunState) -> dict[str, Any] | None:
         "skipped": state.compensation.skipped,
         "failed": state.compensation.failed,
         "retry_reason": state.compensation.retry_reason,
-    }
-
-
-def _sleeping(state: RunState) -> dict[str, Any] | None:
-    """The sleep a sleeping run is in: its step and its wake time."""
-    if state.phase != "sleeping":
-        return None
-    return {"step": state.sleep.step, "wake_ms": state.sleep.wake_ms}
-
-
-def _blocked(state: RunState) -> dict[str, Any] | None:
-    """What a ``definition_blocked`` run waits for: a live worker that loads its version."""
-    if state.phase != "definition_blocked" or state.terminal:
-        return None
-    return {
-        "pipeline": state.pipeline,
-        "version": state.pipeline_version,
-        "attempt": state.attempt.number,
-        "next_step": state.attempt.next_step,
-        "waiting_for": f"a live worker that loads {state.pipeline} v{state.pipeline_version}",
-    }
-
-
-def _waiting(state: RunState) -> dict[str, Any] | None:
-    """The boundary a suspended run waits at, with its open interactions."""
-    if state.phase != "suspended":
-        return None
-    interactions = state.boundary_interactions()
-    return {
-        "boundary": state.boundary.number,
-        "kind": state.boundary.kind,
-        "itemized": state.boundary.itemized,
-        "items": state.boundary.items,
-        "open": sum(i.status == "open" for i in interactions),
-        "admitted": sum(i.status == "admitted" for i in interactions),
-        "timed_out": sum(i.status == "timed_out" for i in interactions),
-        "next_deadline_ms": min(
-            (i.deadline_ms for i in interactions if i.status == "open"), default=None
-        ),
     }
 
 

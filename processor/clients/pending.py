@@ -19,6 +19,7 @@ from processor.facts import tokens
 from processor.facts.codec import decode_fact
 from processor.facts.keyring import KeyRing
 from processor.facts.models import BoundaryInteractionDispatched
+from processor.model import waits
 from processor.model.state import Interaction, RunState
 from processor.store.listing import waiting_runs
 from processor.store.rocks import PartitionStore, partition_of
@@ -75,7 +76,7 @@ def _waiting(
     for partition, store in numbered.items():
         run_ids = [found for at, found in candidates if at == partition]
         for state in store.runs(run_ids):
-            if state is not None and state.phase == "suspended":
+            if state is not None and waits.of(state) is waits.SUSPENDED:
                 yield partition, store, state
 
 

@@ -24,6 +24,7 @@ from processor.facts.models import (
     WorkItem,
 )
 from processor.facts.topics import TopicName
+from processor.model import waits
 from processor.model.decision import FactMaker
 from processor.model.due import DueEntry
 from processor.model.pipeline_spec import PipelineSpec, RetryPolicy
@@ -264,7 +265,7 @@ def is_current(
     if attempt.running:
         return named == (attempt.scope, attempt.number, attempt.generation)
     unknown = state.unknown
-    if state.phase == "unknown" and unknown is not None and unknown.kind == kind:
+    if waits.of(state) is waits.UNKNOWN and unknown is not None and unknown.kind == kind:
         return named == (unknown.segment, unknown.attempt, unknown.generation)
     return False
 

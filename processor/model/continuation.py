@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from processor.facts import payload
+from processor.model import waits
 from processor.model.state import Interaction, RunState
 
 __all__ = [
@@ -65,7 +66,7 @@ Plan = NoOp | Hold | RecordItem | ReleaseScalar | ReleaseItemized | FailParent
 
 def plan_continuation(state: RunState) -> Plan:
     """Decide the boundary's next move from the run's current interactions."""
-    if state.terminal or state.phase != "suspended":
+    if state.terminal or waits.of(state) is not waits.SUSPENDED:
         return NoOp()
     if not state.boundary.dispatched:
         return Hold()

@@ -21,7 +21,7 @@ from processor.facts.models import (
     RunStopRequested,
 )
 from processor.facts.topics import TopicName
-from processor.model import attempts
+from processor.model import attempts, waits
 from processor.model.decision import FactMaker
 from processor.model.pipeline_spec import PipelineSpec
 from processor.model.state import COMPENSATE, RunState
@@ -51,8 +51,8 @@ def deadline_first(maker: FactMaker, spec: PipelineSpec) -> None:
     state = maker.current
     if state.deadline_ms is None or state.stop.reason is not None or state.terminal:
         return
-    if state.phase == "publishing" or maker.now < state.deadline_ms:
-        return  # a publishing run already completed its execution
+    if not waits.of(state).stoppable or maker.now < state.deadline_ms:
+        return  # e.g. a publishing run: it already completed its execution
     detail = f"run deadline {state.deadline_ms} passed (now {maker.now})"
     _stop_requested(maker, spec, "timed_out", detail)
 
@@ -75,7 +75,7 @@ def settle_stop(maker: FactMaker, spec: PipelineSpec) -> None:
     state = maker.current
     if not state.stopping or state.compensation.started:
         return
-    if state.phase in ("dispatched", "unknown"):
+    if waits.of(state).holds_stop:
         return  # the running attempt settles first (or an operator resolves it)
     _begin_unwind(maker, spec)
 

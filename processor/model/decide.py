@@ -13,6 +13,8 @@ commands are in ``operator``), ``decide_result`` (segments.results),
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from processor.facts import keys, payload
 from processor.facts.models import (
     AttemptResolved,
@@ -23,7 +25,7 @@ from processor.facts.models import (
 )
 from processor.facts.payload import InvalidPayloadError, canonical_json, derive_run_id
 from processor.facts.traceparent import is_traceparent
-from processor.model import attempts, control, progress, sleeps
+from processor.model import attempts, control, progress, sleeps, waits
 from processor.model.boundaries import apply_plan, suspend, timeout_interaction
 from processor.model.claims import decide_claim
 from processor.model.decision import (
@@ -38,12 +40,12 @@ from processor.model.decision import (
     refuse,
     replier,
 )
-from processor.model.due import ATTEMPT_TIMERS, DueEntry
 from processor.model.operator import decide_cancel, decide_resolve, response
 from processor.model.pipeline_spec import PipelineSpec
 from processor.model.progress import decide_progress
 from processor.model.redrive import decide_redrive
 from processor.model.state import COMPENSATE, FORWARD, AttemptKind, RunState
+from processor.model.timers import ATTEMPT_TIMERS, DueEntry, TimerKind
 from processor.model.transitions import (
     STOP_REASONS,
     finish_success,
@@ -55,12 +57,14 @@ from processor.model.transitions import (
 )
 
 __all__ = [
+    "TIMER_DECISIONS",
     "Context",
     "Decision",
     "Emit",
     "FactMaker",
     "PipelineCatalog",
     "Publish",
+    "TimerDecision",
     "TimerFired",
     "apply_plan",
     "decide_cancel",
@@ -292,7 +296,7 @@ def _compensation_result(result: SegmentResult, state: RunState, ctx: Context) -
     if spec is None:
         return Decision.refuse("unknown_pipeline", f"pipeline {state.pipeline!r} is not loaded")
     maker = FactMaker(state, state.run_id, ctx.now, result.result_id, live=ctx.live_versions)
-    if state.phase == "unknown":  # the compensator's own result settles its Unknown attempt
+    if waits.of(state) is waits.UNKNOWN:  # the compensator's own result settles it
         maker.add(
             AttemptResolved(
                 **maker.header(
@@ -376,7 +380,7 @@ def _suspension_problem(result: SegmentResult, spec: PipelineSpec, reached: int,
 def decide_unblock(state: RunState | None, ctx: Context) -> Decision:
     """Dispatch the waiting attempt of a ``definition_blocked`` run if a live worker now
     loads its version (the engine asks when the fleet of workers changed)."""
-    if state is None or state.terminal or state.phase != "definition_blocked":
+    if state is None or state.terminal or waits.of(state) is not waits.DEFINITION_BLOCKED:
         return Decision()
     spec = ctx.catalog.get(state.pipeline, state.pipeline_version)
     live = ctx.live_versions
@@ -413,39 +417,86 @@ def decide_timer(timer: TimerFired, state: RunState | None, ctx: Context) -> Dec
     if spec is None:
         return Decision()  # kept due: it fires again once the pipeline version is loaded
     maker = FactMaker(state, state.run_id, ctx.now, timer.cause_id, live=ctx.live_versions)
-    if entry.kind == "publication":
-        if state.phase == "publishing":
-            publish(maker, spec, ctx.resume_keys)
+    decides = TIMER_DECISIONS.get(entry.kind, _stale)
+    if entry.kind in _PAST_STOPPING:
+        decides(maker, spec, entry, ctx)  # no stop applies to its wait: nor the deadline
         return maker.decision()
     control.deadline_first(maker, spec)
-    if entry.kind == "schedule_to_start_timeout":
-        progress.not_started(maker, spec, entry, ctx.max_infrastructure_losses)
-    elif entry.kind == "heartbeat_timeout":
-        progress.heartbeat_lost(maker, spec, entry, ctx.max_infrastructure_losses)
-    elif entry.kind in _TIMEOUTS:
-        _attempt_timed_out(maker, spec, _TIMEOUTS[entry.kind], entry)
-    elif entry.kind in _RETRIES:
-        _retry_due(maker, spec, _RETRIES[entry.kind], entry)
-    elif entry.kind == "interaction_timeout" and not maker.current.stopping:
-        _interaction_due(maker, spec, keys.interaction_id(entry.scope, entry.ordinal))
-    elif entry.kind == "sleep" and sleeps.sleep_due(maker.current, entry, maker.now):
-        sleeps.wake_up(maker, spec)  # (a stop fenced the sleep: its phase is no more)
+    decides(maker, spec, entry, ctx)
     control.settle_stop(maker, spec)
     return maker.decision()
 
 
-def _interaction_due(maker: FactMaker, spec: PipelineSpec, interaction_id: str) -> None:
+#: What a due timer decides: its run is in ``maker.current``, the time in ``maker.now``.
+TimerDecision = Callable[[FactMaker, PipelineSpec, DueEntry, Context], None]
+
+
+def _stale(maker: FactMaker, spec: PipelineSpec, entry: DueEntry, ctx: Context) -> None:
+    """Nothing: the run's deadline (``control.deadline_first`` decided it), or a timer
+    of a kind this version does not know."""
+
+
+def _not_started(maker: FactMaker, spec: PipelineSpec, entry: DueEntry, ctx: Context) -> None:
+    progress.not_started(maker, spec, entry, ctx.max_infrastructure_losses)
+
+
+def _heartbeat_lost(maker: FactMaker, spec: PipelineSpec, entry: DueEntry, ctx: Context) -> None:
+    progress.heartbeat_lost(maker, spec, entry, ctx.max_infrastructure_losses)
+
+
+def _interaction_due(maker: FactMaker, spec: PipelineSpec, entry: DueEntry, ctx: Context) -> None:
     state = maker.current
+    if state.stopping or waits.of(state) is not waits.SUSPENDED:
+        return
+    interaction_id = keys.interaction_id(entry.scope, entry.ordinal)
     interaction = state.interactions.get(interaction_id)
-    if interaction is None or interaction.status != "open" or state.phase != "suspended":
+    if interaction is None or interaction.status != "open":
         return
     if maker.now >= interaction.deadline_ms:
         timeout_interaction(maker, spec, interaction_id)
 
 
-#: Timer kind -> the kind of attempt it times out, or whose retry it starts.
-_TIMEOUTS = {timeout: kind for kind, (timeout, _) in ATTEMPT_TIMERS.items()}
-_RETRIES = {retry: kind for kind, (_, retry) in ATTEMPT_TIMERS.items()}
+def _sleep_due(maker: FactMaker, spec: PipelineSpec, entry: DueEntry, ctx: Context) -> None:
+    if sleeps.sleep_due(maker.current, entry, maker.now):
+        sleeps.wake_up(maker, spec)  # (a stop fenced the sleep: its wait is no more)
+
+
+def _publication_due(maker: FactMaker, spec: PipelineSpec, entry: DueEntry, ctx: Context) -> None:
+    if waits.of(maker.current) is waits.PUBLISHING:
+        publish(maker, spec, ctx.resume_keys)
+
+
+def _timed_out(kind: AttemptKind) -> TimerDecision:
+    def decide(maker: FactMaker, spec: PipelineSpec, entry: DueEntry, ctx: Context) -> None:
+        _attempt_timed_out(maker, spec, kind, entry)
+
+    return decide
+
+
+def _retry_of(kind: AttemptKind) -> TimerDecision:
+    def decide(maker: FactMaker, spec: PipelineSpec, entry: DueEntry, ctx: Context) -> None:
+        _retry_due(maker, spec, kind, entry)
+
+    return decide
+
+
+#: Timer kind -> what it decides: each kind a wait arms (``waits.py``), and the run's
+#: deadline. Each decision checks that the run still waits on the timer.
+TIMER_DECISIONS: dict[TimerKind, TimerDecision] = {
+    "schedule_to_start_timeout": _not_started,
+    "heartbeat_timeout": _heartbeat_lost,
+    **{timeout: _timed_out(kind) for kind, (timeout, _) in ATTEMPT_TIMERS.items()},
+    **{retry: _retry_of(kind) for kind, (_, retry) in ATTEMPT_TIMERS.items()},
+    "interaction_timeout": _interaction_due,
+    "sleep": _sleep_due,
+    "publication": _publication_due,
+    "run_deadline": _stale,
+}
+#: The timers of waits past stopping (the terminal publication): decided without the
+#: run's deadline first or a stop to settle after.
+_PAST_STOPPING = frozenset(
+    kind for wait in waits.WAITS.values() if not wait.stoppable for kind in wait.timers
+)
 
 
 def _attempt_timed_out(

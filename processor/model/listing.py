@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from processor.model import waits
 from processor.model.state import RunState
 
 __all__ = [
@@ -45,7 +46,7 @@ class IndexEntry:
 def waiting_targets(state: RunState) -> tuple[str, ...]:
     """The targets of the run's open interactions at its current boundary, sorted, each
     once (none unless it is suspended there and not terminal)."""
-    if state.terminal or state.phase != "suspended":
+    if state.terminal or waits.of(state) is not waits.SUSPENDED:
         return ()
     open_ = {i.target for i in state.boundary_interactions() if i.status == "open"}
     return tuple(sorted(open_))
@@ -53,7 +54,7 @@ def waiting_targets(state: RunState) -> tuple[str, ...]:
 
 def is_unknown(state: RunState | None) -> bool:
     """Whether the run waits for an operator: its attempt's outcome is Unknown."""
-    return state is not None and not state.terminal and state.phase == "unknown"
+    return state is not None and not state.terminal and waits.of(state) is waits.UNKNOWN
 
 
 def index_entries(state: RunState | None) -> frozenset[IndexEntry]:
@@ -69,7 +70,7 @@ def index_entries(state: RunState | None) -> frozenset[IndexEntry]:
     for target in waiting_targets(state):
         rows.append(IndexEntry("waiting", (target,), at, run_id))
         rows.append(IndexEntry("waiting_pipeline", (target, pipeline), at, run_id))
-    if state.phase == "definition_blocked" and not state.terminal:
+    if waits.of(state) is waits.DEFINITION_BLOCKED and not state.terminal:
         rows.append(
             IndexEntry("blocked", blocked_parts(pipeline, state.pipeline_version), at, run_id)
         )

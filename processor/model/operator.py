@@ -8,7 +8,7 @@ import json
 from processor.facts import keys
 from processor.facts.models import AttemptResolved, CancelRun, ResolveAttempt, SegmentCompleted
 from processor.facts.payload import InvalidPayloadError, canonical_json
-from processor.model import control
+from processor.model import control, waits
 from processor.model.decision import Context, Decision, FactMaker, refuse, replier
 from processor.model.pipeline_spec import PipelineSpec
 from processor.model.state import RunState
@@ -30,7 +30,7 @@ def decide_cancel(command: CancelRun, state: RunState | None, ctx: Context) -> D
     reply = replier(command.command_id, command.run_id)
     if state is None:
         return refuse(reply, "unknown_run", f"no run {command.run_id}")
-    if state.terminal or state.phase == "publishing":
+    if state.terminal or not waits.of(state).stoppable:
         return refuse(reply, "run_terminal", f"run {state.run_id} is already {state.status}")
     spec = ctx.catalog.get(state.pipeline, state.pipeline_version)
     if spec is None:

@@ -46,9 +46,11 @@ from processor.facts.models import (
     TerminalPublicationCompleted,
     TerminalPublicationPrepared,
 )
+from processor.model import waits
 from processor.model.state import (
     COMPENSATE,
     FAILED,
+    FORWARD,
     RUNNING,
     SUCCEEDED,
     Boundary,
@@ -461,19 +463,19 @@ _FENCED_RETRY_REASONS = {"timed_out": "deadline_elapsed", "cancelled": "cancelle
 
 @_changes.register
 def _(fact: RunStopRequested, state: RunState) -> RunChanges:
-    # Queued forward work (a retry, a run blocked on its version), open interactions
-    # and a sleep are fenced: their timers disappear from the due index (see due.py);
-    # a running attempt keeps settling.
-    fenced = state.phase in ("retry_wait", "suspended", "sleeping", "definition_blocked")
+    # The waits that stop intent fences (``waits.py``: queued forward work, a run
+    # blocked on its version, open interactions, a sleep) end: their timers disappear
+    # from the due index; a running attempt keeps settling.
+    wait = waits.of(state)
     attempt = _no_retry(state)
-    if state.phase == "retry_wait":
+    if wait.fenced and wait.retries == FORWARD:
         attempt = _with_reason(attempt, _FENCED_RETRY_REASONS.get(fact.reason))
     changes: RunChanges = {
         "stop": Stop.assemble({"reason": fact.reason, "detail": fact.detail}),
-        "phase": "idle" if fenced else state.phase,
+        "phase": "idle" if wait.fenced else state.phase,
         "attempt": attempt,
     }
-    if state.phase == "sleeping":
+    if wait is waits.SLEEPING:
         changes["sleep"] = Sleep()
     return changes
 

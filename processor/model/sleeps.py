@@ -17,6 +17,7 @@ import json
 
 from processor.facts import keys
 from processor.facts.models import SegmentResult, SleepCompleted, SleepStarted
+from processor.model import waits
 from processor.model.decision import FactMaker
 from processor.model.due import DueEntry
 from processor.model.pipeline_spec import PipelineSpec, SleepSpec
@@ -72,7 +73,7 @@ def _wake_ms(sleep: SleepSpec, result: SegmentResult, now: int) -> int:
 def sleep_due(state: RunState, entry: DueEntry, now: int) -> bool:
     """Whether the sleep timer ``entry`` is the run's current sleep's, and due."""
     sleep = state.sleep
-    if state.phase != "sleeping" or sleep.wake_ms is None or now < sleep.wake_ms:
+    if waits.of(state) is not waits.SLEEPING or sleep.wake_ms is None or now < sleep.wake_ms:
         return False
     return (entry.scope, entry.ordinal) == (state.attempt.segment, sleep.step)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from processor.facts.models import BoundaryRequest, StopNotice
 from processor.facts.topics import TopicName
+from processor.model import waits
 from processor.model.decision import FactMaker
 from processor.model.pipeline_spec import PipelineSpec
 from processor.model.state import FORWARD, Attempt, RunState
@@ -27,10 +28,11 @@ LOST = "attempt_lost"
 
 
 def notify_stop(maker: FactMaker, before: RunState, spec: PipelineSpec, reason: str) -> None:
-    """The notices of a stop just committed on a run that was in ``before``'s phase."""
-    if before.phase == "dispatched":
+    """The notices of a stop just committed on a run that was in ``before``'s wait."""
+    wait = waits.of(before)
+    if wait.runs == FORWARD:
         _notice(maker, before.attempt_of(FORWARD), reason)
-    elif before.phase == "suspended":
+    elif wait is waits.SUSPENDED:
         _cancel_interactions(maker, before, spec, reason)
 
 

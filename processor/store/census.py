@@ -13,6 +13,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterable
 
+from processor.model import waits
 from processor.model.listing import blocked_parts, is_unknown, waiting_targets
 from processor.model.state import RUNNING, RunState
 from processor.store import keys
@@ -26,6 +27,8 @@ CENSUS_CAP = 100_000
 
 _FAMILY = "index"
 _CHUNK = 1000  # runs read per multi-get
+#: The text a stored row of a run in the Unknown wait holds: its phase, as JSON.
+_UNKNOWN_TEXT = f'"{waits.UNKNOWN.phase}"'.encode()
 
 
 class RunCensus:
@@ -78,7 +81,7 @@ class RunCensus:
 
 def _blocked_on(state: RunState | None) -> tuple[tuple[str, int], ...]:
     """The (pipeline, version) a ``definition_blocked`` run waits for, if it is one."""
-    if state is None or state.terminal or state.phase != "definition_blocked":
+    if state is None or state.terminal or waits.of(state) is not waits.DEFINITION_BLOCKED:
         return ()
     return ((state.pipeline, state.pipeline_version),)
 
@@ -113,7 +116,7 @@ def unknown_attempts(store: PartitionStore, cap: int) -> int:
 def _unknown_in(store: PartitionStore, run_ids: list[str]) -> int:
     # Parse only the rows that can be one: a row names its phase, and JSON escapes
     # every quote inside a string value, so a row without this text is not unknown.
-    rows = [raw for raw in store.raw_runs(run_ids) if raw is not None and b'"unknown"' in raw]
+    rows = [raw for raw in store.raw_runs(run_ids) if raw is not None and _UNKNOWN_TEXT in raw]
     return sum(is_unknown(state_of(raw)) for raw in rows)
 
 
