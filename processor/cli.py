@@ -369,6 +369,8 @@ def run(
     host = Host(deployment, pipelines, workers=workers, concurrency=concurrency, app_ref=app)
     _stop_on_signals(host.stop_event)
     host.start()
+    if host.durability is not None:
+        typer.echo(host.durability.describe(), err=True)
     typer.echo(f"processor {host.instance_id} running ({workers} workers); Ctrl-C stops", err=True)
     web = None
     if serve_http:

@@ -55,6 +55,18 @@ class Settings(BaseSettings):
     )
     topic_prefix: str = Field(default="", description="Prefix of every physical topic name")
     partitions: int = Field(default=4, ge=1, description="Partitions of topics created by us")
+    topic_replication: int | None = Field(
+        default=None,
+        ge=1,
+        description="Replicas of each Kafka topic created by us, capped by the brokers "
+        "(default: topics.toml's, 3)",
+    )
+    topic_min_insync_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        description="min.insync.replicas of each Kafka topic created by us, capped as the "
+        "replication is (default: topics.toml's, 2)",
+    )
     max_batch: int = Field(default=500, ge=1, description="Input records per transaction")
     max_payload_bytes: int = Field(
         default=512 * 1024,

@@ -30,7 +30,8 @@ from processor.facts.keyring import KeyRing
 from processor.store.ownership import OwnershipPublisher
 from processor.telemetry.metrics import recording
 from processor.transport.clock import Clock, wall_clock_ms
-from processor.transport.deployment import Deployment, ensure_topics
+from processor.transport.deployment import Deployment, ensure_topics, journal_durability
+from processor.transport.durability import Durability
 from processor.worker.joining import JoinGate
 from processor.worker.pipeline import Application
 from processor.worker.service import Worker
@@ -62,6 +63,7 @@ class Host:
     _claim: InstanceClaim | None = None
     _ownership: OwnershipPublisher | None = None  # what the loop owns, for local readers
     worker_process: WorkerProcess | None = None  # when the workers run in a child
+    durability: Durability | None = None  # what the journal gives a commit, once started
     #: Called after each processor round with the monotonic time it started (the test
     #: kit waits on it: a round begun after the clock moved has seen the new time).
     on_round: Callable[[float], None] | None = None
@@ -74,6 +76,8 @@ class Host:
         try:
             self._ownership = OwnershipPublisher(settings.state_dir, self.instance_id)
             ensure_topics(self.deployment, self.app.output_topics)
+            self.durability = journal_durability(self.deployment)
+            logger.info("%s", self.durability.describe())
             self.triggers = self._trigger_stage()  # before the loop: a bad decoder name fails
             config = LoopConfig.from_settings(
                 settings, instance_id=self.instance_id, resume_keys=keys

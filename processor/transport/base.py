@@ -86,9 +86,18 @@ class Outbound:
 
 @dataclass(frozen=True, slots=True)
 class TopicSpec:
+    """A topic: its name, partitions and configuration overrides.
+
+    ``replication`` and ``min_insync_replicas``: what to create it with on Kafka (each
+    capped by the brokers there; 0: the broker's defaults), and what a described
+    Kafka topic has. The embedded log keeps one copy and reports 1 and 1.
+    """
+
     name: str
     partitions: int
     config: Mapping[str, str] = field(default_factory=dict)
+    replication: int = 0
+    min_insync_replicas: int = 0
 
 
 PartitionsCallback = Callable[[Sequence[TopicPartition]], None]

@@ -6,12 +6,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from processor.config.settings import Settings
+from processor.errors import ConfigurationError
 from processor.facts.topics import TopicName
-from processor.transport.base import TopicSpec, Transport
+from processor.transport.base import Transport
+from processor.transport.durability import Durability, embedded_durability, kafka_durability
 from processor.transport.factory import open_transport
-from processor.transport.topology import Topology
+from processor.transport.topology import Replication, Topology, load_replication
 
-__all__ = ["Deployment", "ensure_topics"]
+__all__ = ["Deployment", "ensure_topics", "journal_durability"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +33,11 @@ class Deployment:
         only sizes topics that are still to be created).
         """
         transport = open_transport(settings)
-        topology = Topology(prefix=settings.topic_prefix, partitions=settings.partitions)
+        topology = Topology(
+            prefix=settings.topic_prefix,
+            partitions=settings.partitions,
+            replication=_replication(settings),
+        )
         admin = transport.admin()
         try:
             journal = admin.describe_topics().get(topology.name(TopicName.FACTS))
@@ -42,12 +48,33 @@ class Deployment:
         return Deployment(settings, transport, topology)
 
 
+def journal_durability(deployment: Deployment) -> Durability:
+    """The durability mode the deployment's journal (runs.facts) gives its commits."""
+    settings = deployment.settings
+    if settings.broker is None:
+        return embedded_durability(settings.durable_fsync)
+    admin = deployment.transport.admin()
+    try:
+        journal = admin.describe_topics().get(deployment.topology.name(TopicName.FACTS))
+    finally:
+        admin.close()
+    if journal is None:
+        raise ConfigurationError("runs.facts does not exist: run `processor topics apply`")
+    return kafka_durability(journal.replication, journal.min_insync_replicas)
+
+
+def _replication(settings: Settings) -> Replication:
+    """``topics.toml``'s replication, with what the settings override."""
+    declared = load_replication()
+    return Replication(
+        settings.topic_replication or declared.factor,
+        settings.topic_min_insync_replicas or declared.min_insync_replicas,
+    )
+
+
 def ensure_topics(deployment: Deployment, output_topics: Iterable[str] = ()) -> list[str]:
     """Create the declared topics (and a pipeline's output topics) that are missing."""
-    partitions = deployment.topology.partitions
-    specs = deployment.topology.specs() + [
-        TopicSpec(name, partitions, {}) for name in output_topics
-    ]
+    specs = deployment.topology.specs() + [deployment.topology.spec(name) for name in output_topics]
     admin = deployment.transport.admin()
     try:
         return admin.create_topics(specs)

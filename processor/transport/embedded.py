@@ -220,7 +220,7 @@ class EmbeddedAdmin(_Client):
     def describe_topics(self) -> dict[str, TopicSpec]:
         """Every topic: name -> TopicSpec(name, partitions, config)."""
         return {
-            name: TopicSpec(name, meta.partitions, dict(meta.config))
+            name: TopicSpec(name, meta.partitions, dict(meta.config), 1, 1)
             for name, meta in self._log.topics().items()
         }
 

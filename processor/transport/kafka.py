@@ -45,9 +45,12 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Every producer: Java-compatible key placement, idempotence, small batching delay.
+#: Every producer: Java-compatible key placement, idempotence, small batching delay, and
+#: a record acknowledged only once every in-sync replica has it (``acks=all``:
+#: idempotence implies it, but it is the durability of every commit, so it is said).
 PRODUCER_CONFIG: dict[str, Any] = {
     "partitioner": "murmur2_random",
+    "acks": "all",
     "enable.idempotence": True,
     "linger.ms": 5,
     "compression.type": "lz4",

@@ -26,15 +26,19 @@ _REQUEST_TIMEOUT_S = 60.0
 _OPERATION_TIMEOUT_S = 30.0
 _METADATA_TIMEOUT_S = 10.0
 _MAX_REPLICATION = 3
+_MIN_INSYNC = "min.insync.replicas"
 
 
 class KafkaAdmin(Closeable):
     """Creates and describes topics, reads groups' committed offsets (an ``AdminClient``).
 
-    Topics are created with replication factor ``min(3, brokers)``; a spec with
-    fewer than one partition gets the transport's default count. ``describe_topics``
-    reports each topic's own configuration overrides (what was set at creation or
-    altered since), not the broker defaults it inherits.
+    A topic is created with its spec's replication and ``min.insync.replicas``, each
+    capped by the brokers in the cluster (a spec without them: ``min(3, brokers)``
+    replicas and the broker's default); a spec with fewer than one partition gets the
+    transport's default count. ``describe_topics`` reports each topic's own
+    configuration overrides (what was set at creation or altered since), not the
+    broker defaults it inherits, and its replication and effective
+    ``min.insync.replicas``.
     """
 
     def __init__(self, config: dict[str, Any], default_partitions: int) -> None:
@@ -50,11 +54,11 @@ class KafkaAdmin(Closeable):
         if any(not spec.name for spec in specs):
             raise ValueError("a topic needs a name")
         metadata = self._metadata()
-        replication = max(1, min(_MAX_REPLICATION, len(metadata.brokers)))
+        brokers = len(metadata.brokers)
         wanted = {spec.name: spec for spec in specs if spec.name not in metadata.topics}
         if not wanted:
             return []
-        new_topics = [self._new_topic(spec, replication) for spec in wanted.values()]
+        new_topics = [self._new_topic(spec, brokers) for spec in wanted.values()]
         try:
             futures = self._admin.create_topics(
                 new_topics,
@@ -65,21 +69,28 @@ class KafkaAdmin(Closeable):
             raise translate("create topics", exc) from exc
         created = [name for name, future in futures.items() if _created(name, future)]
         self._await_visible(created)
+        replication = {topic.topic: topic.replication_factor for topic in new_topics}
         for name in created:
-            logger.info("created topic %s (replication %d)", name, replication)
+            logger.info("created topic %s (replication %d)", name, replication[name])
         return created
 
     def describe_topics(self) -> dict[str, TopicSpec]:
         """Every non-internal topic: name -> TopicSpec(name, partitions, config overrides)."""
-        topics = {
-            name: len(topic.partitions)
+        listed = {
+            name: topic
             for name, topic in self._metadata().topics.items()
             if not name.startswith("__")
         }
-        configs = self._configs(sorted(topics))
+        configs = self._configs(sorted(listed))
         return {  # a topic deleted since the listing has no configs: it is left out
-            name: TopicSpec(name, partitions, configs[name])
-            for name, partitions in sorted(topics.items())
+            name: TopicSpec(
+                name,
+                len(topic.partitions),
+                configs[name][0],
+                _replicas(topic),
+                configs[name][1],
+            )
+            for name, topic in sorted(listed.items())
             if name in configs
         }
 
@@ -104,13 +115,26 @@ class KafkaAdmin(Closeable):
     def close(self) -> None:
         """Release the client (the admin client has no connection state to flush)."""
 
-    def _new_topic(self, spec: TopicSpec, replication: int) -> NewTopic:
+    def _new_topic(self, spec: TopicSpec, brokers: int) -> NewTopic:
         partitions = spec.partitions if spec.partitions >= 1 else self._default_partitions
+        wanted = spec.replication or _MAX_REPLICATION
+        replication = max(1, min(wanted, brokers))
+        config = {key: str(value) for key, value in spec.config.items()}
+        if spec.min_insync_replicas:
+            config.setdefault(_MIN_INSYNC, str(max(1, min(spec.min_insync_replicas, replication))))
+        if replication < wanted:
+            logger.warning(
+                "topic %s: %d replicas wanted, %d broker(s) in the cluster: created with %d",
+                spec.name,
+                wanted,
+                brokers,
+                replication,
+            )
         return NewTopic(
             spec.name,
             num_partitions=partitions,
             replication_factor=replication,
-            config={key: str(value) for key, value in spec.config.items()},
+            config=config,
         )
 
     def _metadata(self) -> Any:
@@ -119,8 +143,9 @@ class KafkaAdmin(Closeable):
         except KafkaException as exc:
             raise translate("list topics", exc) from exc
 
-    def _configs(self, names: list[str]) -> dict[str, dict[str, str]]:
-        """Each topic's own config overrides (source DYNAMIC_TOPIC_CONFIG)."""
+    def _configs(self, names: list[str]) -> dict[str, tuple[dict[str, str], int]]:
+        """Each topic's own config overrides (source DYNAMIC_TOPIC_CONFIG), and its
+        effective ``min.insync.replicas`` (from whichever source sets it)."""
         if not names:
             return {}
         resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names]
@@ -128,16 +153,19 @@ class KafkaAdmin(Closeable):
             futures = self._admin.describe_configs(resources, request_timeout=_REQUEST_TIMEOUT_S)
         except KafkaException as exc:
             raise translate("describe topic configs", exc) from exc
-        configs: dict[str, dict[str, str]] = {}
+        configs: dict[str, tuple[dict[str, str], int]] = {}
         for resource, future in futures.items():
             entries = _topic_configs(future)
             if entries is not None:
-                configs[resource.name] = {
+                overrides = {
                     key: entry.value
                     for key, entry in entries.items()
                     if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
                     and entry.value is not None
                 }
+                min_insync = entries.get(_MIN_INSYNC)
+                value = min_insync.value if min_insync is not None else None
+                configs[resource.name] = (overrides, int(value) if value else 1)
         return configs
 
     def _await_visible(self, names: list[str]) -> None:
@@ -166,6 +194,12 @@ def _created(name: str, future: Future[None]) -> bool:
             return False
         raise translate(f"create topic {name}", exc) from exc
     return True
+
+
+def _replicas(topic: Any) -> int:
+    """A described topic's replication factor: its first partition's replica count."""
+    partitions = list(topic.partitions.values())
+    return len(partitions[0].replicas) if partitions else 0
 
 
 def _ready(topic: Any) -> bool:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -64,6 +66,8 @@ class KafkaProducer(Closeable):
 
     def __init__(self, config: dict[str, Any]) -> None:
         self._reporter = ErrorReporter("producer")
+        #: What the producer was made with (librdkafka cannot be asked back).
+        self.config: Mapping[str, Any] = MappingProxyType(dict(config))
         try:
             self._producer = Producer(config | self._reporter.config())
         except KafkaException as exc:

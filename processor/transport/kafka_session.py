@@ -23,6 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
@@ -129,6 +130,8 @@ class KafkaSession(Closeable):
         instance_id: str,
     ) -> None:
         self._name = f"session {instance_id!r} of group {group!r}"
+        #: What the transactional producer was made with (librdkafka cannot be asked back).
+        self.producer_config: Mapping[str, Any] = MappingProxyType(dict(producer_config))
         self._reporter = ErrorReporter(self._name)
         timeout_ms = producer_config.get("transaction.timeout.ms", _DEFAULT_TRANSACTION_TIMEOUT_MS)
         self._txn_budget_s = int(timeout_ms) / 1000 + _TXN_MARGIN_S

@@ -12,7 +12,15 @@ from processor.errors import ConfigurationError
 from processor.facts.topics import TopicName
 from processor.transport.base import TopicSpec
 
-__all__ = ["TOPICS_FILE", "Drift", "TopicDeclaration", "Topology", "load_declarations"]
+__all__ = [
+    "TOPICS_FILE",
+    "Drift",
+    "Replication",
+    "TopicDeclaration",
+    "Topology",
+    "load_declarations",
+    "load_replication",
+]
 
 TOPICS_FILE = Path(__file__).resolve().parent.parent / "topics" / "topics.toml"
 
@@ -24,6 +32,24 @@ class TopicDeclaration:
     values: tuple[str, ...]
     co_partitioned: bool
     config: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Replication:
+    """Replicas of each topic created on Kafka, and how many must hold a record before
+    it is acknowledged (``min.insync.replicas``)."""
+
+    factor: int
+    min_insync_replicas: int
+
+    def __post_init__(self) -> None:
+        if self.factor < 1 or self.min_insync_replicas < 1:
+            raise ConfigurationError("topic replication and min.insync.replicas must be >= 1")
+        if self.min_insync_replicas > self.factor:
+            raise ConfigurationError(
+                f"min.insync.replicas {self.min_insync_replicas} is more than the "
+                f"replication factor {self.factor}: no write could ever be acknowledged"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,21 +72,37 @@ def load_declarations(path: Path = TOPICS_FILE) -> tuple[TopicDeclaration, ...]:
     )
 
 
+def load_replication(path: Path = TOPICS_FILE) -> Replication:
+    """The replication defaults declared in ``topics.toml`` (``[replication]``)."""
+    raw = tomllib.loads(path.read_text()).get("replication", {})
+    return Replication(int(raw.get("factor", 1)), int(raw.get("min_insync_replicas", 1)))
+
+
 @dataclass(frozen=True, slots=True)
 class Topology:
-    """Physical topic names (an optional prefix) and the partition count of a deployment."""
+    """Physical topic names (an optional prefix), the partition count and the replication
+    of a deployment."""
 
     prefix: str = ""
     partitions: int = default_of("partitions")
     declarations: tuple[TopicDeclaration, ...] = field(default_factory=load_declarations)
+    replication: Replication = field(default_factory=load_replication)
 
     def name(self, topic: TopicName) -> str:
         return f"{self.prefix}{topic.value}"
 
     def specs(self) -> list[TopicSpec]:
-        return [
-            TopicSpec(self.name(d.name), self.partitions, dict(d.config)) for d in self.declarations
-        ]
+        return [self.spec(self.name(d.name), dict(d.config)) for d in self.declarations]
+
+    def spec(self, name: str, config: Mapping[str, str] | None = None) -> TopicSpec:
+        """A topic of this deployment: its partitions and replication."""
+        return TopicSpec(
+            name,
+            self.partitions,
+            dict(config or {}),
+            self.replication.factor,
+            self.replication.min_insync_replicas,
+        )
 
     def drift(self, existing: Mapping[str, TopicSpec]) -> list[Drift]:
         """Differences between the declarations and the topics that exist."""

@@ -1,0 +1,84 @@
+"""The three-broker cluster of ``compose/local-kafka cluster`` (a helper module and fixtures).
+
+``KAFKA_CLUSTER_BOOTSTRAP_SERVERS`` names a cluster to use as it is (its brokers
+cannot be killed by the tests that need to: those skip). Otherwise the launcher
+starts its cluster (idempotent) and the tests may kill and restart its nodes; under
+``CI=true`` a cluster that cannot start fails the tests instead of skipping them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from tests.kafka.support import KafkaSpace
+from tests.kafka_broker import LOCAL_KAFKA, REPO_ROOT
+
+_LAUNCHER_TIMEOUT_S = 900.0  # the first start may download the Kafka jars
+
+
+class Cluster:
+    """The launcher's cluster: where it listens, and its nodes to kill and restart."""
+
+    def __init__(self, bootstrap: str, *, managed: bool) -> None:
+        self.bootstrap = bootstrap
+        self.managed = managed
+
+    def launcher(self, *args: str) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [str(LOCAL_KAFKA), "cluster", *args],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=_LAUNCHER_TIMEOUT_S,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        return result
+
+    def kill(self, node: int) -> None:
+        """kill -9 one broker (node ids are the launcher's node numbers)."""
+        self.launcher("kill", str(node))
+
+    def start_node(self, node: int) -> None:
+        self.launcher("start-node", str(node))
+
+    def leaders(self, topic: str) -> dict[int, int]:
+        """Partition -> the node that leads it now (-1: none)."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        described = admin.list_topics(topic, timeout=10).topics[topic]
+        return {p: meta.leader for p, meta in described.partitions.items()}
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Cluster:
+    configured = os.environ.get("KAFKA_CLUSTER_BOOTSTRAP_SERVERS", "").strip()
+    if configured:
+        return Cluster(configured, managed=False)
+    started = subprocess.run(
+        [str(LOCAL_KAFKA), "cluster", "start"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=_LAUNCHER_TIMEOUT_S,
+        check=False,
+    )
+    if started.returncode != 0:
+        reason = f"the three-broker cluster did not start: {started.stderr[-1500:]}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    url = started.stdout.strip().splitlines()[-1]
+    return Cluster(url.removeprefix("kafka://"), managed=True)
+
+
+@pytest.fixture
+def cluster_space(cluster: Cluster) -> Iterator[KafkaSpace]:
+    """A private topic prefix and groups on the cluster; deleted afterwards."""
+    created = KafkaSpace.new(cluster.bootstrap)
+    yield created
+    created.delete_topics()
