@@ -60,7 +60,11 @@ _METADATA_TIMEOUT_S = 10.0
 #: What ListOffsets answers while a partition's leadership settles (a topic created a
 #: moment ago, a broker starting up): worth asking again for a while, not a failure.
 _LEADERSHIP_SETTLING = frozenset(
-    {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE}
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError._UNKNOWN_PARTITION,  # its leader died: the refreshed metadata finds the next
+    }
 )
 _LEADERSHIP_WAIT_S = 10.0
 _LEADERSHIP_PAUSE_S = 0.05
@@ -97,7 +101,14 @@ class KafkaReader(Closeable):
 
     def _watermark(self, consumer: Consumer, tp: TopicPartition, what: str) -> int:
         """The high watermark ``consumer`` sees (its isolation level decides which),
-        asking again while the broker is still taking leadership of the partition."""
+        asking again while the broker is still taking leadership of the partition.
+
+        librdkafka keeps the leader it last knew of a partition it only queries (never
+        assigned) and does not look it up again when that broker is gone: every later
+        query times out, then fails "unknown partition", until the old leader returns.
+        So a failed query refreshes the topic's metadata before the next one (or the
+        caller's retry), which then goes to the partition's new leader.
+        """
         deadline = time.monotonic() + _LEADERSHIP_WAIT_S
         while True:
             try:
@@ -106,6 +117,7 @@ class KafkaReader(Closeable):
                 )
                 break
             except KafkaException as exc:
+                _refresh_metadata(consumer, tp.topic)
                 err = kafka_error(exc)
                 settling = err is not None and err.code() in _LEADERSHIP_SETTLING
                 if not settling or time.monotonic() >= deadline:
@@ -357,6 +369,15 @@ class KafkaReader(Closeable):
 B = TypeVar("B", list[Record], ValueBatch)
 #: Turns fetched messages into a batch (None: nothing to yield) and says if the read is done.
 _Converter = Callable[[list[Message], TopicPartition, int], tuple[B | None, bool]]
+
+
+def _refresh_metadata(consumer: Consumer, topic: str) -> None:
+    """Ask the cluster who leads ``topic``'s partitions now (best effort: a cluster that
+    cannot answer leaves the next query to fail as it would have)."""
+    try:
+        consumer.list_topics(topic, timeout=_METADATA_TIMEOUT_S)
+    except KafkaException as exc:
+        logger.debug("metadata of %s not refreshed: %s", topic, exc)
 
 
 def _value_batch(values: list[bytes | None], last: int) -> ValueBatch | None:
