@@ -13,8 +13,9 @@ tokens and signatures, hostile JSON. Each record says what must become of it
   partition when the processor first forwarded it there (a message about a run on a
   partition that is not its run's is forwarded, then decided: ``run_id`` names it).
   A bit-flipped record may name another run: its rejection may be on any partition.
-- ``NOT_REFUSED``: legitimate, never in admission.rejected (an identical replay of an
-  admitted completion is a no-op).
+- ``NOT_REFUSED``: legitimate, never in admission.rejected: an identical replay of an
+  admitted completion is a no-op; a progress report of no current attempt is only
+  counted (``engine/inputs.py``: ``counted``).
 - ``ORACLE``: a trigger topic's record, refused or not as the pure trigger mapping
   (``trigger_submit``) says; the test asks it.
 
@@ -28,7 +29,7 @@ from __future__ import annotations
 import json
 import random
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from io import BytesIO
@@ -42,6 +43,7 @@ from processor.facts.keyring import KeyRing
 from processor.facts.models import (
     FACT_TYPES,
     MESSAGE_TYPES,
+    AttemptProgress,
     BoundaryCompletion,
     CancelRun,
     CheckpointHandoff,
@@ -49,6 +51,7 @@ from processor.facts.models import (
     ResolveAttempt,
     SegmentResult,
     SubmitRun,
+    WorkerAnnouncement,
 )
 from processor.facts.topics import TopicName
 from processor.transport.partitioner import partition_for
@@ -93,6 +96,8 @@ class World:
     keys: KeyRing
     finished_runs: Sequence[str] = ()
     admitted_completions: Sequence[tuple[str, bytes]] = field(default=())  # (run id, value)
+    #: With a schema registry: (topic, single-object value) -> the Confluent framing.
+    frame: Callable[[str, bytes], bytes] | None = None
 
 
 # --- Avro values ------------------------------------------------------------------------------
@@ -225,7 +230,8 @@ class _Topic:
 
     carries: tuple[type[Any], ...] = ()
 
-    def __init__(self, rng: random.Random, world: World) -> None:
+    def __init__(self, topic: str, rng: random.Random, world: World) -> None:
+        self.topic = topic
         self.rng = rng
         self.world = world
 
@@ -285,8 +291,19 @@ class _Results(_Topic):
         value = random_record(rng, SegmentResult, run_id=run_id)
         return _Message(value, run_id, True)
 
+    def huge_message(self, size: int) -> _Message:
+        run_id = _run_id(self.rng)
+        steps = [{"step": 0, "output": json.dumps({"blob": "x" * size}).encode()}]
+        return _Message(
+            random_record(self.rng, SegmentResult, run_id=run_id, steps=steps), run_id, True
+        )
+
+    def progress(self) -> tuple[bytes, str]:
+        """A progress report or claim of a run that does not exist: counted, not refused."""
+        run_id = _run_id(self.rng)
+        return random_record(self.rng, AttemptProgress, run_id=run_id, details=None), run_id
+
     def other_schema(self) -> bytes:
-        from processor.facts.models import AttemptProgress, WorkerAnnouncement
 
         models = [
             m
@@ -452,6 +469,7 @@ KINDS = (
     ("empty_key", 8),
     ("other_partition", 12),
     ("exact_replay", 2),  # completions only (others make a message instead)
+    ("progress", 2),  # results only (likewise)
 )
 
 
@@ -461,13 +479,15 @@ def generate(topic: str, n: int, seed: int, world: World) -> Iterator[Fuzzed]:
     if topic == TRIGGER:
         yield from _trigger_records(rng, n, world)
         return
-    source = _TOPICS[topic](rng, world)
+    source = _TOPICS[topic](topic, rng, world)
     kinds, weights = zip(*KINDS, strict=True)
     for _ in range(n):
         kind = rng.choices(kinds, weights)[0]
         if kind == "exact_replay" and not (
             isinstance(source, _Completions) and world.admitted_completions
         ):
+            kind = "message"
+        if kind == "progress" and not isinstance(source, _Results):
             kind = "message"
         yield _one(source, kind, world)
 
@@ -476,6 +496,10 @@ def _one(source: _Topic, kind: str, world: World) -> Fuzzed:
     rng, partitions = source.rng, world.partitions
     key = f"fz-{rng.getrandbits(32)}".encode()
     here = partition_for(key, partitions)
+    if kind == "progress" and isinstance(source, _Results):  # counted in a metric
+        value, run_id = source.progress()
+        key = run_id.encode()
+        return Fuzzed(kind, key, value, partition_for(key, partitions), Expect.NOT_REFUSED, run_id)
     if kind == "exact_replay" and world.admitted_completions:
         run_id, value = rng.choice(world.admitted_completions)  # an identical duplicate: a no-op
         key = run_id.encode()
@@ -483,7 +507,7 @@ def _one(source: _Topic, kind: str, world: World) -> Fuzzed:
     if kind in ("message", "empty_key", "other_partition", "bit_flip", "truncated", "huge"):
         size = rng.choice(HUGE_SIZES)
         message = source.huge_message(size) if kind == "huge" else source.message()
-        value = message.value
+        value = _framed(source, message.value)
         if kind == "truncated":
             value = value[: rng.randrange(len(value))] if value else value
         elif kind == "bit_flip":
@@ -508,7 +532,21 @@ def _one(source: _Topic, kind: str, world: World) -> Fuzzed:
             kind, key, value, here, Expect.REFUSED, run_id, message.headers, frozenset(on)
         )
     value = _garbage(source, kind)
+    if kind == "wrong_schema" and value is not None:
+        value = _framed(source, value)
+    elif kind == "header_garbage" and world.frame is not None and rng.random() < 0.5:
+        value = (
+            b"\x00" + rng.randrange(1, 200).to_bytes(4, "big") + rng.randbytes(rng.randrange(40))
+        )
     return Fuzzed(kind, key, value, here, Expect.REFUSED, refused_on=frozenset({here}))
+
+
+def _framed(source: _Topic, value: bytes) -> bytes:
+    """Half the records of our schemas in the Confluent framing, when a registry is used."""
+    frame = source.world.frame
+    if frame is None or source.rng.random() < 0.5:
+        return value
+    return frame(source.topic, value)
 
 
 def _garbage(source: _Topic, kind: str) -> bytes | None:

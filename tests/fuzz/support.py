@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from processor.config.resume_secret import resume_keys
-from processor.config.settings import Settings
+from processor.config.settings import Settings, schema_registry_config
 from processor.engine.host import Host
 from processor.facts.codec import codec, encode
 from processor.facts.keyring import KeyRing
@@ -27,6 +27,7 @@ from processor.facts.topics import TopicName
 from processor.transport.base import Outbound, Producer, Reader, TopicSpec
 from processor.transport.deployment import Deployment
 from processor.transport.partitioner import partition_for
+from processor.transport.schema_ids import SchemaIds
 from processor.worker.pipeline import Application, Pipeline
 from processor.worker.trigger import Trigger
 from tests.apps.boundary_pipelines import scalar
@@ -87,6 +88,14 @@ class Fuzzing:
             partition = partition_for(key, self.partitions)
         self.producer.produce(Outbound(topic, key, value, headers, partition))  # type: ignore[arg-type]
 
+    def confluent_frame(self) -> Callable[[str, bytes], bytes] | None:
+        """With a registry: (topic name in ``TopicName``, value) -> its Confluent framing."""
+        settings = self.deployment.settings
+        if settings.schema_registry_url is None:
+            return None
+        ids = SchemaIds(schema_registry_config(settings))
+        return lambda topic, value: ids.confluent(self.name(TopicName(topic)), value)
+
     def refresh_outcomes(self) -> dict[str, RunOutcome]:
         if self._outcome_tail is None:
             self._outcome_tail = TopicTail(
@@ -134,12 +143,20 @@ def _settings(kind: str, data_dir: Path, extra: dict[str, Any]) -> tuple[Setting
     if bootstrap is None:
         pytest.skip(unavailable_reason())
     space = KafkaSpace.new(bootstrap)
+    if kind == "kafka+registry":  # every record of ours in the Confluent wire format
+        from tests.schema_registry import schema_registry_url
+
+        url = schema_registry_url()
+        if url is None:
+            pytest.skip("no schema registry")
+        space = replace(space, schema_registry_url=url)
     return space.settings(data_dir).model_copy(update=extra), space
 
 
 @contextmanager
 def fuzzing(kind: str, data_dir: Path, *, workers: int = 2, **extra: Any) -> Iterator[Fuzzing]:
-    """A host of ``fuzz_app`` on ``kind`` ("embedded" or "kafka"), its user topic made
+    """A host of ``fuzz_app`` on ``kind`` ("embedded", "kafka" or "kafka+registry"), its
+    user topic made
     (``extra``: more settings)."""
     settings, space = _settings(kind, data_dir, extra)
     deployment = Deployment.from_settings(settings)
@@ -153,7 +170,8 @@ def fuzzing(kind: str, data_dir: Path, *, workers: int = 2, **extra: Any) -> Ite
         admin.close()
     host = Host(deployment, fuzz_app(prefix), workers=workers)
     host.start()
-    producer = deployment.transport.producer()
+    # The bytes as generated, never reframed (the registry transport frames ours).
+    producer = getattr(deployment.transport, "inner", deployment.transport).producer()
     reader = deployment.transport.reader()
     try:
         keys = KeyRing(resume_keys(settings))

@@ -30,7 +30,7 @@ import pytest
 from processor.clients.client import new_submit
 from processor.config.settings import Settings
 from processor.facts.codec import encode
-from processor.facts.models import Rejected, SubmitRun
+from processor.facts.models import CancelRun, Rejected, SubmitRun
 from processor.facts.topics import TopicName
 from processor.transport.partitioner import partition_for
 from processor.worker.trigger import BUILTIN_DECODERS, TriggerRecord, trigger_submit
@@ -41,12 +41,19 @@ from tests.fuzz.records import TRIGGER, Expect, Fuzzed, World, generate
 from tests.fuzz.support import Fuzzing, fuzz_app, fuzz_records, fuzz_seed, fuzzing
 
 INPUT_TOPICS = (TopicName.COMMANDS, TopicName.RESULTS, TopicName.COMPLETIONS, TopicName.CHECKPOINTS)
+SENTINEL = b"fuzz-sentinel"
 #: A valid steps3 submit after every this many generated records.
 VALID_EVERY = 40
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("kind", ["embedded", pytest.param("kafka", marks=pytest.mark.kafka)])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "embedded",
+        pytest.param("kafka", marks=pytest.mark.kafka),
+        pytest.param("kafka+registry", marks=pytest.mark.kafka),
+    ],
+)
 def test_fuzzed_inputs_are_refused_and_valid_runs_succeed(kind: str, tmp_path: Path) -> None:
     n, seed = fuzz_records(), fuzz_seed()
     print(f"fuzzing {kind}: {n} records per topic, PROCESSOR_FUZZ_SEED={seed}")
@@ -54,6 +61,7 @@ def test_fuzzed_inputs_are_refused_and_valid_runs_succeed(kind: str, tmp_path: P
         started = time.monotonic()
         world, warm_runs = _warm_up(fz)
         generated, valid = _produce(fz, world, n, seed)
+        sentinels = _sentinels(fz, generated)
         produced_s = time.monotonic() - started
         trigger_refused, trigger_runs = _trigger_oracle(fz)
         expected_runs = {**valid, **trigger_runs}
@@ -64,7 +72,15 @@ def test_fuzzed_inputs_are_refused_and_valid_runs_succeed(kind: str, tmp_path: P
         def settled() -> bool:
             outcomes = fz.refresh_outcomes()
             fz.host.errors and pytest.fail(f"seed {seed}: the host failed: {fz.host.errors}")
-            return len(watch.refresh()) >= wanted and expected_runs.keys() <= outcomes.keys()
+            seen = watch.refresh()
+            last = {
+                (r.source_topic, r.source_partition) for r in seen if r.original_key == SENTINEL
+            }
+            return (
+                last >= sentinels
+                and len(seen) >= wanted
+                and expected_runs.keys() <= outcomes.keys()
+            )
 
         wait_until(settled, 120 + n / 20, f"seed {seed}: every refusal and every valid run")
         elapsed = time.monotonic() - started
@@ -110,7 +126,13 @@ def _warm_up(fz: Fuzzing) -> tuple[World, list[str]]:
     completions = fz.answer_awaits({c.run_id for c in scalar})
     runs = [c.run_id for c in (*scalar, steps)]
     wait_until(lambda: set(runs) <= fz.refresh_outcomes().keys(), 60, "the warm-up runs")
-    world = World(fz.partitions, fz.keys, finished_runs=runs, admitted_completions=completions)
+    world = World(
+        fz.partitions,
+        fz.keys,
+        finished_runs=runs,
+        admitted_completions=completions,
+        frame=fz.confluent_frame(),
+    )
     return world, runs
 
 
@@ -138,6 +160,26 @@ def _produce(
             fz.producer.flush()
     fz.producer.flush()
     return generated, valid
+
+
+def _sentinels(fz: Fuzzing, generated: list[tuple[str, Fuzzed]]) -> set[tuple[str, int]]:
+    """A last bad record on every partition of every input topic: once all are refused,
+    every record produced before them was read (what was not refused then never is)."""
+    last = set()
+    for topic in (fz.name(t) for t in INPUT_TOPICS):
+        for partition in range(fz.partitions):
+            value = f"fuzz-sentinel/{topic}/{partition}".encode()
+            fz.produce(topic, SENTINEL, value, partition)
+            on = frozenset({partition})
+            generated.append(
+                (
+                    topic,
+                    Fuzzed("sentinel", SENTINEL, value, partition, Expect.REFUSED, refused_on=on),
+                )
+            )
+            last.add((topic, partition))
+    fz.producer.flush()
+    return last
 
 
 def _valid_key(command: SubmitRun, i: int, partitions: int) -> bytes:
@@ -260,3 +302,37 @@ def test_a_record_at_the_message_size_limit_is_refused_whole(kind: str, tmp_path
         assert (found.reason, found.original_key) == ("malformed", key)
         wait_until(lambda: after.run_id in fz.refresh_outcomes(), 60, "the run after it")
         assert fz.host.errors == []
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "embedded",
+        pytest.param("kafka", marks=pytest.mark.kafka),
+        pytest.param("kafka+registry", marks=pytest.mark.kafka),
+    ],
+)
+def test_a_forwarded_record_is_refused_with_its_original_bytes(kind: str, tmp_path: Path) -> None:
+    """Found by the fuzzer: with a schema registry, a record of ours in the single-object
+    form produced to another partition than its run's was forwarded reframed in the
+    Confluent wire format, so its rejection did not carry the bytes the user sent."""
+    with fuzzing(kind, tmp_path / "data") as fz:
+        run_id = str(uuid.uuid4())
+        cancel = CancelRun(command_id="c-1", run_id=run_id, reason="fuzz", requested_ms=1)
+        value = encode(cancel)
+        right = partition_for(run_id.encode(), fz.partitions)
+        key = next(
+            k
+            for k in (f"k{j}".encode() for j in range(99))
+            if partition_for(k, fz.partitions) != right
+        )
+        fz.produce(fz.name(TopicName.COMMANDS), key, value)
+        fz.producer.flush()
+        watch = RejectedWatch(fz.reader, fz.deployment)
+        found = wait_until(
+            lambda: next((r for r in watch.refresh() if r.run_id == run_id), None),
+            60,
+            "the rejection of the forwarded cancel",
+        )
+        assert (found.reason, found.source_partition) == ("unknown_run", right)
+        assert (found.original_key, found.original_value) == (run_id.encode(), value)
