@@ -30,7 +30,7 @@ import json
 import random
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from io import BytesIO
 from typing import Any
@@ -223,6 +223,7 @@ class _Message:
     run_id: str | None
     decided: bool
     headers: tuple[tuple[str, bytes], ...] = ()
+    flippable: bool = True  # False: a flipped bit may make it valid
 
 
 class _Topic:
@@ -252,27 +253,39 @@ class _Commands(_Topic):
     def message(self) -> _Message:
         rng = self.rng
         run_id = rng.choice([*self.world.finished_runs[:1], _run_id(rng), _run_id(rng)])
-        kind = rng.randrange(5)
+        kind = rng.randrange(6)
         if kind == 0:  # a run of a pipeline nobody defines
             return self._submit(rng, f"fz-{rng.getrandbits(32):x}", _input(rng))
         if kind == 1:  # a known pipeline, an input that is not JSON
             return self._submit(rng, "steps3", b"{not json" + rng.randbytes(4))
-        model = (CancelRun, ResolveAttempt, RedriveRun)[kind - 2]
+        if kind == 2:  # a known pipeline, a deadline no timer can hold
+            deadline = rng.choice(
+                [
+                    {"deadline_ms": rng.choice((-1, -(2**63)))},
+                    {"deadline_after_ms": rng.choice((2**63 - 1, -(2**63)))},
+                ]
+            )
+            message = self._submit(
+                rng, "steps3", b'{"n": 1}', submitted_ms=1_800_000_000_000, **deadline
+            )
+            return replace(message, flippable=False)  # deadline_ms -1 flips to 0: a run
+        model = (CancelRun, ResolveAttempt, RedriveRun)[kind - 3]
         return _Message(random_record(rng, model, run_id=run_id), run_id, True)
 
-    def _submit(self, rng: random.Random, pipeline: str, run_input: bytes) -> _Message:
+    def _submit(
+        self, rng: random.Random, pipeline: str, run_input: bytes, **fields: Any
+    ) -> _Message:
         run_id = _run_id(rng)
-        value = random_record(
-            rng,
-            SubmitRun,
-            run_id=run_id,
-            pipeline=pipeline,
-            input=run_input,
-            idempotency_key=None,
-            deadline_ms=None,
-            deadline_after_ms=None,
-            traceparent=None,
-        )
+        values: dict[str, Any] = {
+            "run_id": run_id,
+            "pipeline": pipeline,
+            "input": run_input,
+            "idempotency_key": None,
+            "deadline_ms": None,
+            "deadline_after_ms": None,
+            "traceparent": None,
+        }
+        value = random_record(rng, SubmitRun, **(values | fields))
         return _Message(value, run_id, True)
 
     def huge_message(self, size: int) -> _Message:
@@ -507,6 +520,8 @@ def _one(source: _Topic, kind: str, world: World) -> Fuzzed:
     if kind in ("message", "empty_key", "other_partition", "bit_flip", "truncated", "huge"):
         size = rng.choice(HUGE_SIZES)
         message = source.huge_message(size) if kind == "huge" else source.message()
+        while kind == "bit_flip" and not message.flippable:
+            message = source.message()
         value = _framed(source, message.value)
         if kind == "truncated":
             value = value[: rng.randrange(len(value))] if value else value

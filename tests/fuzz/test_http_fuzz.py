@@ -28,6 +28,7 @@ from tests.fuzz.support import Fuzzing, fuzzing
 
 TOKEN = "fuzz-token-" + uuid.uuid4().hex[:8]
 EXAMPLES = int(os.environ.get("PROCESSOR_FUZZ_HTTP_EXAMPLES", "200"))
+GENUINE = "<a genuine token of no interaction>"
 HUGE = 2 * 1024 * 1024  # over the payload limit (512 KiB) and over what a request should be
 
 #: Every route, its path parameters as ``{}``.
@@ -100,7 +101,15 @@ def _forged_token(draw: Any) -> str:
     signed = tokens.sign(KeyRing.single(b"not-the-deployment-key-0123456789"), claims)
     return draw(
         st.sampled_from(
-            [signed, signed[:-1] + "A", "v2." + "." * 5, "x" * 5000, "", signed.replace(".", "..")]
+            [
+                signed,
+                signed[:-1] + "A",
+                "v2." + "." * 5,
+                "x" * 5000,
+                "",
+                signed.replace(".", ".."),
+                GENUINE,  # the test signs it with the deployment's key
+            ]
         )
     )
 
@@ -133,7 +142,7 @@ def bodies(draw: Any, path: str) -> tuple[bytes | None, str | None]:
         }
         for name in ("idempotency_key", "deadline_s", "extra"):
             if draw(st.booleans()):
-                document[name] = draw(json_values | hostile_text)
+                document[name] = draw(json_values | hostile_text | st.floats(min_value=0))
     elif path == "/api/completions":
         document = {
             "token": _forged_token(draw) if draw(st.booleans()) else draw(json_values),
@@ -216,6 +225,10 @@ def test_every_route_answers_fuzzed_requests_with_4xx_not_500(
     served: tuple[Fuzzing, httpx.Client], request: dict[str, Any]
 ) -> None:
     fz, client = served
+    if request["content"] and GENUINE.encode() in request["content"]:
+        claims = tokens.TokenClaims(str(uuid.uuid4()), 1, "i0", 1)
+        genuine = tokens.sign(fz.keys, claims).encode()
+        request = {**request, "content": request["content"].replace(GENUINE.encode(), genuine)}
     answer = client.request(**request)
     _check(answer, request)
     assert fz.host.errors == []
@@ -234,3 +247,26 @@ def test_a_time_past_the_index_range_is_a_bad_query(
         _check(answer, request)
         expected = (200, None) if value < 2**63 else (400, "bad_query")
         assert (answer.status_code, answer.json().get("error")) == expected, value
+
+
+@pytest.mark.parametrize("deadline_s", [1e300, 9.3e15, 1e-9, 1.5])
+def test_a_submit_with_any_deadline_is_answered(
+    served: tuple[Fuzzing, httpx.Client], deadline_s: float
+) -> None:
+    """Found by the fuzzer: a deadline_s past what an Avro long holds in milliseconds
+    failed to encode in the client (500). Over 10**15 s it is an invalid request."""
+    _, client = served
+    body = {"pipeline": "steps3", "input": {"n": 1}, "deadline_s": deadline_s}
+    request = {
+        "method": "POST",
+        "url": "/api/runs",
+        "params": {},
+        "headers": {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+        "content": json.dumps(body).encode(),
+    }
+    answer = client.request(**request)
+    _check(answer, request)
+    if deadline_s > 1e15:
+        assert (answer.status_code, answer.json()["error"]) == (422, "invalid_request")
+    else:
+        assert answer.status_code == 201, answer.text
