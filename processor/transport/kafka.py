@@ -45,12 +45,15 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Every producer: Java-compatible key placement, idempotence, small batching delay.
+#: Every producer: Java-compatible key placement, idempotence, small batching delay, and
+#: room for the rejection of any record a broker accepts (its key twice, its value and
+#: a reason: admission.rejected takes records this large, other topics keep their limit).
 PRODUCER_CONFIG: dict[str, Any] = {
     "partitioner": "murmur2_random",
     "enable.idempotence": True,
     "linger.ms": 5,
     "compression.type": "lz4",
+    "message.max.bytes": 4 * 1024 * 1024,
 }
 
 

@@ -61,7 +61,8 @@ __all__ = ["TRIGGER", "Expect", "Fuzzed", "World", "generate", "hostile_json"]
 #: The trigger topic's name in ``generate`` (the test maps it to its user topic).
 TRIGGER = "trigger"
 #: Sizes of the huge values: all under Kafka's default 1 MB message, the largest close
-#: to it (what a rejection adds to the original bytes must still fit).
+#: to it (a rejection carries more: the key twice and a reason). A huge key and its
+#: value take half of one each.
 HUGE_SIZES = (64 * 1024, 300 * 1024, 900 * 1024)
 JSON = "application/json"
 
@@ -289,6 +290,8 @@ class _Commands(_Topic):
         return _Message(value, run_id, True)
 
     def huge_message(self, size: int) -> _Message:
+        if self.rng.random() < 0.5:  # a huge name, quoted by the refusal's detail
+            return self._submit(self.rng, "p" * size, _input(self.rng))
         run_input = json.dumps({"blob": "x" * size}).encode()
         return self._submit(self.rng, f"fz-{self.rng.getrandbits(32):x}", run_input)
 
@@ -478,6 +481,7 @@ KINDS = (
     ("bit_flip", 20),
     ("wrong_schema", 10),
     ("huge", 1),
+    ("huge_key", 1),
     ("message", 13),
     ("empty_key", 8),
     ("other_partition", 12),
@@ -546,6 +550,11 @@ def _one(source: _Topic, kind: str, world: World) -> Fuzzed:
         return Fuzzed(
             kind, key, value, here, Expect.REFUSED, run_id, message.headers, frozenset(on)
         )
+    if kind == "huge_key":  # a rejection carries the key twice
+        key = rng.randbytes(rng.choice(HUGE_SIZES) // 2)
+        here = partition_for(key, partitions)
+        value = rng.randbytes(rng.choice(HUGE_SIZES) // 2)
+        return Fuzzed(kind, key, value, here, Expect.REFUSED, refused_on=frozenset({here}))
     value = _garbage(source, kind)
     if kind == "wrong_schema" and value is not None:
         value = _framed(source, value)

@@ -20,6 +20,7 @@ set it to replay a failure). Then:
 from __future__ import annotations
 
 import json
+import random
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -287,7 +288,7 @@ def test_a_record_at_the_message_size_limit_is_refused_whole(kind: str, tmp_path
     with fuzzing(kind, tmp_path / "data") as fz:
         topic = fz.name(TopicName.COMMANDS)
         key = b"big"
-        value = b"\x00" + b"x" * (999_000 - len(key))
+        value = b"\xff" + b"x" * (999_000 - len(key))  # not Avro in either framing
         fz.produce(topic, key, value)
         fz.producer.flush()
         after = new_submit("steps3", {"n": 7})
@@ -336,3 +337,37 @@ def test_a_forwarded_record_is_refused_with_its_original_bytes(kind: str, tmp_pa
         )
         assert (found.reason, found.source_partition) == ("unknown_run", right)
         assert (found.original_key, found.original_value) == (run_id.encode(), value)
+
+
+@pytest.mark.parametrize("kind", ["embedded", pytest.param("kafka", marks=pytest.mark.kafka)])
+def test_a_refusal_that_names_a_huge_field_still_fits_a_record(kind: str, tmp_path: Path) -> None:
+    """Found by the fuzzer on Kafka: a rejection larger than a producer may send
+    (1,000,000 bytes by default) failed its transaction again and again, so the
+    partition stopped. A refusal's detail may quote the input (an unknown pipeline's
+    600 kB name: carried twice), and a rejection carries the key twice (its own and
+    ``original_key``): a record just under the limit must still be refused whole."""
+    with fuzzing(kind, tmp_path / "data") as fz:
+        command = new_submit("steps3", {"n": 1}).model_copy(update={"pipeline": "p" * 600_000})
+        value = encode(command)
+        fz.produce(fz.name(TopicName.COMMANDS), command.run_id.encode(), value)
+        big_key, garbage = random.Random(3).randbytes(450_000), b"\xff" * 500_000
+        fz.produce(fz.name(TopicName.RESULTS), big_key, garbage)
+        after = new_submit("steps3", {"n": 2})
+        fz.produce(fz.name(TopicName.COMMANDS), after.run_id.encode(), encode(after))
+        fz.producer.flush()
+        watch = RejectedWatch(fz.reader, fz.deployment)
+        found = wait_until(
+            lambda: next((r for r in watch.refresh() if r.run_id == command.run_id), None),
+            60,
+            "the rejection of the huge pipeline name",
+        )
+        assert (found.reason, found.original_value) == ("unknown_pipeline", value)
+        assert len(found.detail) <= 2000
+        keyed = wait_until(
+            lambda: next((r for r in watch.refresh() if r.original_key == big_key), None),
+            60,
+            "the rejection of the huge key",
+        )
+        assert (keyed.reason, keyed.original_value) == ("malformed", garbage)
+        wait_until(lambda: after.run_id in fz.refresh_outcomes(), 60, "the run after it")
+        assert fz.host.errors == []
