@@ -78,7 +78,7 @@ class CancelBody(BaseModel):
 class RedriveBody(BaseModel):
     model_config = _STRICT
 
-    from_step: int | None = Field(default=None, ge=0)
+    from_step: int | None = Field(default=None, ge=0, le=2**31 - 1)  # an Avro int
 
 
 class CommandAnswer(BaseModel):
