@@ -14,7 +14,8 @@ set it to replay a failure). Then:
 - nothing else is there: valid submits (with the run's key, an empty key, the key of
   another partition: forwarded), valid trigger records and identical replays of
   admitted completions were not refused;
-- every valid run succeeded.
+- every valid run succeeded, and ``replay --verify`` passes: what the inputs left in
+  runs.facts folds to the live state.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from processor.config.settings import Settings
 from processor.facts.codec import encode
 from processor.facts.models import CancelRun, Rejected, SubmitRun
 from processor.facts.topics import TopicName
+from processor.restore.replay import replay
 from processor.transport.partitioner import partition_for
 from processor.worker.trigger import BUILTIN_DECODERS, TriggerRecord, trigger_submit
 from tests.apps.pipelines import expected_steps3_result
@@ -106,11 +108,24 @@ def test_fuzzed_inputs_are_refused_and_valid_runs_succeed(kind: str, tmp_path: P
         unmatched = _match(fz, generated, trigger_refused, watch.seen, seed)
         assert unmatched == [], f"seed {seed}: rejections of no bad record: {unmatched[:3]}"
 
+        # What the fuzzed inputs left in runs.facts folds to the live state: no fact
+        # is poison to a restore.
+        deployment = fz.deployment
+        report = replay(
+            deployment.transport,
+            deployment.topology,
+            deployment.settings.state_dir,
+            verify=True,
+            processes=1,
+        )
+        assert (report.verified, report.differences) == (True, []), seed
+
         reasons = Counter(r.reason for r in watch.seen)
         print(
             f"{kind}: {n} records/topic x {len(INPUT_TOPICS) + 1} topics, seed {seed}: "
             f"produced in {produced_s:.1f}s, all settled in {elapsed:.1f}s; "
-            f"{len(expected_runs)} valid runs succeeded; {len(watch.seen)} rejections: "
+            f"{len(expected_runs)} valid runs succeeded; replay verified {report.facts} facts; "
+            f"{len(watch.seen)} rejections: "
             + ", ".join(f"{reason} {count}" for reason, count in reasons.most_common())
         )
 
