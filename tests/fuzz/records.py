@@ -53,6 +53,7 @@ from processor.facts.models import (
     SubmitRun,
     WorkerAnnouncement,
 )
+from processor.facts.payload import derive_run_id
 from processor.facts.topics import TopicName
 from processor.transport.partitioner import partition_for
 
@@ -320,7 +321,6 @@ class _Results(_Topic):
         return random_record(self.rng, AttemptProgress, run_id=run_id, details=None), run_id
 
     def other_schema(self) -> bytes:
-
         models = [
             m
             for m in (*FACT_TYPES, *MESSAGE_TYPES)
@@ -401,8 +401,6 @@ class _Checkpoints(_Topic):
         if kind == 1:  # genuine, starts a pipeline nobody defines
             key = f"fz-{rng.getrandbits(64):x}"
             target = f"pipeline:fz-{rng.getrandbits(32):x}"
-            from processor.facts.payload import derive_run_id
-
             return _Message(self._handoff(target, key), derive_run_id(key), True)
         if kind == 2:  # genuine, a target that is none
             return _Message(self._handoff(_random_string(rng)), None, False)
