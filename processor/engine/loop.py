@@ -419,9 +419,11 @@ class ProcessorLoop:
             run_id,
             right,
         )
-        self._batch.outbound.append(
-            Outbound(record.topic, run_id.encode(), record.value or b"", record.headers, right)
+        # Verbatim: its rejection there must carry the bytes its producer sent.
+        forwarded = Outbound(
+            record.topic, run_id.encode(), record.value or b"", record.headers, right, verbatim=True
         )
+        self._batch.outbound.append(forwarded)
         return False
 
     def _fire_timers(self, now: int) -> None:

@@ -6,7 +6,11 @@ from typing import Protocol
 
 from processor.facts.models import Rejected
 
-__all__ = ["RefusedRecord", "rejected"]
+__all__ = ["MAX_DETAIL", "RefusedRecord", "rejected"]
+
+#: Characters of a refusal's detail kept: a detail may quote the input (a 600 kB
+#: pipeline name), and the rejection already carries the input's bytes.
+MAX_DETAIL = 2000
 
 
 class RefusedRecord(Protocol):
@@ -35,7 +39,7 @@ def rejected(
     """The rejection of ``record``, keeping its key and bytes so nothing is lost."""
     return Rejected(
         reason=reason,
-        detail=detail,
+        detail=detail if len(detail) <= MAX_DETAIL else detail[: MAX_DETAIL - 3] + "...",
         source_topic=record.topic,
         source_partition=record.partition,
         source_offset=record.offset,

@@ -85,6 +85,9 @@ ATTEMPT_TIMEOUT = "attempt_timeout"
 #: The error type of a worker's answer to a work item whose pipeline version it has not
 #: loaded (``worker/executor.py``): the run waits for another worker, uncharged.
 UNKNOWN_PIPELINE = "UnknownPipeline"
+#: The latest time a timer can hold: a fact carries it as an Avro long, the due index
+#: keys it on 8 unsigned bytes (before 0 and past this, a deadline is refused).
+_LATEST_MS = 2**63 - 1
 
 
 # --- submit -------------------------------------------------------------------------------
@@ -103,6 +106,10 @@ def decide_submit(command: SubmitRun, existing: RunState | None, ctx: Context) -
     too_large = payload.oversize(canonical_input, ctx.max_payload_bytes, "run input")
     if too_large is not None:
         return refuse(reply, "payload_too_large", too_large)
+    deadline_ms = _run_deadline(command)
+    if deadline_ms is not None and not 0 <= deadline_ms <= _LATEST_MS:
+        detail = f"the run deadline {deadline_ms} is not a time in epoch milliseconds"
+        return refuse(reply, "invalid_command", detail)
     fingerprint = None
     if command.idempotency_key is not None:
         if command.run_id != derive_run_id(command.idempotency_key):
@@ -119,7 +126,7 @@ def decide_submit(command: SubmitRun, existing: RunState | None, ctx: Context) -
         idempotency_key=command.idempotency_key,
         fingerprint=fingerprint,
         submitted_ms=command.submitted_ms,
-        deadline_ms=_run_deadline(command),
+        deadline_ms=deadline_ms,
         traceparent=_trace_context(command.traceparent),
     )
     start_attempt(

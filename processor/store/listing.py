@@ -28,6 +28,7 @@ __all__ = ["MAX_LIMIT", "RunPage", "RunQuery", "RunSummary", "list_runs", "waiti
 MAX_LIMIT = 1000
 _FAMILY = "index"
 _STATUSES: tuple[str, ...] = get_args(RunStatus)
+_MAX_MS = 2**63 - 1  # a time is an Avro long (and must fit the index's 8-byte position)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +138,7 @@ def _check(query: RunQuery, limit: int) -> None:
         raise ValueError(f"unknown status {query.status!r}; one of {', '.join(_STATUSES)}")
     for name in ("since_ms", "until_ms"):
         value = getattr(query, name)
-        if value is not None and value < 0:
+        if value is not None and not 0 <= value <= _MAX_MS:
             raise ValueError(f"{name} must be a time in epoch milliseconds, not {value}")
 
 

@@ -82,6 +82,8 @@ class Outbound:
     value: bytes
     headers: Headers = ()
     partition: int | None = None
+    # Produced exactly as it is, never reframed: a forwarded input keeps its sender's bytes.
+    verbatim: bool = False
 
 
 @dataclass(frozen=True, slots=True)

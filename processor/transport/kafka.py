@@ -47,13 +47,16 @@ logger = logging.getLogger(__name__)
 
 #: Every producer: Java-compatible key placement, idempotence, small batching delay, and
 #: a record acknowledged only once every in-sync replica has it (``acks=all``:
-#: idempotence implies it, but it is the durability of every commit, so it is said).
+#: idempotence implies it, but it is the durability of every commit, so it is said),
+#: room for the rejection of any record a broker accepts (its key twice, its value and
+#: a reason: admission.rejected takes records this large, other topics keep their limit).
 PRODUCER_CONFIG: dict[str, Any] = {
     "partitioner": "murmur2_random",
     "acks": "all",
     "enable.idempotence": True,
     "linger.ms": 5,
     "compression.type": "lz4",
+    "message.max.bytes": 4 * 1024 * 1024,
 }
 
 

@@ -2,7 +2,8 @@
 
 With ``PROCESSOR_SCHEMA_REGISTRY_URL`` set, every record of ours leaves in the
 Confluent framing (``00`` + schema id + the same Avro body), its schema
-registered under ``<topic>-<record full name>``. On the way in:
+registered under ``<topic>-<record full name>``; a record produced ``verbatim``
+(an input forwarded to its run's partition) keeps its sender's bytes. On the way in:
 
 - records polled by sessions and group consumers keep their bytes (a refused
   one goes to admission.rejected exactly as it was read); their schema ids are
@@ -66,6 +67,8 @@ class RegistryTransport:
 
 
 def _framed(record: Outbound, ids: SchemaIds) -> Outbound:
+    if record.verbatim:
+        return record
     value = ids.confluent(record.topic, record.value)
     if value is record.value:
         return record

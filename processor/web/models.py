@@ -26,6 +26,8 @@ __all__ = [
 ]
 
 _STRICT = ConfigDict(extra="forbid")
+#: The longest run deadline a submit may ask for, in seconds (about 31.7 million years).
+MAX_DEADLINE_S = 1e15
 _OPEN = ConfigDict(extra="allow")
 
 
@@ -53,7 +55,10 @@ class SubmitBody(BaseModel):
         default=None, min_length=1, description="A retry with the same key returns the same run"
     )
     deadline_s: float | None = Field(
-        default=None, gt=0, description="Run deadline, seconds after the submit that creates it"
+        default=None,
+        gt=0,
+        le=MAX_DEADLINE_S,  # in milliseconds, an Avro long with room to spare
+        description="Run deadline, seconds after the submit that creates it",
     )
 
 
@@ -73,7 +78,7 @@ class CancelBody(BaseModel):
 class RedriveBody(BaseModel):
     model_config = _STRICT
 
-    from_step: int | None = Field(default=None, ge=0)
+    from_step: int | None = Field(default=None, ge=0, le=2**31 - 1)  # an Avro int
 
 
 class CommandAnswer(BaseModel):

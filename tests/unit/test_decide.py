@@ -94,6 +94,17 @@ def test_the_same_unkeyed_command_delivered_twice_creates_one_run() -> None:
         (new_submit("nope", {}), "unknown_pipeline"),
         (new_submit("sim", {}).model_copy(update={"input": b"{not json"}), "invalid_input"),
         (new_submit("sim", {}, "k").model_copy(update={"run_id": "other"}), "invalid_command"),
+        # Found by the fuzzer: a deadline no timer can hold (the due index keys it on 8
+        # unsigned bytes, a fact carries an Avro long) crashed the loop after the commit.
+        (new_submit("sim", {}).model_copy(update={"deadline_ms": -1}), "invalid_command"),
+        (
+            new_submit("sim", {}).model_copy(update={"deadline_after_ms": 2**63 - 1}),
+            "invalid_command",
+        ),
+        (
+            new_submit("sim", {}, now_ms=0).model_copy(update={"deadline_after_ms": -1}),
+            "invalid_command",
+        ),
     ],
 )
 def test_bad_submits_are_refused_without_facts(command: object, reason: str) -> None:
