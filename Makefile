@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-fast lint kafka-start kafka-stop registry-start registry-stop bench clean
+.PHONY: demo test test-unit test-fast lint kafka-start kafka-stop registry-start registry-stop bench clean
 
 $(STAMP): pyproject.toml native/pyproject.toml native/Cargo.toml $(wildcard native/src/*.rs)
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +29,13 @@ test: $(STAMP) kafka-start registry-start
 	KAFKA_BOOTSTRAP_SERVERS=$${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:$${LOCAL_KAFKA_PORT:-9092}} \
 	SCHEMA_REGISTRY_URL=$${SCHEMA_REGISTRY_URL:-$$(compose/local-registry url)} $(PY) -m pytest
 
+# The tiers (README, "Set up on a fresh machine"): test-unit between edits (under a
+# minute), test-fast before a commit (under three), test before a push (the whole suite).
+test-unit: $(STAMP)
+	$(PY) -m pytest tests/unit -m "not slow" -n 2
+
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not kafka and not slow"
+	$(PY) -m pytest -m "not kafka and not slow" -n 2
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check processor tests bench
