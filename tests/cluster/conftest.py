@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from tests.apps.support import wait_until
 from tests.kafka.support import KafkaSpace
 from tests.kafka_broker import LOCAL_KAFKA, REPO_ROOT
 
@@ -46,6 +47,18 @@ class Cluster:
 
     def start_node(self, node: int) -> None:
         self.launcher("start-node", str(node))
+        self.wait_all_brokers()
+
+    def wait_all_brokers(self, brokers: int = 3, timeout_s: float = 60.0) -> None:
+        """Until the cluster's metadata lists ``brokers`` brokers: a node just started
+        (or one not yet fenced after a kill) would make new topics get fewer replicas."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        wait_until(
+            lambda: len(admin.list_topics(timeout=10).brokers) == brokers,
+            timeout_s,
+            f"the cluster to list {brokers} brokers",
+            max_pause_s=0.5,
+        )
 
     def leaders(self, topic: str) -> dict[int, int]:
         """Partition -> the node that leads it now (-1: none)."""
@@ -79,6 +92,7 @@ def cluster() -> Cluster:
 @pytest.fixture
 def cluster_space(cluster: Cluster) -> Iterator[KafkaSpace]:
     """A private topic prefix and groups on the cluster; deleted afterwards."""
+    cluster.wait_all_brokers()
     created = KafkaSpace.new(cluster.bootstrap)
     yield created
     created.delete_topics()

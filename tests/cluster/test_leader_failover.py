@@ -73,7 +73,7 @@ def test_processor_survives_the_loss_of_the_journal_leader(
         started = time.monotonic()
         wait_until(
             lambda: committed() >= at_kill + GROWTH,
-            120,
+            180,
             f"the journal to grow from {at_kill} facts again",
             max_pause_s=0.05,
         )
