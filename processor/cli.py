@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from processor.clients.client import (
     Client,
     CompletionReceipt,
+    check_step_index,
     check_traceparent,
     status_dict,
 )
@@ -524,6 +525,8 @@ def submit(
         )
     except PayloadTooLarge as exc:  # refused before anything was produced
         inv.fail(f"--input: payload_too_large: {exc}", code=EXIT_USAGE)
+    except ValueError as exc:  # a deadline no command can carry; nothing was produced
+        inv.fail(f"--deadline-s: {exc}", code=EXIT_USAGE)
     shown = receipt.as_dict()
     if receipt.refusal:
         inv.refuse(receipt.refusal, receipt.detail, **shown)
@@ -870,6 +873,10 @@ def redrive(
     Refused (exit 1, with the reason: not_failed, compensated, deadline_elapsed,
     bad_step, unknown_run) for a run that cannot be redriven."""
     inv = _inv(ctx)
+    try:
+        check_step_index(from_step)
+    except ValueError as exc:
+        inv.fail(f"--from-step: {exc}", code=EXIT_USAGE)
     _existing_or_no_run(inv, run_id)
     reply = inv.client().redrive(
         run_id, from_step, operator=operator, reason=reason, command_id=command_id, wait_s=wait

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable
@@ -81,6 +82,7 @@ __all__ = [
     "RunResult",
     "RunView",
     "SubmitReceipt",
+    "check_step_index",
     "check_traceparent",
     "fact_dict",
     "new_submit",
@@ -146,6 +148,8 @@ def new_submit(
     run's trace continues (ValueError if it is not one).
     """
     check_traceparent(traceparent)
+    for deadline in (deadline_ms, deadline_after_ms):
+        _check_range(deadline, "a deadline", _MAX_LONG, "ms")
     run_id = payload.derive_run_id(idempotency_key) if idempotency_key else str(uuid.uuid4())
     return SubmitRun(
         command_id=str(uuid.uuid4()),
@@ -158,6 +162,23 @@ def new_submit(
         deadline_after_ms=deadline_after_ms,
         traceparent=traceparent,
     )
+
+
+#: The largest Avro long and int: what a command's millisecond times and step indexes fit.
+_MAX_LONG = 2**63 - 1
+_MAX_INT = 2**31 - 1
+
+
+def _check_range(value: int | None, what: str, most: int, unit: str = "") -> None:
+    """ValueError unless ``value`` is None or from 0 to ``most`` (what a command carries)."""
+    if value is not None and not 0 <= value <= most:
+        shown = f"{most} {unit}".rstrip()
+        raise ValueError(f"{what} must be from 0 to {shown}, got {value}")
+
+
+def check_step_index(from_step: int | None) -> None:
+    """ValueError unless ``from_step`` is None or a step index a command can carry."""
+    _check_range(from_step, "a step index", _MAX_INT)
 
 
 def check_traceparent(traceparent: str | None) -> None:
@@ -279,6 +300,8 @@ class Client(Closeable):
         if deadline_s is not None and deadline_ms is not None:
             raise ValueError("give deadline_s or deadline_ms, not both")
         check_traceparent(traceparent)
+        if deadline_s is not None and not math.isfinite(deadline_s):
+            raise ValueError(f"a deadline must be a finite number of seconds, got {deadline_s}")
         after_ms = None if deadline_s is None else round(deadline_s * 1000)
         with tracing.submit_span(traceparent, pipeline=pipeline) as span:
             command = new_submit(
@@ -456,7 +479,9 @@ class Client(Closeable):
         """Give a failed run a new attempt from its failed step (or ``from_step``, a step
         index from 0 to the failed step); refused with a reason for a run that is not
         failed. Sending the same ``command_id`` again redrives once and gets the same
-        response (``created`` false the second time)."""
+        response (``created`` false the second time). ValueError for a ``from_step``
+        below 0 or over 2**31 - 1, sending nothing."""
+        check_step_index(from_step)
         command = RedriveRun(
             command_id=command_id or str(uuid.uuid4()),
             run_id=run_id,

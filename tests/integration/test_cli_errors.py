@@ -162,3 +162,31 @@ def test_a_placeholder_secret_stops_the_start_naming_the_variable(
     assert error.startswith(f"invalid settings: {variable} is a placeholder, not a secret")
     assert env[variable] not in error
     assert not (tmp_path / "data").exists()  # refused before anything was created
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("submit", "steps3", "--input", "{}", "--deadline-s", "1e300"),
+            "--deadline-s: a deadline must be from 0 to",
+        ),
+        (
+            ("submit", "steps3", "--input", "{}", "--deadline-s", "-5"),
+            "--deadline-s: a deadline must be from 0 to",
+        ),
+        (
+            ("submit", "steps3", "--input", "{}", "--deadline-s", "inf"),
+            "--deadline-s: a deadline must be a finite number of seconds",
+        ),
+        (("redrive", "run-1", "--from-step", str(2**40)), "--from-step: a step index must be"),
+        (("redrive", "run-1", "--from-step", "-1"), "--from-step: a step index must be"),
+    ],
+)
+def test_a_value_out_of_range_is_a_usage_error_not_a_traceback(
+    tmp_path: Path, args: tuple[str, ...], message: str
+) -> None:
+    result = cli(tmp_path / "data", *args, "--wait", "0.2")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"error: {message}"), result.stderr
+    assert "Traceback" not in result.stderr
