@@ -25,9 +25,15 @@ $(STAMP): pyproject.toml native/pyproject.toml native/Cargo.toml $(wildcard nati
 demo: $(STAMP)
 	$(VENV)/bin/processor demo
 
+# The tests that need no broker run in two processes; the Kafka tests one at a time (some
+# restart or kill brokers that the others share). Both parts run; either failing fails.
 test: $(STAMP) kafka-start registry-start
-	KAFKA_BOOTSTRAP_SERVERS=$${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:$${LOCAL_KAFKA_PORT:-9092}} \
-	SCHEMA_REGISTRY_URL=$${SCHEMA_REGISTRY_URL:-$$(compose/local-registry url)} $(PY) -m pytest
+	export KAFKA_BOOTSTRAP_SERVERS=$${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:$${LOCAL_KAFKA_PORT:-9092}}; \
+	export SCHEMA_REGISTRY_URL=$${SCHEMA_REGISTRY_URL:-$$(compose/local-registry url)}; \
+	status=0; \
+	$(PY) -m pytest -m "not kafka" -n 2 || status=$$?; \
+	$(PY) -m pytest -m kafka || status=$$?; \
+	exit $$status
 
 # The tiers (README, "Set up on a fresh machine"): test-unit between edits (under a
 # minute), test-fast before a commit (under three), test before a push (the whole suite).
