@@ -6,14 +6,16 @@ fleet wake-up and an input's decision (monkeypatched, in this process's loop).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import pytest
 
 from processor.clients.client import status_dict
 from processor.engine.inputs import INPUTS, RunInput
 from processor.facts.models import (
-    FactHeader,
+    CommandReply,
     RunQuarantined,
     RunReleased,
     SegmentResult,
@@ -25,7 +27,12 @@ from processor.model.decision import Context, Decision, FactMaker
 from processor.model.pipeline_spec import PipelineSpec
 from processor.model.state import RunState
 from processor.model.timers import DueEntry
+from processor.store.census import RunCensus
+from processor.store.readers import open_readers
 from processor.telemetry import metrics
+from processor.web.collector import CensusCollector
+from processor.web.context import Readiness
+from processor.web.wiring import host_readiness
 from tests.apps.control_pipelines import STEP_TIMEOUT_S
 from tests.control.control_support import Control
 
@@ -87,6 +94,8 @@ def test_a_timer_decision_that_raises_quarantines_its_run_and_the_partition_goes
     assert shown["source"] == fact.source and shown["error_type"] == "InjectedBugError"
     ctl.settle()
     assert len(ctl.of(victim, RunQuarantined)) == 1
+    assert victim in _ready(ctl).quarantined and _gauge(ctl)["quarantined"] >= 1
+    assert victim in _recounted(ctl)  # from the store's index, as after a restart
 
     # A later input for the run is refused, with its bytes.
     _, record = ctl.result(item)
@@ -100,6 +109,7 @@ def test_a_timer_decision_that_raises_quarantines_its_run_and_the_partition_goes
     assert reply.created and reply.refusal is None
     assert ctl.one(victim, RunReleased).quarantined_seq == fact.seq
     assert ctl.state(victim).quarantine is None
+    assert victim not in _ready(ctl).quarantined and victim not in _recounted(ctl)
     done = ctl.play_timed(victim, lambda: _succeeded(ctl, victim), f"{victim} succeeded")
     assert done.status == "succeeded"
 
@@ -124,11 +134,12 @@ def test_an_input_decision_that_raises_quarantines_its_run(
     def broken(result: SegmentResult, state: RunState | None, ctx: Context) -> Decision:
         raise InjectedBugError("decide_result")
 
-    monkeypatch.setitem(results, SegmentResult, RunInput(SegmentResult, broken))  # type: ignore[index]
+    monkeypatch.setitem(results, SegmentResult, RunInput(SegmentResult, broken))  # type: ignore[misc]
     _, record = ctl.result(item)
     refused = ctl.drive(lambda: ctl.h.rejected.find(record), "the result refused")
     assert refused.reason == "internal_error" and refused.original_value == record.value
-    fact = _quarantined(ctl, victim) and ctl.one(victim, RunQuarantined)
+    _quarantined(ctl, victim)
+    fact = ctl.one(victim, RunQuarantined)
     assert fact.source == TopicName.RESULTS.value and fact.error == "decide_result"
 
     # A command for it is refused too (with a reply), until it is released.
@@ -164,28 +175,48 @@ def test_when_even_the_quarantine_fails_the_run_is_skipped_in_memory(
     ctl.drive(lambda: metrics.QUARANTINE_FAILED._value.get() > before, "the failure counted")
     ctl.settle()
     assert metrics.QUARANTINE_FAILED._value.get() == before + 1  # skipped: not retried
-    assert victim in ctl.h.loop.skipped_runs
+    assert victim in ctl.h.loop.skipped_runs and victim in _ready(ctl).skipped
+    assert _gauge(ctl)["skipped"] >= 1
     assert ctl.state(victim).quarantine is None and not ctl.of(victim, RunQuarantined)
 
 
-def _release(ctl: Control, run_id: str) -> object:
-    client = ctl.client()
-    reply: list[object] = []
-    import threading
+def _ready(ctl: Control) -> Readiness:
+    """What /readyz says of the harness's loop."""
+    host = SimpleNamespace(loop=ctl.h.loop, stop_event=threading.Event())
+    ready = host_readiness(host)  # type: ignore[arg-type]
+    assert ready.ready
+    return ready
 
+
+def _gauge(ctl: Control) -> dict[str, float]:
+    """``processor_runs_quarantined`` as a scrape reads it, by state."""
+    families = {f.name: f for f in CensusCollector(lambda: ctl.h.loop).collect()}
+    samples = families["processor_runs_quarantined"].samples
+    return {s.labels["state"]: s.value for s in samples}
+
+
+def _recounted(ctl: Control) -> set[str]:
+    stores = open_readers(ctl.h.deployment.settings.state_dir)
+    try:
+        return {run for store in stores for run in RunCensus.count_from(store).quarantined()}
+    finally:
+        for store in stores:
+            store.close()
+
+
+def _release(ctl: Control, run_id: str) -> CommandReply:
+    client = ctl.client()
+    reply: list[CommandReply | None] = []
     thread = threading.Thread(target=lambda: reply.append(client.release(run_id, wait_s=30)))
     thread.start()
     ctl.drive(lambda: not thread.is_alive(), f"release of {run_id} answered")
     thread.join()
     client.close()
-    assert reply[0] is not None
-    return reply[0]
+    answer = reply[0]
+    assert answer is not None
+    return answer
 
 
 def _succeeded(ctl: Control, run_id: str) -> RunState | None:
     state = ctl.h.loop_state(run_id)
     return state if state is not None and state.terminal else None
-
-
-def _facts_of(ctl: Control, run_id: str) -> list[FactHeader]:
-    return ctl.facts(run_id)

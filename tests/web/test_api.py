@@ -32,7 +32,12 @@ def test_health_ready_metrics_and_openapi(served: Served) -> None:
     assert anyone.get("/healthz").json() == {"status": "ok"}
     ready = anyone.get("/readyz")
     assert ready.status_code == 200
-    assert ready.json() == {"ready": True, "partitions": [0, 1, 2, 3]}
+    assert ready.json() == {
+        "ready": True,
+        "partitions": [0, 1, 2, 3],
+        "quarantined": [],
+        "skipped": [],
+    }
     scraped = anyone.get("/metrics")
     assert scraped.headers["content-type"].startswith("text/plain")
     assert "processor_partitions_owned 4.0" in scraped.text
