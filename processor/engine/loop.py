@@ -490,11 +490,11 @@ class ProcessorLoop:
     ) -> None:
         """Record that deciding ``source`` for the run raised ``exc`` (``model/quarantine.py``);
         if even that raises, skip the run until this process restarts."""
-        logger.error("run %s: deciding %s raised; quarantined", run_id, source, exc_info=exc)
-        metrics.DECISIONS_QUARANTINED.labels(_source_kind(source)).inc()
+        logger.error("run %s: deciding %s raised", run_id, source, exc_info=exc)
         state = staging.run(run_id)
         if state is None:
             return  # no run yet (its submission raised): only the input is refused
+        metrics.DECISIONS_QUARANTINED.labels(_source_kind(source)).inc()
         try:
             decision = quarantine.decide_quarantine(
                 state, source, type(exc).__name__, str(exc), self._clock()
