@@ -890,6 +890,25 @@ def redrive(
 
 
 @_command()
+def release(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="Run id of a quarantined run")],
+    reason: Annotated[str, typer.Option(help="Why, kept in the RunReleased fact")] = "",
+    operator: Annotated[str, typer.Option(help="Who, kept in the RunReleased fact")] = "",
+    wait: Annotated[float, typer.Option(help="Seconds to wait for the processor")] = 30.0,
+) -> None:
+    """Release a quarantined run (a decision about it raised): its timers fire again.
+
+    Deploy the fix first. Refused (exit 1, with the reason: not_quarantined,
+    unknown_run) for a run that is not quarantined."""
+    inv = _inv(ctx)
+    _existing_or_no_run(inv, run_id)
+    reply = inv.client().release(run_id, operator=operator, reason=reason, wait_s=wait)
+    shown = _reply_or_exit(inv, reply, wait)
+    inv.emit(shown, f"{run_id}: released (quarantined by {shown.get('source')})")
+
+
+@_command()
 def complete(
     ctx: typer.Context,
     token: Annotated[str, typer.Argument(help="Resume token from the boundary request")],

@@ -49,6 +49,7 @@ from processor.facts.models import (
     CommandReply,
     FactHeader,
     RedriveRun,
+    ReleaseRun,
     ResolveAttempt,
     SubmitRun,
 )
@@ -74,7 +75,7 @@ from processor.transport.deployment import Deployment, ensure_topics
 from processor.transport.partitioner import partition_for
 from processor.transport.topology import Topology
 
-Command = SubmitRun | CancelRun | ResolveAttempt | RedriveRun
+Command = SubmitRun | CancelRun | ResolveAttempt | RedriveRun | ReleaseRun
 
 __all__ = [
     "Client",
@@ -492,6 +493,21 @@ class Client(Closeable):
         )
         return self.request(command, wait_s)
 
+    def release(
+        self, run_id: str, *, operator: str = "", reason: str = "", wait_s: float = 30.0
+    ) -> CommandReply | None:
+        """Release a quarantined run (a decision about it raised; deploy the fix first):
+        its timers fire and its inputs are decided again. Refused with a reason
+        (not_quarantined, unknown_run) otherwise."""
+        command = ReleaseRun(
+            command_id=str(uuid.uuid4()),
+            run_id=run_id,
+            operator=operator,
+            reason=reason,
+            requested_ms=wall_clock_ms(),
+        )
+        return self.request(command, wait_s)
+
     def _store(self, run_id: str) -> PartitionStore | None:
         """The local store of the run's partition, read-only; None if there is none, or
         if it is in another format (``current`` then reads the facts from the log)."""
@@ -672,6 +688,8 @@ def status_dict(state: RunState) -> dict[str, Any]:
         "execution": state.execution,
         "recovery": state.recovery,
         "redrives": len(state.redrives),
+        # Set while a decision about the run raised: processor release, once fixed.
+        "quarantine": state.quarantine.model_dump() if state.quarantine else None,
         "unknown_attempt": state.unknown.model_dump() if state.unknown else None,
         "compensation": _compensation(state),
         "version": state.version,

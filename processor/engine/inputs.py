@@ -39,12 +39,14 @@ from processor.facts.models import (
     AttemptProgress,
     CancelRun,
     RedriveRun,
+    ReleaseRun,
     ResolveAttempt,
     SegmentResult,
     SubmitRun,
     WorkerAnnouncement,
 )
 from processor.facts.topics import TopicName
+from processor.model import quarantine
 from processor.model.decide import (
     Context,
     Decision,
@@ -114,13 +116,18 @@ class RunInput(Generic[M]):
     refused: RefusalPolicy = to_rejected
     # A message that may start a run: the pipeline a new run's log lines name.
     pipeline: Callable[[M], str] | None = None
+    # Decided for a quarantined run too (the release); any other is refused.
+    in_quarantine: bool = False
 
     def run_id(self, message: M) -> str:
         return message.run_id
 
     def decided(self, message: M, state: RunState | None, ctx: Context) -> Decision:
         """The decision on ``message``, a refusal as the entry's policy says."""
-        decision = self.decide(message, state, ctx)
+        if state is not None and state.quarantine is not None and not self.in_quarantine:
+            decision = quarantine.refused(state, getattr(message, "command_id", None))
+        else:
+            decision = self.decide(message, state, ctx)
         return decision if decision.refusal is None else self.refused(decision)
 
 
@@ -194,6 +201,7 @@ INPUTS: Mapping[TopicName, InputTopic] = {
             RunInput(CancelRun, decide_cancel),
             RunInput(ResolveAttempt, decide_resolve),
             RunInput(RedriveRun, decide_redrive),
+            RunInput(ReleaseRun, quarantine.decide_release, in_quarantine=True),
         ),
         InputTopic.of(
             TopicName.RESULTS,

@@ -15,6 +15,7 @@ nothing behind, and the inputs are processed again.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
@@ -42,6 +43,7 @@ from processor.facts.models import AvroModel, BoundaryRequest, RunSubmitted
 from processor.facts.rejection import rejected
 from processor.facts.topics import RUN_ADDRESSED_INPUTS, TopicName
 from processor.facts.traceparent import TRACEPARENT_HEADER
+from processor.model import quarantine
 from processor.model.decide import (
     Context,
     Decision,
@@ -200,6 +202,9 @@ class ProcessorLoop:
         self.applied_facts: dict[int, int] = {}
         # Each owned partition's runs waiting by target and Unknown attempts (metrics).
         self.census: dict[int, RunCensus] = {}
+        # Runs whose decision raised and whose quarantine could not be recorded either
+        # (the fold itself is broken): left alone until this process restarts.
+        self.skipped_runs: set[str] = set()
         # A Kafka transaction ends with a commit marker at the offset after its last
         # record: the end of a runs.facts partition we alone write is one past that.
         self._marker = 1 if transport.name == "kafka" else 0
@@ -352,11 +357,12 @@ class ProcessorLoop:
             blocked = blocked_runs(staging.store, cap, live)
             woken = 0
             for _, _, run_id in blocked:
+                if run_id in self.skipped_runs:
+                    continue
                 with logs.run_scope():
-                    decision = decide_unblock(_run(staging, run_id), self._context(now))
-                    if decision.facts:
-                        self._append(staging, partition, run_id, decision)
-                        woken += 1
+                    state = _run(staging, run_id)
+                    decide = functools.partial(decide_unblock, state, self._context(now))
+                    woken += self._guarded(staging, partition, run_id, source="wake", decide=decide)
             if woken and len(blocked) >= cap:
                 self.fleet.changed()  # more to wake: the woken ones leave the index
 
@@ -401,10 +407,18 @@ class ProcessorLoop:
         run_id = entry.run_id(message)
         if not self._routed_here(record, run_id):
             return None
+        if run_id in self.skipped_runs:
+            return run_id, Decision.refuse(quarantine.QUARANTINED, "skipped until restart")
         state = _run(staging, run_id)
         if state is None and entry.pipeline is not None:  # a new run: its logs name it
             logs.bind_run(run_id, entry.pipeline(message))
-        return run_id, entry.decided(message, state, self._context(now))
+        try:
+            return run_id, entry.decided(message, state, self._context(now))
+        except TransportError:
+            raise
+        except Exception as exc:  # a bug met by this run's input: quarantine the run
+            self._quarantine(staging, record.partition, run_id, source=topic.value, exc=exc)
+            return run_id, Decision.refuse(INTERNAL_ERROR, _exception_text(exc))
 
     def _routed_here(self, record: Record, run_id: str) -> bool:
         """Forward a record produced to the wrong partition to its run's partition."""
@@ -432,10 +446,66 @@ class ProcessorLoop:
             metrics.TIMERS_DUE.labels(str(partition)).set(len(due))
             metrics.TIMERS_FIRED.inc(len(due))
             for entry in due:
+                if entry.run_id in self.skipped_runs:
+                    continue
                 with logs.run_scope():
                     state = _run(staging, entry.run_id)
-                    decision = decide_timer(TimerFired(entry), state, self._context(now))
-                    self._append(staging, partition, entry.run_id, decision)
+                    timer = TimerFired(entry)
+                    decide = functools.partial(decide_timer, timer, state, self._context(now))
+                    source = f"timer:{entry.kind}"
+                    self._guarded(staging, partition, entry.run_id, source=source, decide=decide)
+
+    # --- quarantine: no decision may stop the loop ---------------------------------------
+
+    def _guarded(
+        self,
+        staging: Staging,
+        partition: int,
+        run_id: str,
+        *,
+        source: str,
+        decide: Callable[[], Decision],
+    ) -> bool:
+        """Decide and stage a decision that no input asked for (a timer, the fleet
+        wake-up); if it raises, quarantine the run. Whether it staged facts."""
+        try:
+            decision = decide()
+            if decision.facts or decision.emits or decision.effects:
+                self._append(staging, partition, run_id, decision)
+        except TransportError:
+            raise
+        except Exception as exc:  # a bug about this run: it must not stop the partition
+            self._quarantine(staging, partition, run_id, source=source, exc=exc)
+            return False
+        return bool(decision.facts)
+
+    def _quarantine(
+        self,
+        staging: Staging,
+        partition: int,
+        run_id: str,
+        *,
+        source: str,
+        exc: Exception,
+    ) -> None:
+        """Record that deciding ``source`` for the run raised ``exc`` (``model/quarantine.py``);
+        if even that raises, skip the run until this process restarts."""
+        logger.error("run %s: deciding %s raised", run_id, source, exc_info=exc)
+        state = staging.run(run_id)
+        if state is None:
+            return  # no run yet (its submission raised): only the input is refused
+        metrics.DECISIONS_QUARANTINED.labels(_source_kind(source)).inc()
+        try:
+            decision = quarantine.decide_quarantine(
+                state, source, type(exc).__name__, str(exc), self._clock()
+            )
+            self._append(staging, partition, run_id, decision)
+        except TransportError:
+            raise
+        except Exception:
+            logger.exception("run %s: its quarantine raised too; skipped until restart", run_id)
+            metrics.QUARANTINE_FAILED.inc()
+            self.skipped_runs.add(run_id)
 
     def _apply(
         self, staging: Staging, record: Record, run_id: str, decision: Decision, now: int
@@ -468,6 +538,8 @@ class ProcessorLoop:
         if after is None:
             return
         self._tally_run(before, after)
+        if before is not None and before.quarantine is not None and after.quarantine is None:
+            self.fleet.changed()  # released: if it is definition_blocked, wake it
         if after.terminal and (before is None or not before.terminal):
             self._batch.finished.append(after)
         if trace is not None and tracing.enabled():
@@ -661,6 +733,12 @@ def _close_quietly(session: ProcessorSession) -> None:
         session.close()
     except TransportError as exc:  # closing a broken session cannot make it worse
         logger.warning("closing the old session failed: %s", exc)
+
+
+def _source_kind(source: str) -> str:
+    """The metric label of a quarantine's source: timer, wake or input."""
+    kind = source.partition(":")[0]
+    return kind if kind in ("timer", "wake") else "input"
 
 
 def _exception_text(exc: BaseException) -> str:

@@ -66,6 +66,15 @@ def definition_blocked(segment: int, generation: int) -> str:
     return f"segment/{segment}/generation/{generation}/definition_blocked"
 
 
+def quarantined(seq: int) -> str:
+    """A quarantine, named by its own seq: a run may be quarantined again after a release."""
+    return f"quarantined/{seq}"
+
+
+def released(quarantined_seq: int) -> str:
+    return f"quarantined/{quarantined_seq}/released"
+
+
 def retry_scheduled(segment: int, generation: int) -> str:
     return f"segment/{segment}/generation/{generation}/retry"
 

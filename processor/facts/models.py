@@ -43,12 +43,15 @@ __all__ = [
     "LoadedPipeline",
     "RedriveRun",
     "Rejected",
+    "ReleaseRun",
     "ResolveAttempt",
     "RetryScheduled",
     "RunDefinitionBlocked",
     "RunFailed",
     "RunOutcome",
+    "RunQuarantined",
     "RunRedriven",
+    "RunReleased",
     "RunStopRequested",
     "RunStopped",
     "RunSubmitted",
@@ -376,6 +379,23 @@ class RunRedriven(FactHeader):
     response: str
 
 
+class RunQuarantined(FactHeader):
+    """A decision about the run raised: it waits for an operator (``model/quarantine.py``)."""
+
+    source: str  # timer:<kind>, wake, or the input's topic
+    error_type: str
+    error: str  # capped
+
+
+class RunReleased(FactHeader):
+    """An operator released a quarantined run: its timers and inputs are decided again."""
+
+    command_id: str
+    operator: str
+    reason: str
+    quarantined_seq: int
+
+
 FACT_TYPES: tuple[type[FactHeader], ...] = (
     RunSubmitted,
     SegmentAttemptStarted,
@@ -409,6 +429,8 @@ FACT_TYPES: tuple[type[FactHeader], ...] = (
     SleepStarted,
     SleepCompleted,
     RunDefinitionBlocked,
+    RunQuarantined,
+    RunReleased,
 )
 
 
@@ -625,6 +647,14 @@ class CheckpointHandoff(AvroModel):
     signature: str | None = None  # see processor/facts/handoff_signature.py
 
 
+class ReleaseRun(AvroModel):
+    command_id: str
+    run_id: str
+    operator: str = ""
+    reason: str = ""
+    requested_ms: int
+
+
 MESSAGE_TYPES: tuple[type[AvroModel], ...] = (
     SubmitRun,
     WorkItem,
@@ -639,6 +669,7 @@ MESSAGE_TYPES: tuple[type[AvroModel], ...] = (
     CancelRun,
     ResolveAttempt,
     RedriveRun,
+    ReleaseRun,
     AttemptProgress,
     WorkerAnnouncement,
     StopNotice,

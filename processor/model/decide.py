@@ -387,7 +387,9 @@ def _suspension_problem(result: SegmentResult, spec: PipelineSpec, reached: int,
 def decide_unblock(state: RunState | None, ctx: Context) -> Decision:
     """Dispatch the waiting attempt of a ``definition_blocked`` run if a live worker now
     loads its version (the engine asks when the fleet of workers changed)."""
-    if state is None or state.terminal or waits.of(state) is not waits.DEFINITION_BLOCKED:
+    if state is None or state.terminal or state.quarantine is not None:
+        return Decision()
+    if waits.of(state) is not waits.DEFINITION_BLOCKED:
         return Decision()
     spec = ctx.catalog.get(state.pipeline, state.pipeline_version)
     live = ctx.live_versions
@@ -418,8 +420,8 @@ def decide_unblock(state: RunState | None, ctx: Context) -> Decision:
 def decide_timer(timer: TimerFired, state: RunState | None, ctx: Context) -> Decision:
     """Turn a due row into facts, if the run still waits on it; otherwise do nothing."""
     entry = timer.entry
-    if state is None or state.terminal:
-        return Decision()
+    if state is None or state.terminal or state.quarantine is not None:
+        return Decision()  # a quarantined run arms no timer: a row left behind is stale
     spec = ctx.catalog.get(state.pipeline, state.pipeline_version)
     if spec is None:
         return Decision()  # kept due: it fires again once the pipeline version is loaded

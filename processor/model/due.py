@@ -16,8 +16,8 @@ __all__ = ["ATTEMPT_TIMERS", "DueEntry", "TimerKind", "due_entries"]
 
 
 def due_entries(state: RunState | None) -> frozenset[DueEntry]:
-    """Every timer the run currently waits on (none once terminal)."""
-    if state is None or state.terminal:
+    """Every timer the run currently waits on (none once terminal, none in quarantine)."""
+    if state is None or state.terminal or state.quarantine is not None:
         return frozenset()
     deadline: frozenset[DueEntry] = frozenset()
     if state.deadline_ms is not None and state.stop.reason is None:

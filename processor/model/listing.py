@@ -25,7 +25,9 @@ __all__ = [
     "waiting_targets",
 ]
 
-IndexKind = Literal["status", "pipeline_status", "waiting", "waiting_pipeline", "blocked"]
+IndexKind = Literal[
+    "status", "pipeline_status", "waiting", "waiting_pipeline", "blocked", "quarantined"
+]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -33,8 +35,9 @@ class IndexEntry:
     """One row of the runs index.
 
     ``parts`` are what the kind lists by, in key order: (status,), (pipeline, status),
-    (target,), (target, pipeline), or (pipeline, version) of a ``definition_blocked``
-    run (``blocked_parts``: the processor wakes these when a worker loads the version).
+    (target,), (target, pipeline), () of a quarantined run, or (pipeline, version) of a
+    ``definition_blocked`` run (``blocked_parts``: the processor wakes these when a
+    worker loads the version).
     """
 
     kind: IndexKind
@@ -74,6 +77,8 @@ def index_entries(state: RunState | None) -> frozenset[IndexEntry]:
         rows.append(
             IndexEntry("blocked", blocked_parts(pipeline, state.pipeline_version), at, run_id)
         )
+    if state.quarantine is not None:
+        rows.append(IndexEntry("quarantined", (), at, run_id))
     return frozenset(rows)
 
 

@@ -31,7 +31,9 @@ from processor.facts.models import (
     RetryScheduled,
     RunDefinitionBlocked,
     RunFailed,
+    RunQuarantined,
     RunRedriven,
+    RunReleased,
     RunStopped,
     RunStopRequested,
     RunSubmitted,
@@ -60,6 +62,7 @@ from processor.model.state import (
     InteractionChanges,
     Phase,
     Publication,
+    Quarantine,
     RecordedResolution,
     RunChanges,
     RunState,
@@ -643,3 +646,23 @@ def _(fact: RunRedriven, state: RunState) -> RunChanges:
         "interactions": {k: i for k, i in state.interactions.items() if i.status != "open"},
         "redrives": {**state.redrives, fact.command_id: recorded},
     }
+
+
+@_changes.register
+def _(fact: RunQuarantined, state: RunState) -> RunChanges:
+    # Only the mark: the run keeps its phase and wait, so a release resumes it as it was.
+    quarantine = Quarantine.assemble(
+        {
+            "seq": fact.seq,
+            "source": fact.source,
+            "error_type": fact.error_type,
+            "error": fact.error,
+            "since_ms": fact.time_ms,
+        },
+    )
+    return {"quarantine": quarantine}
+
+
+@_changes.register
+def _(fact: RunReleased, state: RunState) -> RunChanges:
+    return {"quarantine": None}

@@ -36,6 +36,8 @@ __all__ = [
     "Phase",
     "Publication",
     "PublicationChanges",
+    "Quarantine",
+    "QuarantineChanges",
     "RecordedResolution",
     "RecordedResolutionChanges",
     "RunChanges",
@@ -333,6 +335,28 @@ class Compensation(BaseModel, Evolvable[CompensationChanges]):
     heartbeat_due_ms: int | None = None  # lost without a heartbeat by then
 
 
+class QuarantineChanges(TypedDict, total=False):
+    """A change to ``Quarantine``: any of its fields, with their types."""
+
+    seq: int
+    source: str
+    error_type: str
+    error: str
+    since_ms: int
+
+
+class Quarantine(BaseModel, Evolvable[QuarantineChanges]):
+    """What a run is quarantined for: a decision about it raised (``model/quarantine.py``)."""
+
+    model_config = _CONFIG
+
+    seq: int  # of its RunQuarantined fact
+    source: str  # timer:<kind>, wake, or the input's topic
+    error_type: str
+    error: str
+    since_ms: int
+
+
 class RunChanges(TypedDict, total=False):
     """A change to ``RunState``, what a reducer returns: any of its fields, with their types."""
 
@@ -372,6 +396,7 @@ class RunChanges(TypedDict, total=False):
     redrives: dict[str, RecordedResolution]
     traceparent: str | None
     infrastructure_losses: int
+    quarantine: Quarantine | None
 
 
 class RunState(BaseModel, Evolvable[RunChanges]):
@@ -421,6 +446,8 @@ class RunState(BaseModel, Evolvable[RunChanges]):
     traceparent: str | None = None  # W3C trace context given at submit: the run's trace
     # Attempts lost to the infrastructure (not charged to any step's retry budget).
     infrastructure_losses: int = 0
+    # Set while the run is quarantined: no timer, every input but ReleaseRun refused.
+    quarantine: Quarantine | None = None
 
     @property
     def terminal(self) -> bool:

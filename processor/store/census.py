@@ -1,5 +1,6 @@
 """The metrics census of a partition: runs waiting at a boundary by target, runs
-whose attempt's outcome is Unknown, and runs blocked on a pipeline version.
+whose attempt's outcome is Unknown, runs blocked on a pipeline version, and runs in
+quarantine (their ids: /readyz lists them).
 
 ``RunCensus`` is counted once from the store's runs index when the partition is
 assigned (bounded: ``count_from``) and then kept by the live loop's flushes, which
@@ -20,7 +21,14 @@ from processor.store import keys
 from processor.store.rocks import PartitionStore
 from processor.store.run_row import state_of
 
-__all__ = ["CENSUS_CAP", "RunCensus", "blocked_runs", "unknown_attempts", "waiting_by_target"]
+__all__ = [
+    "CENSUS_CAP",
+    "RunCensus",
+    "blocked_runs",
+    "quarantined_runs",
+    "unknown_attempts",
+    "waiting_by_target",
+]
 
 #: Index rows the first count walks at most per partition for each count (README).
 CENSUS_CAP = 100_000
@@ -40,17 +48,22 @@ class RunCensus:
         waiting: Counter[str] | None = None,
         unknown: int = 0,
         blocked: Counter[tuple[str, int]] | None = None,
+        quarantined: set[str] | None = None,
     ) -> None:
         self._lock = threading.Lock()
         self._waiting: Counter[str] = Counter() if waiting is None else waiting
         self._unknown = unknown
         self._blocked: Counter[tuple[str, int]] = Counter() if blocked is None else blocked
+        self._quarantined: set[str] = set() if quarantined is None else quarantined
 
     @classmethod
     def count_from(cls, store: PartitionStore, cap: int = CENSUS_CAP) -> RunCensus:
         """The counts over the store's index, at most ``cap`` rows of each listing."""
         blocked = Counter((pipeline, version) for pipeline, version, _ in blocked_runs(store, cap))
-        return cls(waiting_by_target(store, cap), unknown_attempts(store, cap), blocked)
+        quarantined = set(quarantined_runs(store, cap))
+        return cls(
+            waiting_by_target(store, cap), unknown_attempts(store, cap), blocked, quarantined
+        )
 
     def change(self, before: RunState | None, after: RunState | None) -> None:
         """Account one run written with the state ``after`` over ``before``."""
@@ -58,9 +71,12 @@ class RunCensus:
         entered = waiting_targets(after) if after is not None else ()
         unknown = is_unknown(after) - is_unknown(before)
         unblocked, blocked = _blocked_on(before), _blocked_on(after)
-        if left == entered and not unknown and unblocked == blocked:
+        held = _quarantined(after) - _quarantined(before)
+        if left == entered and not unknown and unblocked == blocked and not held:
             return
         with self._lock:
+            if held and after is not None:
+                (self._quarantined.add if held > 0 else self._quarantined.discard)(after.run_id)
             self._waiting.subtract(left)
             self._waiting.update(entered)
             self._unknown += unknown
@@ -77,6 +93,15 @@ class RunCensus:
         """Runs in phase ``definition_blocked`` by (pipeline, version)."""
         with self._lock:
             return {version: n for version, n in self._blocked.items() if n > 0}
+
+    def quarantined(self) -> list[str]:
+        """The ids of the partition's runs in quarantine, sorted."""
+        with self._lock:
+            return sorted(self._quarantined)
+
+
+def _quarantined(state: RunState | None) -> int:
+    return int(state is not None and state.quarantine is not None)
 
 
 def _blocked_on(state: RunState | None) -> tuple[tuple[str, int], ...]:
@@ -118,6 +143,17 @@ def _unknown_in(store: PartitionStore, run_ids: list[str]) -> int:
     # every quote inside a string value, so a row without this text is not unknown.
     rows = [raw for raw in store.raw_runs(run_ids) if raw is not None and _UNKNOWN_TEXT in raw]
     return sum(is_unknown(state_of(raw)) for raw in rows)
+
+
+def quarantined_runs(store: PartitionStore, cap: int) -> list[str]:
+    """The ids of the store's quarantined runs, newest first, at most ``cap``."""
+    prefix = keys.index_prefix("quarantined", ())
+    found = []
+    for seen, key in enumerate(store.keys_from(_FAMILY, prefix, prefix)):
+        if seen >= cap:
+            break
+        found.append(keys.index_tail(key[len(prefix) :])[1])
+    return found
 
 
 def blocked_runs(

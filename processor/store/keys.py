@@ -49,6 +49,7 @@ _INDEX_KINDS: dict[IndexKind, int] = {
     "waiting": 3,
     "waiting_pipeline": 4,
     "blocked": 5,
+    "quarantined": 6,
 }
 _U64_MAX = 2**64 - 1
 

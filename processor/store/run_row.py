@@ -21,6 +21,7 @@ from processor.model.state import (
     Interaction,
     Phase,
     Publication,
+    Quarantine,
     RecordedResolution,
     RunState,
     RunStatus,
@@ -109,6 +110,9 @@ class RunRow(BaseModel):
     infrastructure_losses: int = 0
     compensation_worker: str | None = None  # the worker that reported the compensator started
     compensation_heartbeat_due_ms: int | None = None
+    # Not in native/src/state.rs either: the compiled fold declines a quarantined run's
+    # batches (its row and its RunQuarantined), Python folds them (store/native_fold.py).
+    quarantine: Quarantine | None = None
 
 
 #: Each part of RunState: its model and (row field, part field) of each of its fields.

@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
 __all__ = [
+    "DECISIONS_QUARANTINED",
     "PROGRESS_REFUSED",
+    "QUARANTINE_FAILED",
     "REGISTRY",
     "REJECTED",
     "RESTORE_FACTS",
@@ -111,6 +113,17 @@ PROGRESS_REFUSED = Counter(
     "processor_progress_refused",
     "Attempt progress reports (started, heartbeat) refused as late or repeated, by reason",
     ["reason"],
+    registry=REGISTRY,
+)
+DECISIONS_QUARANTINED = Counter(
+    "processor_decisions_quarantined",
+    "Decisions that raised and quarantined their run, by source (timer, wake, input, restore)",
+    ["source"],
+    registry=REGISTRY,
+)
+QUARANTINE_FAILED = Counter(
+    "processor_quarantine_failures",
+    "Quarantines that raised too (the fold is broken): the run is skipped until a restart",
     registry=REGISTRY,
 )
 TIMERS_FIRED = Counter(

@@ -82,7 +82,9 @@ def _health_router(context: WebContext) -> APIRouter:
     def readyz() -> JSONResponse:
         state = context.readiness()
         if state.ready:
-            return JSONResponse({"ready": True, "partitions": state.partitions})
+            ready = {"ready": True, "partitions": state.partitions}
+            held = {"quarantined": state.quarantined, "skipped": state.skipped}
+            return JSONResponse(ready | held)
         return JSONResponse({"ready": False, "reason": state.reason}, 503)
 
     @router.get("/metrics", summary="Prometheus metrics (text format)", response_class=Response)

@@ -88,9 +88,9 @@ class LoopCollector(Collector):
 
 
 class CensusCollector(Collector):
-    """Runs waiting at a boundary by target, open Unknown attempts and runs blocked on a
-    pipeline version, from the counts the loop keeps for its partitions
-    (``store/census.py``): a scrape reads no store."""
+    """Runs waiting at a boundary by target, open Unknown attempts, runs blocked on a
+    pipeline version and runs in quarantine (or skipped), from the counts the loop keeps
+    for its partitions (``store/census.py``): a scrape reads no store."""
 
     def __init__(self, current: Callable[[], ProcessorLoop | None]) -> None:
         self._current = current
@@ -110,21 +110,30 @@ class CensusCollector(Collector):
             "Runs waiting for a live worker that loads their pinned version, by version",
             labels=["pipeline", "version"],
         )
+        held = GaugeMetricFamily(
+            "processor_runs_quarantined",
+            "Runs in quarantine: a decision about them raised (processor release); "
+            "skipped: not even their quarantine could be recorded (until a restart)",
+            labels=["state"],
+        )
         targets: Counter[str] = Counter()
         versions: Counter[tuple[str, int]] = Counter()
-        open_unknown = 0
+        open_unknown = quarantined = 0
         loop = self._current()
         for census in [] if loop is None else list(loop.census.values()):
             by_target, count = census.snapshot()
             targets.update(by_target)
             open_unknown += count
             versions.update(census.blocked())
+            quarantined += len(census.quarantined())
         for target, count in sorted(targets.items()):
             waiting.add_metric([target], count)
         unknown.add_metric([], open_unknown)
         for (pipeline, version), count in sorted(versions.items()):
             blocked.add_metric([pipeline, str(version)], count)
-        yield from (waiting, unknown, blocked)
+        held.add_metric(["quarantined"], quarantined)
+        held.add_metric(["skipped"], 0 if loop is None else len(loop.skipped_runs))
+        yield from (waiting, unknown, blocked, held)
 
 
 def processor_collectors(

@@ -1,7 +1,7 @@
-"""The write routes of the JSON API: submit, cancel, redrive, completions.
+"""The write routes of the JSON API: submit, cancel, redrive, release, completions.
 
-Writes go through the same paths as every other producer: a submit, a cancel or
-a redrive is a command on runs.commands (``Client``); a completion is produced to
+Writes go through the same paths as every other producer: a submit, a cancel, a
+redrive or a release is a command on runs.commands (``Client``); a completion is produced to
 boundary.completions (``Client.complete``) and the processor's admission stage
 decides on it like on any external system's: a forged one ends in
 admission.rejected. With ``wait_s`` the answer says what admission decided.
@@ -28,6 +28,7 @@ from processor.web.models import (
     CompletionBody,
     ErrorBody,
     RedriveBody,
+    ReleaseBody,
     SubmitAnswer,
     SubmitBody,
 )
@@ -118,6 +119,20 @@ def command_routes(router: APIRouter, context: WebContext, writer: Any) -> None:
         from_step = body.from_step if body is not None else None
         with context.client() as client:
             reply = client.redrive(run_id, from_step, operator="http", wait_s=COMMAND_WAIT_S)
+        return command_answer(run_id, reply)
+
+    @router.post(
+        "/runs/{run_id}/release",
+        summary="Release a quarantined run (a decision about it raised): its timers fire again",
+        status_code=202,
+        response_model=CommandAnswer,
+        responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody}},
+        dependencies=[writer],
+    )
+    def release(run_id: str, body: ReleaseBody | None = None) -> dict[str, Any]:
+        reason = body.reason if body is not None else ""
+        with context.client() as client:
+            reply = client.release(run_id, operator="http", reason=reason, wait_s=COMMAND_WAIT_S)
         return command_answer(run_id, reply)
 
     @router.post(

@@ -28,6 +28,10 @@ class Readiness:
     ready: bool
     partitions: list[int] = field(default_factory=list)
     reason: str = ""
+    # Runs in quarantine, and runs skipped (not even their quarantine recorded): reported,
+    # never a reason to be not ready (the partitions are served; an operator acts).
+    quarantined: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
 
 
 class ClientPool:

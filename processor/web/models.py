@@ -17,6 +17,7 @@ __all__ = [
     "History",
     "Ready",
     "RedriveBody",
+    "ReleaseBody",
     "Requests",
     "RunList",
     "RunStatus",
@@ -44,6 +45,8 @@ class Ready(BaseModel):
     ready: bool
     partitions: list[int] = []
     reason: str | None = None
+    quarantined: list[str] = []  # run ids (at most 100): processor release
+    skipped: list[str] = []  # run ids whose quarantine itself raised
 
 
 class SubmitBody(BaseModel):
@@ -70,6 +73,12 @@ class SubmitAnswer(BaseModel):
 
 
 class CancelBody(BaseModel):
+    model_config = _STRICT
+
+    reason: str = ""
+
+
+class ReleaseBody(BaseModel):
     model_config = _STRICT
 
     reason: str = ""

@@ -22,6 +22,10 @@ from processor.web.server import HttpServer
 __all__ = ["ProcessorWeb", "WorkerWeb", "host_partitions", "host_readiness"]
 
 
+#: Run ids /readyz lists at most of each (the metrics count them all).
+_SHOWN = 100
+
+
 def host_readiness(host: Host) -> Readiness:
     """Ready once the host's loop owns partitions and none is being restored."""
     loop = host.loop
@@ -35,7 +39,11 @@ def host_readiness(host: Host) -> Readiness:
     owned = loop.owned_partitions
     if not owned:
         return Readiness(False, reason="no partitions assigned yet")
-    return Readiness(True, owned)
+    quarantined = sorted(
+        run for census in list(loop.census.values()) for run in census.quarantined()
+    )
+    skipped = sorted(loop.skipped_runs)
+    return Readiness(True, owned, quarantined=quarantined[:_SHOWN], skipped=skipped[:_SHOWN])
 
 
 def host_partitions(host: Host) -> list[int]:

@@ -268,3 +268,50 @@ def _blocked_gauge(h: LoopHarness) -> dict[tuple[str, ...], float]:
             store.close()
     assert recounted == gauge
     return gauge
+
+
+def test_a_wake_up_decision_that_raises_quarantines_its_run_the_others_go_on(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 30 item 5: a bug in the fleet wake-up of one blocked run quarantines it
+    (source ``wake``); the other blocked run is dispatched; a release wakes it."""
+    from processor.clients.client import Client
+    from processor.engine import loop as loop_module
+    from processor.facts.models import RunQuarantined
+    from processor.model.decide import decide_unblock
+
+    d = deployment
+    h = d.start(1, 2, 3)
+    Worker("old", 1, 2).announce(h)
+    d.warm_up()
+    victim, other = h.submit("greet", {"who": "victim"}), h.submit("greet", {"who": "other"})
+    for run_id in (victim, other):
+        d.until(run_id, lambda s: s.phase == "definition_blocked", f"{run_id} blocked")
+
+    def broken(state: RunState | None, ctx: object) -> object:
+        if state is not None and state.run_id == victim:
+            raise RuntimeError("wake bug")
+        return decide_unblock(state, ctx)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loop_module, "decide_unblock", broken)
+    v3_worker = Worker("v3", 1, 2, 3)
+    v3_worker.announce(h)
+    v3_worker.run(h, d.work(other))
+    assert _result(d.until(other, lambda s: s.terminal, "other done")) == {"who": "other", "ran": 3}
+    held = d.until(victim, lambda s: s.quarantine is not None, "victim quarantined")
+    assert held.quarantine is not None and held.quarantine.source == "wake"
+    assert [f.error for f in h.facts(victim) if isinstance(f, RunQuarantined)] == ["wake bug"]
+    assert d.no_work(victim) and held.phase == "definition_blocked"
+
+    monkeypatch.undo()
+    deployment_ = h.deployment
+    client = Client(deployment_.transport, deployment_.topology, deployment_.settings.state_dir)
+    try:
+        client.release(victim, wait_s=0)  # the reply is not awaited: the loop is ours to drive
+    finally:
+        client.close()
+    v3_worker.run(h, d.work(victim))  # released: woken and dispatched
+    assert _result(d.until(victim, lambda s: s.terminal, "victim done")) == {
+        "who": "victim",
+        "ran": 3,
+    }

@@ -48,6 +48,7 @@ from processor.facts.models import (
     CancelRun,
     CheckpointHandoff,
     RedriveRun,
+    ReleaseRun,
     ResolveAttempt,
     SegmentResult,
     SubmitRun,
@@ -250,12 +251,12 @@ class _Topic:
 
 
 class _Commands(_Topic):
-    carries = (SubmitRun, CancelRun, ResolveAttempt, RedriveRun)
+    carries = (SubmitRun, CancelRun, ResolveAttempt, RedriveRun, ReleaseRun)
 
     def message(self) -> _Message:
         rng = self.rng
         run_id = rng.choice([*self.world.finished_runs[:1], _run_id(rng), _run_id(rng)])
-        kind = rng.randrange(6)
+        kind = rng.randrange(7)
         if kind == 0:  # a run of a pipeline nobody defines
             return self._submit(rng, f"fz-{rng.getrandbits(32):x}", _input(rng))
         if kind == 1:  # a known pipeline, an input that is not JSON
@@ -271,7 +272,7 @@ class _Commands(_Topic):
                 rng, "steps3", b'{"n": 1}', submitted_ms=1_800_000_000_000, **deadline
             )
             return replace(message, flippable=False)  # deadline_ms -1 flips to 0: a run
-        model = (CancelRun, ResolveAttempt, RedriveRun)[kind - 3]
+        model = (CancelRun, ResolveAttempt, RedriveRun, ReleaseRun)[kind - 3]
         return _Message(random_record(rng, model, run_id=run_id), run_id, True)
 
     def _submit(

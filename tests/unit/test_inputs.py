@@ -30,6 +30,7 @@ from processor.facts.models import (
     ClaimReply,
     LoadedPipeline,
     RedriveRun,
+    ReleaseRun,
     ResolveAttempt,
     SegmentResult,
     SubmitRun,
@@ -44,6 +45,7 @@ from processor.model.decide import (
     decide_result,
     decide_submit,
 )
+from processor.model.quarantine import decide_release
 from processor.telemetry.metrics import REGISTRY
 from processor.transport.base import Record
 from tests.unit.test_progress import Run
@@ -83,6 +85,7 @@ def test_every_run_addressed_input_topic_has_its_entry() -> None:
         (TopicName.COMMANDS, CancelRun, decide_cancel),
         (TopicName.COMMANDS, ResolveAttempt, decide_resolve),
         (TopicName.COMMANDS, RedriveRun, decide_redrive),
+        (TopicName.COMMANDS, ReleaseRun, decide_release),
         (TopicName.RESULTS, SegmentResult, decide_result),
         (TopicName.RESULTS, AttemptProgress, decide_report),
         (TopicName.COMPLETIONS, Arrival, admit),

@@ -45,7 +45,9 @@ from processor.facts.models import (
     RetryScheduled,
     RunDefinitionBlocked,
     RunFailed,
+    RunQuarantined,
     RunRedriven,
+    RunReleased,
     RunStopped,
     RunStopRequested,
     RunSubmitted,
@@ -72,7 +74,7 @@ from processor.transport.embedded import EmbeddedTransport
 from tests.unit.test_reduce_laws import Event, events, simulate
 
 #: Fact types the compiled fold does not cover (yet): a batch holding one is folded in Python.
-PYTHON_ONLY = frozenset({RunRedriven})
+PYTHON_ONLY = frozenset({RunRedriven, RunQuarantined, RunReleased})
 
 TOPIC = "runs.facts"
 FACTS = TopicPartition(TOPIC, 0)
@@ -957,3 +959,50 @@ def test_a_build_that_writes_other_row_fields_is_not_used(monkeypatch: pytest.Mo
     older = types.SimpleNamespace(FAMILIES=real.FAMILIES, ROW_FIELDS=real.ROW_FIELDS[:-1])
     monkeypatch.setattr(importlib, "import_module", lambda name: older)
     assert native_fold._extension() is None
+
+
+def _quarantined_run() -> list[FactHeader]:
+    """A run quarantined while dispatched (no timer, a 'quarantined' index row), then
+    released (its timer back) and succeeded."""
+    r = _Header("run-quarantined")
+    started = {"attempt": 1, "first_step": 0}
+    return [
+        RunSubmitted(
+            **r("submitted"), pipeline="p", pipeline_version=1, input=b"{}", submitted_ms=900
+        ),
+        SegmentAttemptStarted(**r("a1"), segment=1, generation=1, expires_ms=5_000, **started),
+        RunQuarantined(
+            **r("quarantined/3"), source="timer:attempt_timeout", error_type="E", error="x"
+        ),
+        RunReleased(
+            **r("quarantined/3/released"),
+            command_id="cmd-1",
+            operator="op",
+            reason="fixed",
+            quarantined_seq=3,
+        ),
+        StepCompleted(**r("s0"), segment=1, attempt=1, generation=1, step=0, output=b"o0"),
+        SegmentCompleted(**r("c1"), segment=1, attempt=1, generation=1, last_step=0),
+        RunSucceeded(**r("terminal"), result=b"o0"),
+    ]
+
+
+@requires_native
+@pytest.mark.parametrize("batch_size", [1, 2, 4])
+def test_a_quarantined_run_is_folded_in_python_to_the_same_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch_size: int
+) -> None:
+    """RunQuarantined and RunReleased are not in the compiled fold, nor is a quarantined
+    run's row: those batches are folded in Python, to the rows the Python fold writes
+    (a stop after the quarantine too: its due rows gone, its index row there)."""
+    quarantined, others = _quarantined_run(), _every_fact_type()
+    for cut in (3, len(quarantined)):
+        values = [encode(fact) for fact in quarantined[:cut] + others]
+        transport = _log(tmp_path / str(cut), values)
+        expected = _reference(transport, tmp_path / str(cut) / "python", batch_size)
+        stored = json.loads(dict(expected["runs"])[keys.run_key("run-quarantined")])
+        assert ("quarantine" in stored) == (cut == 3)
+        counting = _Counting(monkeypatch)
+        native = _catch_up(transport, tmp_path / str(cut) / "native", [(10**9, True)], batch_size)
+        assert native == expected
+        assert counting.declined >= 1 and counting.folded > 0

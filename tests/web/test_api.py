@@ -32,7 +32,12 @@ def test_health_ready_metrics_and_openapi(served: Served) -> None:
     assert anyone.get("/healthz").json() == {"status": "ok"}
     ready = anyone.get("/readyz")
     assert ready.status_code == 200
-    assert ready.json() == {"ready": True, "partitions": [0, 1, 2, 3]}
+    assert ready.json() == {
+        "ready": True,
+        "partitions": [0, 1, 2, 3],
+        "quarantined": [],
+        "skipped": [],
+    }
     scraped = anyone.get("/metrics")
     assert scraped.headers["content-type"].startswith("text/plain")
     assert "processor_partitions_owned 4.0" in scraped.text
@@ -44,6 +49,7 @@ def test_health_ready_metrics_and_openapi(served: Served) -> None:
         ("get", "/api/runs/{run_id}/history"),
         ("post", "/api/runs/{run_id}/cancel"),
         ("post", "/api/runs/{run_id}/redrive"),
+        ("post", "/api/runs/{run_id}/release"),
         ("get", "/api/requests"),
         ("post", "/api/completions"),
         ("get", "/api/completions/{run_id}/{idempotency_key}"),
@@ -282,6 +288,19 @@ def test_redrive_a_failed_run_and_refusals(served: Served) -> None:
     _error(http.post("/api/runs/no-such-run/redrive", json={}), 404, "unknown_run")
     _error(http.post(f"/api/runs/{failed}/redrive", json={"from_step": -1}), 422, "invalid_request")
     _error(served.http(token=None).post(f"/api/runs/{failed}/redrive"), 401, "unauthorized")
+
+
+def test_release_refusals(served: Served) -> None:
+    """A release of a run not in quarantine is refused (the release itself is tested
+    with a planted bug: tests/control/test_quarantine.py)."""
+    http = served.http()
+    running = submit(http, "orders", {"order_id": "rl-1", "amount": 1})["run_id"]
+    wait_until(lambda: http.get(f"/api/runs/{running}").status_code == 200, 60, "the run")
+    assert status_of(http, running)["quarantine"] is None
+    _error(http.post(f"/api/runs/{running}/release", json={"reason": "x"}), 409, "not_quarantined")
+    _error(http.post("/api/runs/no-such-run/release"), 404, "unknown_run")
+    _error(http.post(f"/api/runs/{running}/release", json={"what": 1}), 422, "invalid_request")
+    _error(served.http(token=None).post(f"/api/runs/{running}/release"), 401, "unauthorized")
 
 
 def test_history_pages_and_bad_input(served: Served) -> None:

@@ -110,7 +110,12 @@ def test_not_ready_while_a_lost_store_is_restored(
             return found.json() if found.status_code == 200 else {}
 
         shown = wait_until(ready, 120, "ready after the restore")
-        assert shown == {"ready": True, "partitions": [0, 1, 2, 3]}
+        assert shown == {
+            "ready": True,
+            "partitions": [0, 1, 2, 3],
+            "quarantined": [],
+            "skipped": [],
+        }
         assert sample(metrics(http), "processor_partitions_restoring") == 0
         assert sample(metrics(http), "processor_restore_facts_total") > 0
         for run_id in run_ids:  # the rebuilt stores know the runs of before
