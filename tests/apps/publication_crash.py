@@ -12,6 +12,10 @@ chosen instant) at the first batch that performs a terminal publication:
   ``RunSucceeded`` is committed, RocksDB has not applied it (before step 3);
 - ``after_apply``: the batch is committed and applied (after step 3).
 
+``pause_before_publish`` instead stops the process (SIGSTOP to itself, heartbeats
+and all) once it has decided a publication and before it performs it: a test
+resumes it with SIGCONT after another instance took its partitions over (a zombie).
+
 The hook lives here, not in ``processor/``: only a process started with this test app
 can trip it, so production has no crash point to set by mistake.
 """
@@ -19,18 +23,20 @@ can trip it, so production has no crash point to set by mistake.
 from __future__ import annotations
 
 import os
+import signal
 from typing import Any
 
 from processor.engine.loop import ProcessorLoop
 from processor.model.pipeline_spec import RetryPolicy
 from processor.worker.pipeline import Application, Pipeline
 
-__all__ = ["CRASH_EXIT", "CRASH_POINTS", "app", "published_topic"]
+__all__ = ["CRASH_EXIT", "CRASH_POINTS", "PAUSE_POINT", "app", "published_topic"]
 
 CRASH_EXIT = 86
 CRASH_POINTS = ("after_publish", "before_apply", "after_apply")
+PAUSE_POINT = "pause_before_publish"
 _POINT = os.environ.get("TEST_CRASH_POINT", "")
-assert _POINT in ("", *CRASH_POINTS), f"unknown TEST_CRASH_POINT {_POINT!r}"
+assert _POINT in ("", PAUSE_POINT, *CRASH_POINTS), f"unknown TEST_CRASH_POINT {_POINT!r}"
 
 
 def published_topic() -> str:
@@ -59,6 +65,8 @@ def _install() -> None:
     published: list[bool] = []  # set once a batch performed a publication
 
     def crashing_perform(loop: ProcessorLoop, effects: list[Any]) -> None:
+        if effects and _POINT == PAUSE_POINT and not published:
+            os.kill(os.getpid(), signal.SIGSTOP)
         perform(loop, effects)
         if effects:
             published.append(True)
