@@ -4,16 +4,17 @@
 ``test.published``; a test on a shared broker names its own).
 ``processor run --app tests.apps.publication_crash:app`` with ``TEST_CRASH_POINT`` set
 dies with ``os._exit(CRASH_EXIT)`` (no handler, no flush, no cleanup: kill -9 at a
-chosen instant) at the first batch that performs a terminal publication:
+chosen instant) at the first batch that produces a terminal publication:
 
-- ``after_publish``: the publication was produced and flushed (the loop's step 0),
-  its ``TerminalPublicationCompleted`` was not committed (before step 1);
+- ``after_publish``: the publication was produced into the open transaction with
+  its ``TerminalPublicationCompleted`` (flushed to the broker on Kafka), and the
+  transaction was not committed (before the loop's step 2);
 - ``before_apply``: the transaction with ``TerminalPublicationCompleted`` and
   ``RunSucceeded`` is committed, RocksDB has not applied it (before step 3);
 - ``after_apply``: the batch is committed and applied (after step 3).
 
 ``pause_before_publish`` instead stops the process (SIGSTOP to itself, heartbeats
-and all) once it has decided a publication and before it performs it: a test
+and all) once it has decided a publication and before it produces it: a test
 resumes it with SIGCONT after another instance took its partitions over (a zombie).
 
 The hook lives here, not in ``processor/``: only a process started with this test app
@@ -61,15 +62,18 @@ def _die(point: str) -> None:
 
 
 def _install() -> None:
-    perform, flush = ProcessorLoop._perform, ProcessorLoop._flush
-    published: list[bool] = []  # set once a batch performed a publication
+    produce, flush = ProcessorLoop._produce, ProcessorLoop._flush
+    published: list[bool] = []  # set once a batch produced a publication
 
-    def crashing_perform(loop: ProcessorLoop, effects: list[Any]) -> None:
-        if effects and _POINT == PAUSE_POINT and not published:
+    def crashing_produce(loop: ProcessorLoop, session: Any, batch: Any) -> None:
+        if batch.effects and _POINT == PAUSE_POINT and not published:
             os.kill(os.getpid(), signal.SIGSTOP)
-        perform(loop, effects)
-        if effects:
+        produce(loop, session, batch)
+        if batch.effects:
             published.append(True)
+            producer = getattr(session, "_producer", None)  # Kafka: reach the broker
+            if _POINT == "after_publish" and producer is not None:
+                producer.flush(30)
             _die("after_publish")
 
     def crashing_flush(loop: ProcessorLoop, produced: list[Any]) -> dict[int, int]:
@@ -80,7 +84,7 @@ def _install() -> None:
             _die("after_apply")
         return ends
 
-    ProcessorLoop._perform = crashing_perform  # type: ignore[method-assign,assignment]
+    ProcessorLoop._produce = crashing_produce  # type: ignore[method-assign,assignment]
     ProcessorLoop._flush = crashing_flush  # type: ignore[method-assign,assignment]
 
 

@@ -1,19 +1,21 @@
 """The terminal publication barrier under kill -9, on the embedded log and on Kafka.
 
 A ``publisher`` run (``output_topic``) ends with ``TerminalPublicationPrepared``,
-then the loop publishes the result (its step 0, a plain producer outside the
-transaction, flushed), then commits ``TerminalPublicationCompleted`` and
+then the loop produces the publication, ``TerminalPublicationCompleted`` and
 ``RunSucceeded`` in one transaction. A real ``processor run`` dies with
 ``os._exit`` (tests/apps/publication_crash.py) at one point of that path and is
 restarted, then stopped, replayed with ``--verify`` and started once more:
 
-- killed after the publish, before the commit: the restart publishes again with the
-  same idempotency key, so a consumer of the output topic sees two identical copies
-  (at-least-once with one key, on both transports: the publication is not part of
-  the Kafka transaction, so read_committed does not drop the first copy);
-  ``TerminalPublicationCompleted`` and the outcome on runs.results are there once;
+- killed after the publication was produced (and flushed to the broker on Kafka),
+  before the commit: the transaction never commits (the embedded log rolls it back;
+  Kafka aborts it when the restarted instance fences it), so a read_committed
+  consumer never sees that copy; the restart publishes again with the same
+  idempotency key and the output topic holds exactly one record of the run;
 - killed once the commit is done (before or after RocksDB applied it): never
   published again, whatever restarts and replays follow.
+
+Each time ``TerminalPublicationCompleted``, ``RunSucceeded`` and the outcome on
+runs.results are there once.
 """
 
 from __future__ import annotations
@@ -67,6 +69,33 @@ def _published(deployment: Deployment, run_id: str) -> list[Record]:
     return _keyed(deployment, _published_topic(deployment), run_id)
 
 
+def _uncommitted(deployment: Deployment, run_id: str) -> int:
+    """How many records of the run a read_uncommitted Kafka consumer of the output
+    topic reads (aborted ones included)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": str(deployment.settings.broker).removeprefix("kafka://"),
+            "group.id": f"uncommitted-{run_id}",
+            "isolation.level": "read_uncommitted",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        topic, seen = _published_topic(deployment), 0
+        partitions = range(deployment.topology.partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        # Until the topic stays quiet (transaction markers take offsets, so the high
+        # watermark is no stopping point); the copies were flushed before the kill.
+        while (message := consumer.poll(3)) is not None:
+            if message.error() is None:
+                seen += message.key() == run_id.encode()
+        return seen
+    finally:
+        consumer.close()
+
+
 def _outcomes(deployment: Deployment, run_id: str) -> list[Record]:
     return _keyed(deployment, deployment.topology.name(TopicName.OUTCOMES), run_id)
 
@@ -96,14 +125,17 @@ def test_kill_9_around_the_terminal_publication(crash_env: CrashEnv, point: str)
         assert proc.returncode == CRASH_EXIT, process.log_text()[-3000:]
         process.close()
 
-        # What the crash left: the publication is out; its Completed only once committed.
-        assert len(_published(deployment, run_id)) == 1
+        # What the crash left: the publication is visible exactly when its Completed is.
+        committed = 0 if point == "after_publish" else 1
+        assert len(_published(deployment, run_id)) == committed
         facts = client.history(run_id)
         assert _count(facts, TerminalPublicationPrepared) == 1
-        committed = 0 if point == "after_publish" else 1
         assert _count(facts, TerminalPublicationCompleted) == committed
         assert _count(facts, RunSucceeded) == committed
         assert len(_outcomes(deployment, run_id)) == committed
+
+        if crash_env.transport == "kafka":  # the copy is in the log, aborted or not
+            assert _uncommitted(deployment, run_id) == 1
 
         process.extra_env = topic
         process.start()
@@ -123,8 +155,10 @@ def test_kill_9_around_the_terminal_publication(crash_env: CrashEnv, point: str)
         client.close()
 
     published = _published(deployment, run_id)
-    # Redone after a crash before Completed; never again once Completed is committed.
-    assert len(published) == (2 if point == "after_publish" else 1)
+    # Redone after a crash before Completed (the first copy aborted); never again after.
+    assert len(published) == 1
+    if crash_env.transport == "kafka":  # read_uncommitted: the aborted copy too
+        assert _uncommitted(deployment, run_id) == (2 if point == "after_publish" else 1)
     keys = {dict(r.headers)["idempotency-key"] for r in published}
     assert keys == {f"{run_id}/terminal".encode()}
     assert [json.loads(r.value or b"") for r in published] == [{"published": "hello"}] * len(
