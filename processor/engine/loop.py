@@ -4,7 +4,8 @@ Each iteration polls a batch of run-addressed inputs, decides (pure) against the
 staged projections as each input's entry in ``engine/inputs.py`` says, scans due
 timers, then commits once:
 
-1. produce facts and outbound messages inside one log transaction,
+1. produce facts, outbound messages and terminal publications inside one log
+   transaction,
 2. commit it together with the consumed input offsets,
 3. apply the facts to RocksDB in one WriteBatch with the facts offset.
 
@@ -63,7 +64,6 @@ from processor.transport.base import (
     Headers,
     Outbound,
     ProcessorSession,
-    Producer,
     Record,
     TopicPartition,
     Transport,
@@ -148,7 +148,7 @@ class _Batch:
 
     outbound: list[Outbound] = field(default_factory=list)
     consumed: dict[TopicPartition, int] = field(default_factory=dict)
-    effects: list[Outbound] = field(default_factory=list)
+    effects: list[Outbound] = field(default_factory=list)  # terminal publications
     traced: list[Traced] = field(default_factory=list)  # only while spans are on
     finished: list[RunState] = field(default_factory=list)  # runs that became terminal
     tally: metrics.TransactionTally = field(default_factory=metrics.TransactionTally)
@@ -185,7 +185,6 @@ class ProcessorLoop:
         self._partitions = topology.partitions
         self._reader = transport.reader()
         self._session: ProcessorSession | None = None
-        self._effects_producer: Producer | None = None
         self._batch = _Batch()
         # The live workers (not durable) and what they load, as of this round.
         self.fleet = Fleet(config.announce_interval_ms)
@@ -236,9 +235,6 @@ class ProcessorLoop:
             self.close()
 
     def close(self) -> None:
-        if self._effects_producer is not None:
-            self._effects_producer.close()
-            self._effects_producer = None
         if self._session is not None:
             self._session.close()
             self._session = None
@@ -604,14 +600,12 @@ class ProcessorLoop:
         session = self._session
         assert session is not None
         try:
-            # 0. perform external effects (terminal publication) and wait for their
-            #    acknowledgement; if we crash before 2 they are redone with the same key
-            self._perform(batch.effects)
-            # 1. produce facts + outbound messages inside the open transaction
+            # 1. produce facts, outbound messages and terminal publications inside the
+            #    open transaction: a publication is visible (read_committed) exactly when
+            #    its TerminalPublicationCompleted is, and a fenced zombie's is aborted
             began = time.perf_counter()
             session.begin()
-            for record in batch.outbound:
-                session.produce(record)
+            self._produce(session, batch)
             # 2. commit it together with the consumed input offsets
             produced = session.commit(batch.consumed)
         except TransportError as exc:
@@ -662,14 +656,11 @@ class ProcessorLoop:
             self.applied_facts[partition] = end + self._marker
         self.committed_batches += 1
 
-    def _perform(self, effects: list[Outbound]) -> None:
-        if not effects:
-            return
-        if self._effects_producer is None:
-            self._effects_producer = self._transport.producer()
-        for effect in effects:
-            self._effects_producer.produce(effect)
-        self._effects_producer.flush()
+    def _produce(self, session: ProcessorSession, batch: _Batch) -> None:
+        for record in batch.outbound:
+            session.produce(record)
+        for effect in batch.effects:
+            session.produce(effect)
 
     def _abort(self, session: ProcessorSession) -> None:
         for staging in self._stagings.values():
