@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.integration.test_cli_quarantine import APP, quarantine_scenario
 from tests.kafka.support import KafkaSpace
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
 def test_a_raising_timer_decision_quarantines_the_run_not_the_processor(
