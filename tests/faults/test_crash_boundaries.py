@@ -124,7 +124,9 @@ def test_kill_9_while_awaits_are_answered_admits_each_interaction_once(
                 processor_process.wait_running()
                 when = "at start"
             else:
-                target = follow() + rng.randint(1, 400)
+                # Within the round's own work (about five facts a run), so that the
+                # kill lands while its runs are in flight however fast they end.
+                target = follow() + rng.randint(1, 2 * per_round)
                 wait_until(lambda t=target: follow() >= t, 90, f"{target} facts", 0.01)
                 when = f"at {target} facts"
             follow()
