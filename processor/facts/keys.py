@@ -83,6 +83,29 @@ def step_completed(step: int) -> str:
     return f"step/{step}/completed"
 
 
+def node_ready(step: int) -> str:
+    return f"node/{step}/ready"
+
+
+def node_skipped(step: int) -> str:
+    return f"node/{step}/skipped"
+
+
+def node_settled(step: int) -> str:
+    return f"node/{step}/settled"
+
+
+def route_decided(step: int) -> str:
+    return f"node/{step}/routes"
+
+
+def catch_decided(step: int) -> str:
+    return f"node/{step}/caught"
+
+
+GRAPH_SETTLED = "graph/settled"
+
+
 def segment_completed(segment: int) -> str:
     return f"segment/{segment}/completed"
 

@@ -28,6 +28,7 @@ __all__ = [
     "BoundaryInteractionDispatched",
     "BoundaryRequest",
     "CancelRun",
+    "CatchDecided",
     "CheckpointHandoff",
     "ClaimReply",
     "CommandReply",
@@ -39,13 +40,18 @@ __all__ = [
     "ContinuationSegmentCreated",
     "DeadLetter",
     "FactHeader",
+    "GraphSettled",
     "InteractionTimedOut",
     "LoadedPipeline",
+    "NodeReady",
+    "NodeSettled",
+    "NodeSkipped",
     "RedriveRun",
     "Rejected",
     "ReleaseRun",
     "ResolveAttempt",
     "RetryScheduled",
+    "RouteDecided",
     "RunDefinitionBlocked",
     "RunFailed",
     "RunOutcome",
@@ -396,6 +402,53 @@ class RunReleased(FactHeader):
     quarantined_seq: int
 
 
+class NodeReady(FactHeader):
+    """A graph step runs, in its own lane (``segment``), on ``input``."""
+
+    step: int
+    segment: int
+    input: bytes
+
+
+class NodeSkipped(FactHeader):
+    """A graph step will not run: ``readiness_unsatisfied`` or ``predicate_false``."""
+
+    step: int
+    reason: str
+
+
+class NodeSettled(FactHeader):
+    """A graph step's lane ended: ``succeeded``, or ``failed`` after its retries."""
+
+    step: int
+    segment: int
+    status: str
+    error: str | None = None
+    error_type: str | None = None
+    attempts: int
+
+
+class RouteDecided(FactHeader):
+    """A switch step's chosen routes (step names); the others are skipped."""
+
+    step: int
+    routes: tuple[str, ...]
+
+
+class CatchDecided(FactHeader):
+    """A failed graph step is handled: ``handler`` runs, its output stands in."""
+
+    step: int
+    handler: int
+
+
+class GraphSettled(FactHeader):
+    """Every step of a graph run settled: the outcome and the result's step."""
+
+    outcome: str
+    result_step: int | None = None
+
+
 FACT_TYPES: tuple[type[FactHeader], ...] = (
     RunSubmitted,
     SegmentAttemptStarted,
@@ -431,6 +484,12 @@ FACT_TYPES: tuple[type[FactHeader], ...] = (
     RunDefinitionBlocked,
     RunQuarantined,
     RunReleased,
+    NodeReady,
+    NodeSkipped,
+    NodeSettled,
+    RouteDecided,
+    CatchDecided,
+    GraphSettled,
 )
 
 

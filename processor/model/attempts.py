@@ -103,6 +103,8 @@ def start(
                 expires_ms=expires_ms,
             )
         )
+    # A finally step runs after a deadline too: the deadline does not bound it.
+    deadline_ms = None if spec.outlives_deadline(first_step) else maker.current.deadline_ms
     item = WorkItem(
         run_id=maker.run_id,
         pipeline=spec.name,
@@ -112,9 +114,9 @@ def start(
         generation=generation,
         first_step=first_step,
         input=input,
-        expires_ms=_start_by(kind, expires_ms, maker.current.deadline_ms),
+        expires_ms=_start_by(kind, expires_ms, deadline_ms),
         kind=kind,
-        run_deadline_ms=maker.current.deadline_ms,
+        run_deadline_ms=deadline_ms,
     )
     maker.emit(TopicName.WORK, item)
 

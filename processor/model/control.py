@@ -21,7 +21,7 @@ from processor.facts.models import (
     RunStopRequested,
 )
 from processor.facts.topics import TopicName
-from processor.model import attempts, waits
+from processor.model import attempts, graph_nodes, waits
 from processor.model.decision import FactMaker
 from processor.model.pipeline_spec import PipelineSpec
 from processor.model.state import COMPENSATE, RunState
@@ -65,18 +65,20 @@ def request_stop(maker: FactMaker, spec: PipelineSpec, reason: str, detail: str)
 def _stop_requested(maker: FactMaker, spec: PipelineSpec, reason: str, detail: str) -> None:
     """Stop intent, and the notices that carry it to the running attempt and to the
     outside systems of open interactions (``stop_notices``)."""
-    before = maker.current
+    before = maker.run
     maker.add(RunStopRequested(**maker.header(keys.STOP), reason=reason, detail=detail))
     notify_stop(maker, before, spec, reason)
 
 
 def settle_stop(maker: FactMaker, spec: PipelineSpec) -> None:
     """Once nothing runs any more, snapshot the unwind (or terminalize an empty one)."""
-    state = maker.current
+    state = maker.run
     if not state.stopping or state.compensation.started:
         return
-    if waits.of(state).holds_stop:
-        return  # the running attempt settles first (or an operator resolves it)
+    if waits.holds_stop(state):
+        return  # the running attempts settle first (or an operator resolves them)
+    if spec.graph is not None and graph_nodes.run_finally(maker, spec):
+        return  # a graph's finally steps run before the unwind
     _begin_unwind(maker, spec)
 
 

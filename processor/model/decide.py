@@ -25,7 +25,7 @@ from processor.facts.models import (
 )
 from processor.facts.payload import InvalidPayloadError, canonical_json, derive_run_id
 from processor.facts.traceparent import is_traceparent
-from processor.model import attempts, control, progress, sleeps, waits
+from processor.model import attempts, control, graph_run, progress, sleeps, waits
 from processor.model.boundaries import apply_plan, suspend, timeout_interaction
 from processor.model.claims import decide_claim
 from processor.model.decision import (
@@ -129,9 +129,12 @@ def decide_submit(command: SubmitRun, existing: RunState | None, ctx: Context) -
         deadline_ms=deadline_ms,
         traceparent=_trace_context(command.traceparent),
     )
-    start_attempt(
-        maker, spec, segment=1, attempt=1, generation=1, first_step=0, input=canonical_input
-    )
+    if spec.graph is not None:
+        graph_run.advance(maker, spec)  # its first steps, each in a lane of its own
+    else:
+        start_attempt(
+            maker, spec, segment=1, attempt=1, generation=1, first_step=0, input=canonical_input
+        )
     maker.emits.append(reply(True))
     return maker.decision()
 
@@ -180,6 +183,8 @@ def decide_result(result: SegmentResult, state: RunState | None, ctx: Context) -
     """Accept the current attempt's result; refuse stale or malformed ones untouched."""
     if state is None:
         return Decision.refuse("unknown_run", f"no run {result.run_id}")
+    run, lane = state, _lane_of(result, state)
+    state = state if lane is None else state.lane_view(lane)  # a graph step's: its lane's
     if state.terminal or not _is_current(result, state):
         return Decision.refuse("stale_attempt", _stale_detail(result, state))
     if result.kind == "compensate":
@@ -191,12 +196,19 @@ def decide_result(result: SegmentResult, state: RunState | None, ctx: Context) -
     problem = _result_problem(result, state, spec)
     if problem:
         return Decision.refuse("malformed_result", problem)
-    maker = FactMaker(state, state.run_id, ctx.now, result.result_id, live=ctx.live_versions)
+    routes: tuple[str, ...] = ()
+    if spec.graph is not None:
+        routes, result = _switch_choice(spec, result)
+    maker = FactMaker(run, run.run_id, ctx.now, result.result_id, live=ctx.live_versions, lane=lane)
     control.deadline_first(maker, spec)
     for done in result.steps:
         step_completed(maker, state, done.step, done.output)
     if maker.current.stopping:
         _settle_under_stop(maker, spec, result)
+    elif spec.graph is not None and result.outcome == "completed":
+        step = graph_run.step_of(result.segment)
+        _segment_completed(maker, spec, last_step=step)
+        graph_run.succeeded(maker, spec, step, routes)
     elif _lacks_version(result):
         _worker_lacks_version(maker, result)
     elif result.outcome == "completed":
@@ -221,6 +233,37 @@ def decide_result(result: SegmentResult, state: RunState | None, ctx: Context) -
             retryable=result.retryable,
         )
     return maker.decision()
+
+
+def _lane_of(result: SegmentResult, state: RunState) -> int | None:
+    """The lane of a graph run that a forward result is about, if it is live."""
+    if result.kind == "compensate" or result.segment not in state.lanes:
+        return None
+    return result.segment
+
+
+def _switch_choice(
+    spec: PipelineSpec, result: SegmentResult
+) -> tuple[tuple[str, ...], SegmentResult]:
+    """A switch's chosen routes; a choice of no declared route fails the switch (not
+    retried: its function chose wrongly, and would again)."""
+    if result.outcome != "completed" or not result.steps:
+        return (), result
+    last = result.steps[-1]
+    routes, problem = graph_run.route_problem(spec, last.step, last.output)
+    if not problem:
+        return routes, result
+    failed = result.model_copy(
+        update={
+            "outcome": "failed",
+            "steps": result.steps[:-1],
+            "failed_step": last.step,
+            "error": problem,
+            "error_type": graph_run.INVALID_ROUTE,
+            "retryable": False,
+        }
+    )
+    return (), failed
 
 
 def _lacks_version(result: SegmentResult) -> bool:
@@ -295,6 +338,10 @@ def _settle_under_stop(maker: FactMaker, spec: PipelineSpec, result: SegmentResu
     else:  # the attempt settled after its last completed step (-1: none at all)
         last = result.steps[-1].step if result.steps else state.attempt.next_step - 1
         _segment_completed(maker, spec, last_step=last)
+    if spec.graph is not None:  # the step's lane closes
+        status = "succeeded" if result.outcome == "completed" else "failed"
+        graph_run.settle_under_stop(maker, spec, graph_run.step_of(result.segment), status)
+        return
     control.settle_stop(maker, spec)
 
 
@@ -351,7 +398,8 @@ def _result_problem(result: SegmentResult, state: RunState, spec: PipelineSpec) 
             return f"request {index}: {exc}"
     reached = next_step + len(result.steps)
     end = spec.segment_end(next_step)
-    if result.outcome == "completed" and (reached != spec.last_step + 1 or end != spec.last_step):
+    last = end if spec.graph is not None else spec.last_step  # a graph step ends its lane
+    if result.outcome == "completed" and (reached != last + 1 or end != last):
         return f"completed result stops at step {reached - 1}, its segment ends at {end}"
     if result.outcome == "suspended":
         return _suspension_problem(result, spec, reached, end)
@@ -389,28 +437,32 @@ def decide_unblock(state: RunState | None, ctx: Context) -> Decision:
     loads its version (the engine asks when the fleet of workers changed)."""
     if state is None or state.terminal or state.quarantine is not None:
         return Decision()
-    if waits.of(state) is not waits.DEFINITION_BLOCKED:
-        return Decision()
+    blocked = [
+        lane for lane in (state, *state.lane_views()) if waits.of(lane) is waits.DEFINITION_BLOCKED
+    ]
     spec = ctx.catalog.get(state.pipeline, state.pipeline_version)
     live = ctx.live_versions
-    if spec is None or (live is not None and (spec.name, spec.version) not in live):
+    if not blocked or spec is None or (live is not None and (spec.name, spec.version) not in live):
         return Decision()
-    waiting = state.attempt
-    cause = f"fleet/{waiting.segment}/{waiting.generation}"
+    first = blocked[0].attempt
+    cause = f"fleet/{first.segment}/{first.generation}"
     maker = FactMaker(state, state.run_id, ctx.now, cause, live=live)
     control.deadline_first(maker, spec)
     if maker.current.stopping:
         control.settle_stop(maker, spec)
         return maker.decision()
-    start_attempt(
-        maker,
-        spec,
-        segment=waiting.segment,
-        attempt=waiting.number,
-        generation=waiting.generation,
-        first_step=waiting.next_step,
-        input=state.last_output,
-    )
+    for lane in blocked:  # a chain's one attempt, or each blocked step of a graph run
+        waiting = lane.attempt
+        maker.lane = waiting.segment if state.lanes else None
+        start_attempt(
+            maker,
+            spec,
+            segment=waiting.segment,
+            attempt=waiting.number,
+            generation=waiting.generation,
+            first_step=waiting.next_step,
+            input=lane.last_output,
+        )
     return maker.decision()
 
 
@@ -425,7 +477,10 @@ def decide_timer(timer: TimerFired, state: RunState | None, ctx: Context) -> Dec
     spec = ctx.catalog.get(state.pipeline, state.pipeline_version)
     if spec is None:
         return Decision()  # kept due: it fires again once the pipeline version is loaded
-    maker = FactMaker(state, state.run_id, ctx.now, timer.cause_id, live=ctx.live_versions)
+    lane = _timer_lane(state, entry)
+    maker = FactMaker(
+        state, state.run_id, ctx.now, timer.cause_id, live=ctx.live_versions, lane=lane
+    )
     decides = TIMER_DECISIONS.get(entry.kind, _stale)
     if entry.kind in _PAST_STOPPING:
         decides(maker, spec, entry, ctx)  # no stop applies to its wait: nor the deadline
@@ -434,6 +489,15 @@ def decide_timer(timer: TimerFired, state: RunState | None, ctx: Context) -> Dec
     decides(maker, spec, entry, ctx)
     control.settle_stop(maker, spec)
     return maker.decision()
+
+
+def _timer_lane(state: RunState, entry: DueEntry) -> int | None:
+    """The lane of a graph run whose forward attempt a due row is about, if any (an
+    attempt's rows name its segment; a compensator's, its step)."""
+    if entry.scope not in state.lanes:
+        return None
+    wait = waits.of(state.lane_view(entry.scope))
+    return entry.scope if FORWARD in (wait.runs, wait.retries) else None
 
 
 #: What a due timer decides: its run is in ``maker.current``, the time in ``maker.now``.

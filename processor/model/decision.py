@@ -150,6 +150,8 @@ class FactMaker:
     emits: list[Emit] = field(default_factory=list)
     effects: list[Publish] = field(default_factory=list)
     live: LiveVersions | None = None  # ``Context.live_versions``
+    #: A graph run's lane the input is about (``current`` is then that lane's view).
+    lane: int | None = None
     _folded: RunState | None = None
 
     def __post_init__(self) -> None:
@@ -165,7 +167,15 @@ class FactMaker:
 
     @property
     def current(self) -> RunState:
-        """The run with every fact added so far folded in."""
+        """The run with every fact added so far folded in, as ``lane`` sees it."""
+        assert self._folded is not None, "facts before RunSubmitted"
+        if self.lane is None:
+            return self._folded
+        return self._folded.lane_view(self.lane)
+
+    @property
+    def run(self) -> RunState:
+        """The whole run with every fact added so far folded in, whatever the lane."""
         assert self._folded is not None, "facts before RunSubmitted"
         return self._folded
 

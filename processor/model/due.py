@@ -22,4 +22,7 @@ def due_entries(state: RunState | None) -> frozenset[DueEntry]:
     deadline: frozenset[DueEntry] = frozenset()
     if state.deadline_ms is not None and state.stop.reason is None:
         deadline = frozenset({DueEntry(state.deadline_ms, state.run_id, "run_deadline")})
-    return deadline | waits.of(state).arms(state)
+    armed = deadline | waits.of(state).arms(state)
+    for lane in state.lane_views():  # a graph run's steps in flight
+        armed |= waits.of(lane).arms(lane)
+    return armed

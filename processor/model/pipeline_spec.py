@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from processor.facts.json_wire import Wire
+from processor.model.graph import Graph
 
 __all__ = [
     "AwaitSpec",
@@ -124,6 +125,9 @@ class PipelineSpec:
     output_topic: str | None = None
     checkpoint: CheckpointSpec | None = None
     deadline_ms: int | None = None  # relative run deadline applied at submit
+    # The steps as a graph (``model/graph.py``), when any step declares needs, a rule,
+    # routes, a catch handler or is a finally step; None: a chain, run as a list.
+    graph: Graph | None = None
 
     @property
     def last_step(self) -> int:
@@ -148,12 +152,25 @@ class PipelineSpec:
 
     def segment_end(self, first_step: int) -> int:
         """The last step a segment starting at ``first_step`` runs: its await or sleep
-        step, or the end."""
+        step, or the end (in a graph, every step is a segment of its own)."""
+        if self.graph is not None:
+            return first_step
         for index in range(first_step, len(self.steps)):
             step = self.steps[index]
             if step.awaits is not None or step.sleeps is not None:
                 return index
         return self.last_step
+
+    def outlives_deadline(self, step: int) -> bool:
+        """Whether ``step`` runs after the run deadline too: a graph's finally step."""
+        return self.graph is not None and self.graph.nodes[step].is_finally
+
+    def step_index(self, name: str) -> int:
+        """The index of the step named ``name``."""
+        for index, step in enumerate(self.steps):
+            if step.name == name:
+                return index
+        raise KeyError(name)
 
     def segment_timeout_ms(self, first_step: int) -> int:
         """An attempt runs its segment's steps, so it may take their summed timeouts."""

@@ -89,6 +89,8 @@ def reported_attempt(
     kind = _KINDS.get(report.kind)
     if kind is None:
         return Decision.refuse("malformed_progress", f"unknown attempt kind {report.kind!r}")
+    if kind == FORWARD:
+        state = state.lane_view(report.segment)  # a graph run's step: its lane's attempt
     attempt = state.attempt_of(kind)
     named = (report.segment, report.attempt, report.generation)
     if state.terminal or not attempt.running or named != _identity(attempt):

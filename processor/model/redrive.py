@@ -76,6 +76,12 @@ def _refusal(command: RedriveRun, state: RunState, ctx: Context, reply: Reply) -
     if state.status != FAILED:
         detail = f"run {state.run_id} is {state.status} (phase {state.phase}): only a failed run"
         return refuse(reply, "not_failed", detail + " can be redriven")
+    if state.graph:
+        detail = (
+            f"run {state.run_id} is a graph run: redriving one is not supported yet; "
+            "submit a new run instead"
+        )
+        return refuse(reply, "graph_run", detail)
     if state.compensation.started:
         detail = (
             f"run {state.run_id} failed and was unwound (recovery {state.recovery}): the "

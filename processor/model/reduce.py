@@ -20,6 +20,7 @@ from processor.facts.models import (
     BoundaryCompletionAdmitted,
     BoundaryDispatchCompleted,
     BoundaryInteractionDispatched,
+    CatchDecided,
     CompensationAttemptFailed,
     CompensationAttemptStarted,
     CompensationStarted,
@@ -27,8 +28,13 @@ from processor.facts.models import (
     CompensationStepSkipped,
     ContinuationSegmentCreated,
     FactHeader,
+    GraphSettled,
     InteractionTimedOut,
+    NodeReady,
+    NodeSettled,
+    NodeSkipped,
     RetryScheduled,
+    RouteDecided,
     RunDefinitionBlocked,
     RunFailed,
     RunQuarantined,
@@ -53,6 +59,7 @@ from processor.model.state import (
     COMPENSATE,
     FAILED,
     FORWARD,
+    LANE_FIELDS,
     RUNNING,
     SUCCEEDED,
     Boundary,
@@ -60,6 +67,10 @@ from processor.model.state import (
     ForwardAttempt,
     Interaction,
     InteractionChanges,
+    Lane,
+    LaneChanges,
+    NodeRun,
+    NodeStatus,
     Phase,
     Publication,
     Quarantine,
@@ -98,7 +109,10 @@ def fold(facts: Iterable[FactHeader], state: RunState | None = None) -> RunState
             read, fields = cast(RunState, draft), draft.__dict__
         if fact.seq <= fields["version"]:
             continue  # already folded: duplicates change nothing
-        changes = _reducer_of(type(fact), _changes)(fact, read)
+        if fields["lanes"]:
+            changes = _in_lanes(fact, read, fields)
+        else:
+            changes = _reducer_of(type(fact), _changes)(fact, read)
         changes["version"] = fact.seq
         changes["updated_ms"] = fact.time_ms
         fields.update(changes)
@@ -122,6 +136,59 @@ class _Draft:
         # Only what is not a field: RunState's properties and methods, on a built copy.
         state = RunState.model_construct(**{f: self.__dict__[f] for f in RunState.model_fields})
         return getattr(state, name)
+
+
+def _in_lanes(fact: FactHeader, read: RunState, fields: dict[str, Any]) -> RunChanges:
+    """A graph run's changes: a fact about a forward attempt changes the lane of its
+    segment, as it would change a chain's flat fields; stop intent meets every lane."""
+    reducer = _reducer_of(type(fact), _changes)
+    lanes: dict[int, Lane] = fields["lanes"]
+    segment = getattr(fact, "segment", None)
+    if type(fact) in _LANE_FACTS and segment in lanes and getattr(fact, "kind", FORWARD) == FORWARD:
+        assert segment is not None
+        changes = _in_lane(reducer, fact, fields, segment)
+        changes["lanes"] = {**lanes, segment: changes["lanes"][segment]}
+        return changes
+    changes = reducer(fact, read)
+    if isinstance(fact, RunStopRequested):
+        met = {
+            segment: _in_lane(reducer, fact, fields, segment)["lanes"][segment] for segment in lanes
+        }
+        changes["lanes"] = met
+    return changes
+
+
+#: The facts about a segment's attempt: in a graph run, about its lane's.
+_LANE_FACTS: frozenset[type[FactHeader]] = frozenset(
+    {
+        SegmentAttemptStarted,
+        AttemptStepStarted,
+        AttemptHeartbeatRecorded,
+        AttemptLost,
+        RunDefinitionBlocked,
+        StepCompleted,
+        SegmentCompleted,
+        SegmentFailed,
+        RetryScheduled,
+        SegmentSuspended,
+        SleepStarted,
+        SleepCompleted,
+        AttemptOutcomeUnknown,
+        AttemptResolved,
+    }
+)
+
+
+def _in_lane(reducer: Any, fact: FactHeader, fields: dict[str, Any], segment: int) -> RunChanges:
+    """The fact's changes seen from lane ``segment``: its lane fields go to the lane."""
+    lane: Lane = fields["lanes"][segment]
+    view = _Draft.__new__(_Draft)
+    view.__dict__.update(fields)
+    view.__dict__.update(lane.__dict__)
+    changes: dict[str, Any] = dict(reducer(fact, cast(RunState, view)))
+    moved = {name: changes.pop(name) for name in LANE_FIELDS if name in changes}
+    changes["lanes"] = {segment: lane.evolve(cast(LaneChanges, moved))}
+    return cast(RunChanges, changes)
 
 
 def journal_facts(facts: Iterable[F], state: RunState | None) -> list[F]:
@@ -666,3 +733,63 @@ def _(fact: RunQuarantined, state: RunState) -> RunChanges:
 @_changes.register
 def _(fact: RunReleased, state: RunState) -> RunChanges:
     return {"quarantine": None}
+
+
+# --- graph runs: where each step stands (``graph_run.py`` decides) ---------------------------
+
+
+@_changes.register
+def _(fact: NodeReady, state: RunState) -> RunChanges:
+    node = NodeRun.assemble({"status": "running", "segment": fact.segment})
+    lane = Lane.assemble({"last_output": fact.input})
+    return {
+        "nodes": {**state.nodes, fact.step: node},
+        "lanes": {**state.lanes, fact.segment: lane},
+    }
+
+
+@_changes.register
+def _(fact: NodeSkipped, state: RunState) -> RunChanges:
+    node = NodeRun.assemble({"status": "skipped", "reason": fact.reason})
+    return {"nodes": {**state.nodes, fact.step: node}}
+
+
+#: A settled step's status (a status this version does not know: failed).
+_SETTLED: dict[str, NodeStatus] = {
+    "succeeded": "succeeded",
+    "failed": "failed",
+    "stopped": "stopped",
+}
+
+
+@_changes.register
+def _(fact: NodeSettled, state: RunState) -> RunChanges:
+    node = state.nodes.get(fact.step, NodeRun()).evolve(
+        {
+            "status": _SETTLED.get(fact.status, "failed"),
+            "error": fact.error,
+            "error_type": fact.error_type,
+            "attempts": fact.attempts,
+        }
+    )
+    lanes = {segment: lane for segment, lane in state.lanes.items() if segment != fact.segment}
+    return {"nodes": {**state.nodes, fact.step: node}, "lanes": lanes}
+
+
+@_changes.register
+def _(fact: RouteDecided, state: RunState) -> RunChanges:
+    node = state.nodes.get(fact.step, NodeRun()).evolve({"routes": tuple(fact.routes)})
+    return {"nodes": {**state.nodes, fact.step: node}}
+
+
+@_changes.register
+def _(fact: CatchDecided, state: RunState) -> RunChanges:
+    node = state.nodes.get(fact.step, NodeRun()).evolve({"status": "caught"})
+    return {"nodes": {**state.nodes, fact.step: node}}
+
+
+@_changes.register
+def _(fact: GraphSettled, state: RunState) -> RunChanges:
+    step = fact.result_step
+    output = b"null" if step is None else state.step_outputs.get(step, b"null")
+    return {"last_output": output}

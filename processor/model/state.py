@@ -19,6 +19,7 @@ __all__ = [
     "COMPENSATE",
     "FAILED",
     "FORWARD",
+    "LANE_FIELDS",
     "RUNNING",
     "RUNNING_PHASES",
     "SUCCEEDED",
@@ -33,6 +34,11 @@ __all__ = [
     "ForwardAttemptChanges",
     "Interaction",
     "InteractionChanges",
+    "Lane",
+    "LaneChanges",
+    "NodeRun",
+    "NodeRunChanges",
+    "NodeStatus",
     "Phase",
     "Publication",
     "PublicationChanges",
@@ -357,6 +363,67 @@ class Quarantine(BaseModel, Evolvable[QuarantineChanges]):
     since_ms: int
 
 
+class LaneChanges(TypedDict, total=False):
+    """A change to ``Lane``: any of its fields, with their types."""
+
+    phase: Phase
+    attempt: ForwardAttempt
+    boundary: Boundary
+    sleep: Sleep
+    unknown: UnknownAttempt | None
+    last_output: bytes
+
+
+class Lane(BaseModel, Evolvable[LaneChanges]):
+    """One live segment of a graph run: a step in flight, with its own wait and attempt.
+
+    Its fields are ``RunState``'s of the same names: a chain keeps them flat, a graph
+    run keeps one ``Lane`` per running step (``RunState.lane_view``).
+    ``last_output`` is the step's input (what an attempt of it is given).
+    """
+
+    model_config = _CONFIG
+
+    phase: Phase = "idle"
+    attempt: ForwardAttempt = ForwardAttempt()
+    boundary: Boundary = Boundary()
+    sleep: Sleep = Sleep()
+    unknown: UnknownAttempt | None = None
+    last_output: bytes = b"null"
+
+
+#: The fields of ``RunState`` that are a lane's in a graph run.
+LANE_FIELDS: tuple[str, ...] = tuple(Lane.model_fields)
+
+NodeStatus = Literal["running", "succeeded", "failed", "caught", "skipped", "stopped"]
+
+
+class NodeRunChanges(TypedDict, total=False):
+    """A change to ``NodeRun``: any of its fields, with their types."""
+
+    status: NodeStatus
+    segment: int
+    reason: str | None
+    routes: tuple[str, ...] | None
+    error: str | None
+    error_type: str | None
+    attempts: int
+
+
+class NodeRun(BaseModel, Evolvable[NodeRunChanges]):
+    """Where one step of a graph run stands (a step without one is pending)."""
+
+    model_config = _CONFIG
+
+    status: NodeStatus = "running"
+    segment: int = 0  # its lane, once it ran
+    reason: str | None = None  # why it was skipped
+    routes: tuple[str, ...] | None = None  # a switch's chosen routes
+    error: str | None = None  # a failed step's error, what its catch handler receives
+    error_type: str | None = None
+    attempts: int = 0
+
+
 class RunChanges(TypedDict, total=False):
     """A change to ``RunState``, what a reducer returns: any of its fields, with their types."""
 
@@ -397,6 +464,8 @@ class RunChanges(TypedDict, total=False):
     traceparent: str | None
     infrastructure_losses: int
     quarantine: Quarantine | None
+    lanes: dict[int, Lane]
+    nodes: dict[int, NodeRun]
 
 
 class RunState(BaseModel, Evolvable[RunChanges]):
@@ -448,6 +517,10 @@ class RunState(BaseModel, Evolvable[RunChanges]):
     infrastructure_losses: int = 0
     # Set while the run is quarantined: no timer, every input but ReleaseRun refused.
     quarantine: Quarantine | None = None
+    # A graph run's steps in flight, by segment, and where its steps stand, by step
+    # (both empty for a chain: its one lane is the flat fields above).
+    lanes: dict[int, Lane] = {}
+    nodes: dict[int, NodeRun] = {}
 
     @property
     def terminal(self) -> bool:
@@ -490,6 +563,32 @@ class RunState(BaseModel, Evolvable[RunChanges]):
             worker_id=unwind.worker_id,
             heartbeat_due_ms=unwind.heartbeat_due_ms,
         )
+
+    @property
+    def graph(self) -> bool:
+        """Whether the run is a graph's (its steps have node states)."""
+        return bool(self.nodes)
+
+    def lane_view(self, segment: int) -> RunState:
+        """The run as its lane ``segment`` sees it: the lane's fields in place of the
+        flat ones (itself for a chain, or when no such lane is live)."""
+        lane = self.lanes.get(segment)
+        if lane is None:
+            return self
+        return self.evolve(
+            {
+                "phase": lane.phase,
+                "attempt": lane.attempt,
+                "boundary": lane.boundary,
+                "sleep": lane.sleep,
+                "unknown": lane.unknown,
+                "last_output": lane.last_output,
+            }
+        )
+
+    def lane_views(self) -> list[RunState]:
+        """The view of each live lane, in segment order (none for a chain)."""
+        return [self.lane_view(segment) for segment in sorted(self.lanes)]
 
     def running_attempt(self) -> Attempt | None:
         """The attempt a worker runs now, forward or compensator, if any."""

@@ -14,16 +14,15 @@ from processor.facts.models import (
     ContinuationSegmentCreated,
     RetryScheduled,
     RunSubmitted,
-    RunSucceeded,
     SegmentFailed,
     StepCompleted,
     TerminalPublicationCompleted,
-    TerminalPublicationPrepared,
 )
 from processor.facts.payload import derive_run_id
 from processor.facts.topics import TopicName
-from processor.model import attempts, control
+from processor.model import attempts, control, graph_run
 from processor.model.decision import FactMaker, Publish
+from processor.model.finish import finish_success, succeed
 from processor.model.pipeline_spec import PipelineSpec
 from processor.model.state import FORWARD, RunState
 
@@ -145,6 +144,9 @@ def segment_failed(
         )
     )
     if maker.current.stopping:
+        if spec.graph is not None:  # the step's lane closes; stop intent forbids retries
+            graph_run.settle_under_stop(maker, spec, step, "failed")
+            return
         control.settle_stop(maker, spec)  # stop intent forbids retries
         return
     if decision.due_ms is not None:
@@ -159,6 +161,9 @@ def segment_failed(
                 reason=decision.reason,
             )
         )
+        return
+    if spec.graph is not None:
+        graph_run.failed(maker, spec, step)
         return
     control.fail_execution(maker, spec, error=error)
 
@@ -189,39 +194,6 @@ def continue_after(
     )
 
 
-def finish_success(maker: FactMaker, spec: PipelineSpec) -> None:
-    """Succeed now, or prepare the terminal publication first when the pipeline has one."""
-    state = maker.current
-    targets = _publication_targets(spec)
-    if targets:
-        key = f"{state.run_id}/terminal"
-        for topic in targets:
-            maker.add(
-                TerminalPublicationPrepared(
-                    **maker.header(keys.publication_prepared(topic)),
-                    topic=topic,
-                    idempotency_key=key,
-                )
-            )
-        return
-    _succeed(maker)
-
-
-def _succeed(maker: FactMaker) -> None:
-    state = maker.current
-    maker.add(RunSucceeded(**maker.header(keys.TERMINAL), result=state.last_output))
-    maker.emit_outcome("succeeded", result=state.last_output)
-
-
-def _publication_targets(spec: PipelineSpec) -> list[str]:
-    targets = []
-    if spec.output_topic:
-        targets.append(spec.output_topic)
-    if spec.checkpoint is not None:
-        targets.append(TopicName.CHECKPOINTS.value)
-    return targets
-
-
 def publish(maker: FactMaker, spec: PipelineSpec, resume_keys: KeyRing) -> None:
     """Publish the result to every prepared target, then record completion and succeed.
 
@@ -248,7 +220,7 @@ def publish(maker: FactMaker, spec: PipelineSpec, resume_keys: KeyRing) -> None:
                 **maker.header(keys.publication_completed(topic)), topic=topic, idempotency_key=key
             )
         )
-    _succeed(maker)
+    succeed(maker)
 
 
 def _checkpoint_publication(

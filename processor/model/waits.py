@@ -48,6 +48,7 @@ __all__ = [
     "UNKNOWN",
     "WAITS",
     "Wait",
+    "holds_stop",
     "of",
     "status_views",
 ]
@@ -278,6 +279,13 @@ _NOT_SHOWN: dict[str, dict[str, Any] | None] = {
 def of(state: RunState) -> Wait:
     """The wait of the run's phase."""
     return WAITS[state.phase]
+
+
+def holds_stop(state: RunState) -> bool:
+    """Whether the run, or any lane of a graph run, waits in a wait that holds a stop."""
+    if of(state).holds_stop:
+        return True
+    return any(of(lane).holds_stop for lane in state.lane_views())
 
 
 def status_views(state: RunState) -> dict[str, dict[str, Any] | None]:

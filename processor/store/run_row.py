@@ -19,6 +19,8 @@ from processor.model.state import (
     Compensation,
     ForwardAttempt,
     Interaction,
+    Lane,
+    NodeRun,
     Phase,
     Publication,
     Quarantine,
@@ -113,6 +115,10 @@ class RunRow(BaseModel):
     # Not in native/src/state.rs either: the compiled fold declines a quarantined run's
     # batches (its row and its RunQuarantined), Python folds them (store/native_fold.py).
     quarantine: Quarantine | None = None
+    # Not in native/src/state.rs either: a graph run's lanes and steps; the compiled fold
+    # declines its batches, Python folds them (store/native_fold.py).
+    lanes: dict[int, Lane] = {}
+    nodes: dict[int, NodeRun] = {}
 
 
 #: Each part of RunState: its model and (row field, part field) of each of its fields.

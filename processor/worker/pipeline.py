@@ -49,6 +49,7 @@ from typing import Any
 
 from processor.errors import ConfigurationError, ProcessorError
 from processor.facts.json_wire import WIRES, Wire
+from processor.model.graph import Graph, Node, build_graph
 from processor.model.pipeline_spec import (
     AwaitSpec,
     CheckpointSpec,
@@ -59,6 +60,7 @@ from processor.model.pipeline_spec import (
     SleepSpec,
     StepSpec,
 )
+from processor.model.readiness import Rule
 from processor.worker.trigger import Trigger, TriggerRecord
 
 __all__ = ["Application", "NonRetryableError", "Pipeline", "Step", "load_application"]
@@ -77,6 +79,8 @@ class Step:
     spec: StepSpec
     function: StepFunction
     compensator: StepFunction | None = None
+    #: Where the step sits in a graph: what it needs, its rule, routes, catch handler.
+    node: Node | None = None
 
 
 class Pipeline:
@@ -113,8 +117,20 @@ class Pipeline:
         effectful: bool = False,
         heartbeat_timeout_s: float | None = None,
         schedule_to_start_timeout_s: float | None = None,
+        needs: Iterable[str] | None = None,
+        rule: Rule = "all_success",
+        routes: Iterable[str] | None = None,
+        catch: str | None = None,
     ) -> Callable[[StepFunction], StepFunction]:
         """Decorator appending a step; steps run in the order they are declared.
+
+        A step that names what it ``needs`` makes the pipeline a graph (README:
+        "Graphs"): steps that do not need each other run at the same time, and a step
+        runs when its readiness ``rule`` holds over its needs' outcomes (``all_success``,
+        ``all_done``, ``one_failed``, ``all_failed``, ``none_failed``, ``always``). A step
+        with ``routes`` is a switch: its function returns the route(s) to take, the step
+        names in ``routes``; the others are skipped. ``catch`` names the step that
+        handles this one's failure once its retries are spent.
 
         ``timeout_s`` bounds an attempt of the step from when a worker starts it (time
         queued for a worker does not count); ``schedule_to_start_timeout_s``, if given,
@@ -133,7 +149,39 @@ class Pipeline:
                 heartbeat_timeout_ms=_ms(heartbeat_timeout_s),
                 schedule_to_start_timeout_ms=_ms(schedule_to_start_timeout_s),
             )
-            self.steps.append(Step(spec, function))
+            node = None
+            if needs is not None or rule != "all_success" or routes or catch is not None:
+                node = Node(
+                    spec.name,
+                    None if needs is None else tuple(needs),
+                    rule,
+                    routes=tuple(routes or ()),
+                    catch=catch,
+                )
+            self.steps.append(Step(spec, function, node=node))
+            return function
+
+        return register
+
+    def finally_step(
+        self,
+        name: str | None = None,
+        *,
+        needs: Iterable[str] = (),
+        retry: RetryPolicy | None = None,
+        timeout_s: float = 30.0,
+    ) -> Callable[[StepFunction], StepFunction]:
+        """Decorator appending a finally step: it runs once when every other step of
+        the run has settled, whatever the outcome, and fails the run only if it fails
+        itself. It receives the outputs of the steps it ``needs`` (the run input if
+        none). The pipeline is then a graph (README: "Graphs")."""
+
+        def register(function: StepFunction) -> StepFunction:
+            spec = StepSpec(
+                name or function.__name__, retry or RetryPolicy(), int(timeout_s * 1000)
+            )
+            node = Node(spec.name, tuple(needs), is_finally=True)
+            self.steps.append(Step(spec, function, node=node))
             return function
 
         return register
@@ -268,8 +316,30 @@ class Pipeline:
                 raise ConfigurationError(f"await step {name!r} cannot be effectful")
         steps = tuple(s.spec for s in self.steps)
         return PipelineSpec(
-            self.name, self.version, steps, self.output_topic, self.checkpoint, self.deadline_ms
+            self.name,
+            self.version,
+            steps,
+            self.output_topic,
+            self.checkpoint,
+            self.deadline_ms,
+            self._graph(),
         )
+
+    def _graph(self) -> Graph | None:
+        """The steps as a checked graph, if any step declared graph structure."""
+        if all(step.node is None for step in self.steps):
+            return None
+        for step in self.steps:
+            unsupported = _not_in_graphs(step.spec)
+            if unsupported:
+                raise ConfigurationError(
+                    f"pipeline {self.name!r}: step {step.spec.name!r} is {unsupported}, "
+                    "which a graph pipeline does not support yet"
+                )
+        try:
+            return build_graph([step.node or Node(step.spec.name) for step in self.steps])
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"pipeline {self.name!r}: {exc}") from exc
 
 
 class Application:
@@ -321,6 +391,17 @@ class Application:
     def output_topics(self) -> list[str]:
         """User topics that terminal publication writes to."""
         return sorted({s.output_topic for s in self._specs.values() if s.output_topic})
+
+
+def _not_in_graphs(spec: StepSpec) -> str:
+    """What a graph step is that graphs do not run yet (empty: nothing)."""
+    if spec.awaits is not None:
+        return "an await"
+    if spec.sleeps is not None:
+        return "a sleep"
+    if spec.effectful:
+        return "effectful"
+    return ""
 
 
 def _ms(seconds: float | None) -> int | None:

@@ -34,6 +34,7 @@ from processor.facts.models import (
     BoundaryCompletionAdmitted,
     BoundaryDispatchCompleted,
     BoundaryInteractionDispatched,
+    CatchDecided,
     CompensationAttemptFailed,
     CompensationAttemptStarted,
     CompensationStarted,
@@ -41,8 +42,13 @@ from processor.facts.models import (
     CompensationStepSkipped,
     ContinuationSegmentCreated,
     FactHeader,
+    GraphSettled,
     InteractionTimedOut,
+    NodeReady,
+    NodeSettled,
+    NodeSkipped,
     RetryScheduled,
+    RouteDecided,
     RunDefinitionBlocked,
     RunFailed,
     RunQuarantined,
@@ -74,7 +80,19 @@ from processor.transport.embedded import EmbeddedTransport
 from tests.unit.test_reduce_laws import Event, events, simulate
 
 #: Fact types the compiled fold does not cover (yet): a batch holding one is folded in Python.
-PYTHON_ONLY = frozenset({RunRedriven, RunQuarantined, RunReleased})
+PYTHON_ONLY = frozenset(
+    {
+        RunRedriven,
+        RunQuarantined,
+        RunReleased,
+        NodeReady,
+        NodeSkipped,
+        NodeSettled,
+        RouteDecided,
+        CatchDecided,
+        GraphSettled,
+    }
+)
 
 TOPIC = "runs.facts"
 FACTS = TopicPartition(TOPIC, 0)
@@ -1006,3 +1024,100 @@ def test_a_quarantined_run_is_folded_in_python_to_the_same_rows(
         native = _catch_up(transport, tmp_path / str(cut) / "native", [(10**9, True)], batch_size)
         assert native == expected
         assert counting.declined >= 1 and counting.folded > 0
+
+
+def _graph_run() -> list[FactHeader]:
+    """A graph run: two steps in parallel lanes (one retried), a switch that routes, a
+    caught failure, a skip, then success."""
+    g = _Header("run-graph")
+
+    def attempt(key: str, segment: int, generation: int = 1) -> FactHeader:
+        return SegmentAttemptStarted(
+            **g(key),
+            segment=segment,
+            attempt=generation,
+            generation=generation,
+            first_step=segment - 1,
+            expires_ms=5_000,
+        )
+
+    return [
+        RunSubmitted(
+            **g("submitted"), pipeline="g", pipeline_version=1, input=b"{}", submitted_ms=900
+        ),
+        NodeReady(**g("n0"), step=0, segment=1, input=b"{}"),
+        attempt("a1", 1),
+        NodeReady(**g("n1"), step=1, segment=2, input=b"{}"),
+        attempt("a2", 2),
+        SegmentFailed(
+            **g("f2"),
+            segment=2,
+            attempt=1,
+            generation=1,
+            step=1,
+            error="e",
+            error_type="E",
+            retryable=True,
+            reason="eligible",
+        ),
+        RetryScheduled(**g("r2"), segment=2, attempt=2, due_ms=6_000, reason="eligible"),
+        StepCompleted(**g("s0"), segment=1, attempt=1, generation=1, step=0, output=b'"b"'),
+        SegmentCompleted(**g("c1"), segment=1, attempt=1, generation=1, last_step=0),
+        RouteDecided(**g("route0"), step=0, routes=("b",)),
+        NodeSettled(**g("settled0"), step=0, segment=1, status="succeeded", attempts=1),
+        NodeSkipped(**g("skip"), step=3, reason="predicate_false"),
+        attempt("a2b", 2, 2),
+        SegmentFailed(
+            **g("f2b"),
+            segment=2,
+            attempt=2,
+            generation=2,
+            step=1,
+            error="e",
+            error_type="E",
+            retryable=False,
+            reason="not_retryable",
+        ),
+        NodeSettled(
+            **g("settled1"),
+            step=1,
+            segment=2,
+            status="failed",
+            error="e",
+            error_type="E",
+            attempts=2,
+        ),
+        CatchDecided(**g("caught1"), step=1, handler=2),
+        NodeReady(**g("n2"), step=2, segment=3, input=b"{}"),
+        attempt("a3", 3),
+        StepCompleted(**g("s2"), segment=3, attempt=1, generation=1, step=2, output=b"2"),
+        SegmentCompleted(**g("c3"), segment=3, attempt=1, generation=1, last_step=2),
+        NodeSettled(**g("settled2"), step=2, segment=3, status="succeeded", attempts=1),
+        GraphSettled(**g("graph"), outcome="succeeded", result_step=2),
+        RunSucceeded(**g("terminal"), result=b"2"),
+    ]
+
+
+@requires_native
+@pytest.mark.parametrize("batch_size", [1, 3, 1000])
+def test_a_graph_run_is_folded_in_python_to_the_same_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch_size: int
+) -> None:
+    """The facts of graph runs are not in the compiled fold, nor is a graph run's row
+    (its lanes and steps): those batches are folded in Python, to the same rows, and
+    the lanes' timers are in the due index while they run."""
+    graph, others = _graph_run(), _every_fact_type()
+    for cut in (6, len(graph)):
+        values = [encode(fact) for fact in graph[:cut] + others]
+        transport = _log(tmp_path / str(cut), values)
+        expected = _reference(transport, tmp_path / str(cut) / "python", batch_size)
+        stored = json.loads(dict(expected["runs"])[keys.run_key("run-graph")])
+        assert ("lanes" in stored) == (cut == 6)
+        assert stored["nodes"]["0"].get("status", "running") == (
+            "running" if cut == 6 else "succeeded"
+        )
+        counting = _Counting(monkeypatch)
+        native = _catch_up(transport, tmp_path / str(cut) / "native", [(10**9, True)], batch_size)
+        assert native == expected
+        assert counting.declined >= 1
+        assert counting.folded > 0 or batch_size >= len(values)

@@ -1,0 +1,471 @@
+"""Graph runs on the embedded log (issue 28): parallel steps, readiness rules, skips,
+routes, catch handlers, finally steps, stops and compensation across branches.
+
+Every assertion reads the run's facts or outcome: which steps ran (``NodeReady``),
+which were skipped and why (``NodeSkipped``), the route chosen (``RouteDecided``), the
+handler that took over (``CatchDecided``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from processor import LocalEnvironment
+from processor.errors import ConfigurationError
+from processor.facts.models import (
+    CatchDecided,
+    CompensationStepCompleted,
+    FactHeader,
+    NodeReady,
+    NodeSettled,
+    NodeSkipped,
+    RetryScheduled,
+    RouteDecided,
+    RunStopped,
+    SegmentAttemptStarted,
+    StepCompleted,
+)
+from processor.model.pipeline_spec import RetryPolicy
+from processor.worker.pipeline import Application, NonRetryableError, Pipeline
+
+ONCE = RetryPolicy(max_attempts=1)
+
+
+def _names(pipeline: Pipeline, facts: list[FactHeader], kind: type[FactHeader]) -> list[str]:
+    """The step names of ``facts`` of type ``kind``, in history order."""
+    steps = [s.spec.name for s in pipeline.steps]
+    return [steps[f.step] for f in facts if isinstance(f, kind)]  # type: ignore[attr-defined]
+
+
+def _skips(pipeline: Pipeline, facts: list[FactHeader]) -> dict[str, str]:
+    steps = [s.spec.name for s in pipeline.steps]
+    return {steps[f.step]: f.reason for f in facts if isinstance(f, NodeSkipped)}
+
+
+# --- parallel branches and joins -------------------------------------------------------------
+
+_both_in = threading.Barrier(2, timeout=10)
+parallel = Pipeline("parallel")
+
+
+@parallel.step()
+def begin(order: dict[str, Any]) -> dict[str, Any]:
+    return order
+
+
+@parallel.step(needs=["begin"], retry=ONCE)
+def charge(order: dict[str, Any]) -> dict[str, Any]:
+    _both_in.wait()  # returns only while reserve runs too: they overlap
+    return {"charged": order["total"]}
+
+
+@parallel.step(needs=["begin"], retry=ONCE)
+def reserve(order: dict[str, Any]) -> dict[str, Any]:
+    _both_in.wait()
+    return {"reserved": order["items"]}
+
+
+@parallel.step(needs=["charge", "reserve"])
+def confirm(outputs: dict[str, Any]) -> dict[str, Any]:
+    return {"confirmed": outputs}
+
+
+@pytest.fixture
+def env_parallel() -> Iterator[LocalEnvironment]:
+    _both_in.reset()
+    with LocalEnvironment(Application([parallel])) as env:
+        yield env
+
+
+def test_independent_steps_run_at_the_same_time_and_a_join_gets_both_by_name(
+    env_parallel: LocalEnvironment,
+) -> None:
+    """charge and reserve each wait at a barrier for the other: run one after the other,
+    the first would time out there and fail the run."""
+    run_id = env_parallel.submit("parallel", {"total": 10, "items": 2})
+    result = env_parallel.wait(run_id)
+    assert result.status == "succeeded", result
+    assert result.output == {"confirmed": {"charge": {"charged": 10}, "reserve": {"reserved": 2}}}
+    facts = env_parallel.history(run_id)
+    ready = [f for f in facts if isinstance(f, NodeReady)]
+    assert _names(parallel, facts, NodeReady) == ["begin", "charge", "reserve", "confirm"]
+    assert ready[1].cause_id == ready[2].cause_id  # both dispatched by begin's result
+    lanes = {f.segment for f in facts if isinstance(f, SegmentAttemptStarted)}
+    assert lanes == {1, 2, 3, 4}  # a lane (segment) per step
+
+
+def test_a_pipeline_without_graph_structure_is_a_chain() -> None:
+    chain = Pipeline("chain")
+    chain.step()(lambda v: v)
+    assert chain.spec().graph is None
+    assert parallel.spec().graph is not None
+
+
+# --- readiness rules, skips, error branches --------------------------------------------------
+
+rules = Pipeline("rules")
+
+
+@rules.step(retry=ONCE)
+def work(value: dict[str, Any]) -> dict[str, Any]:
+    if value.get("fail"):
+        raise NonRetryableError("work failed")
+    return {"worked": True}
+
+
+@rules.step(needs=["work"])
+def after_work(value: dict[str, Any]) -> dict[str, Any]:
+    return value
+
+
+@rules.step(needs=["after_work"])
+def after_after(value: dict[str, Any]) -> dict[str, Any]:
+    return value
+
+
+@rules.step(needs=["work"], rule="one_failed")
+def on_failure(value: Any) -> str:
+    return "alerted"
+
+
+@rules.step(needs=["work"], rule="all_done")
+def always_report(value: Any) -> str:
+    return "reported"
+
+
+@pytest.fixture
+def env_rules() -> Iterator[LocalEnvironment]:
+    with LocalEnvironment(Application([rules])) as env:
+        yield env
+
+
+def test_a_failure_skips_its_successors_two_levels_and_runs_the_error_branches(
+    env_rules: LocalEnvironment,
+) -> None:
+    run_id = env_rules.submit("rules", {"fail": True})
+    result = env_rules.wait(run_id)
+    assert result.status == "failed" and "work failed" in (result.error or "")
+    facts = env_rules.history(run_id)
+    assert _skips(rules, facts) == {
+        "after_work": "readiness_unsatisfied",
+        "after_after": "readiness_unsatisfied",
+    }
+    assert sorted(_names(rules, facts, StepCompleted)) == ["always_report", "on_failure"]
+
+
+def test_on_success_the_error_branch_is_skipped_and_all_done_runs(
+    env_rules: LocalEnvironment,
+) -> None:
+    run_id = env_rules.submit("rules", {})
+    assert env_rules.wait(run_id).status == "succeeded"
+    facts = env_rules.history(run_id)
+    assert _skips(rules, facts) == {"on_failure": "readiness_unsatisfied"}
+    assert "always_report" in _names(rules, facts, StepCompleted)
+
+
+# --- routes ----------------------------------------------------------------------------------
+
+routes = Pipeline("routes")
+
+
+@routes.step(routes=["refund", "reship"])
+def triage(claim: dict[str, Any]) -> Any:
+    return claim["choose"]
+
+
+@routes.step(needs=["triage"])
+def refund(claim: dict[str, Any]) -> dict[str, Any]:
+    return {"refunded": claim["amount"]}
+
+
+@routes.step(needs=["triage"])
+def reship(claim: dict[str, Any]) -> dict[str, Any]:
+    return {"reshipped": claim["amount"]}
+
+
+@routes.step(needs=["refund", "reship"], rule="none_failed")
+def close(outputs: dict[str, Any]) -> dict[str, Any]:
+    return outputs
+
+
+@routes.step(needs=["refund", "reship"])
+def strict_join(outputs: dict[str, Any]) -> dict[str, Any]:
+    return outputs
+
+
+@pytest.fixture
+def env_routes() -> Iterator[LocalEnvironment]:
+    with LocalEnvironment(Application([routes])) as env:
+        yield env
+
+
+def test_a_switch_runs_its_chosen_route_and_skips_the_other_durably(
+    env_routes: LocalEnvironment,
+) -> None:
+    run_id = env_routes.submit("routes", {"choose": "refund", "amount": 5})
+    result = env_routes.wait(run_id)
+    assert result.status == "succeeded", result
+    facts = env_routes.history(run_id)
+    decided = [f for f in facts if isinstance(f, RouteDecided)]
+    assert [f.routes for f in decided] == [("refund",)]
+    assert "reship" not in _names(routes, facts, NodeReady)  # never dispatched
+    assert _skips(routes, facts) == {
+        "reship": "predicate_false",
+        "strict_join": "readiness_unsatisfied",  # all_success: a skipped route skips it
+    }
+    # none_failed: the join runs after what was selected; the route got the switch's input
+    assert result.output == {"refund": {"refunded": 5}, "reship": None}
+
+
+def test_a_switch_may_choose_several_routes(env_routes: LocalEnvironment) -> None:
+    run_id = env_routes.submit("routes", {"choose": ["refund", "reship"], "amount": 1})
+    result = env_routes.wait(run_id)
+    assert result.status == "succeeded"
+    assert result.output == {"refund": {"refunded": 1}, "reship": {"reshipped": 1}}
+    assert _skips(routes, env_routes.history(run_id)) == {}
+
+
+def test_a_switch_choosing_no_declared_route_fails_without_retry(
+    env_routes: LocalEnvironment,
+) -> None:
+    run_id = env_routes.submit("routes", {"choose": "lose", "amount": 1})
+    result = env_routes.wait(run_id)
+    assert result.status == "failed"
+    assert "chose ['lose']" in (result.error or "")
+    facts = env_routes.history(run_id)
+    settled = [f for f in facts if isinstance(f, NodeSettled) and f.step == 0]
+    assert [(f.status, f.error_type, f.attempts) for f in settled] == [
+        ("failed", "InvalidRoute", 1)
+    ]
+    assert _skips(routes, facts) == {
+        "refund": "readiness_unsatisfied",  # a failed switch: its routes follow their rule
+        "reship": "readiness_unsatisfied",
+        "strict_join": "readiness_unsatisfied",
+    }  # close (none_failed) runs: skipped needs are no failures
+
+
+# --- catch and finally -----------------------------------------------------------------------
+
+handled = Pipeline("handled")
+_cleanups: list[Any] = []
+
+
+@handled.step()
+def fetch(value: dict[str, Any]) -> dict[str, Any]:
+    return value
+
+
+@handled.step(needs=["fetch"], catch="fallback", retry=RetryPolicy(max_attempts=2))
+def price(value: dict[str, Any]) -> dict[str, Any]:
+    if value.get("broken"):
+        raise ValueError(f"no price for {value['sku']}")
+    return {"price": 10}
+
+
+@handled.step()
+def fallback(error: dict[str, Any]) -> dict[str, Any]:
+    return {"price": 0, "because": error}
+
+
+@handled.step(needs=["price"])
+def quote(priced: dict[str, Any]) -> dict[str, Any]:
+    return {"quote": priced}
+
+
+@handled.finally_step(needs=["quote"])
+def cleanup(value: Any) -> str:
+    _cleanups.append(value)
+    return "cleaned"
+
+
+@pytest.fixture
+def env_handled() -> Iterator[LocalEnvironment]:
+    _cleanups.clear()
+    with LocalEnvironment(Application([handled])) as env:
+        yield env
+
+
+def test_a_caught_failure_hands_its_typed_error_to_the_handler_whose_output_goes_on(
+    env_handled: LocalEnvironment,
+) -> None:
+    run_id = env_handled.submit("handled", {"sku": "a-1", "broken": True})
+    env_handled.wait_fact(run_id, RetryScheduled)  # price failed once
+    env_handled.advance(60)  # the retry's backoff
+    result = env_handled.wait(run_id)
+    assert result.status == "succeeded", result
+    error = {"type": "ValueError", "message": "no price for a-1", "attempt": 2, "step": "price"}
+    assert result.output == {"quote": {"price": 0, "because": error}}
+    facts = env_handled.history(run_id)
+    caught = [f for f in facts if isinstance(f, CatchDecided)]
+    assert [(f.step, f.handler) for f in caught] == [(1, 2)]
+    assert _names(handled, facts, NodeReady)[-1] == "cleanup"  # finally: after the rest
+    assert _cleanups == [result.output]
+
+
+def test_a_handler_that_is_not_needed_is_skipped_and_finally_still_runs(
+    env_handled: LocalEnvironment,
+) -> None:
+    run_id = env_handled.submit("handled", {"sku": "a-2"})
+    result = env_handled.wait(run_id)
+    assert result.status == "succeeded"
+    assert result.output == {"quote": {"price": 10}}  # the result: the last step, not finally
+    assert _skips(handled, env_handled.history(run_id)) == {"fallback": "readiness_unsatisfied"}
+    assert _cleanups == [{"quote": {"price": 10}}]
+
+
+finally_after = Pipeline("finally_after")
+_gate = threading.Event()
+_finals: list[str] = []
+
+
+@finally_after.step(timeout_s=600)
+def slow_step(value: Any) -> Any:
+    _gate.wait(20)
+    return value
+
+
+@finally_after.step(needs=["slow_step"])
+def never_reached(value: Any) -> Any:
+    return value
+
+
+@finally_after.finally_step()
+def release(value: Any) -> str:
+    _finals.append("released")
+    return "released"
+
+
+@pytest.fixture
+def env_finally() -> Iterator[LocalEnvironment]:
+    _gate.clear()
+    _finals.clear()
+    with LocalEnvironment(Application([finally_after])) as env:
+        yield env
+    _gate.set()
+
+
+def test_finally_runs_after_a_cancel_once_the_running_step_settled(
+    env_finally: LocalEnvironment,
+) -> None:
+    run_id = env_finally.submit("finally_after", {"x": 1})
+    env_finally.wait_fact(run_id, SegmentAttemptStarted)
+    env_finally.client.cancel(run_id, "changed my mind")
+    _gate.set()  # the running step settles; then the finally step runs
+    result = env_finally.wait(run_id)
+    assert result.status == "cancelled"
+    facts = env_finally.history(run_id)
+    assert _names(finally_after, facts, StepCompleted) == ["slow_step", "release"]
+    assert "never_reached" not in _names(finally_after, facts, NodeReady)
+    assert _finals == ["released"]
+    stopped = [f for f in facts if isinstance(f, RunStopped)]
+    assert [f.execution for f in stopped] == ["Cancelled"]
+
+
+def test_finally_runs_after_the_run_deadline(env_finally: LocalEnvironment) -> None:
+    run_id = env_finally.submit("finally_after", {"x": 2}, deadline_s=30)
+    env_finally.wait_fact(run_id, SegmentAttemptStarted)
+    env_finally.advance(31)  # the deadline passes while slow_step runs
+    _gate.set()
+    result = env_finally.wait(run_id)
+    assert result.status == "timed_out"
+    assert _finals == ["released"]
+
+
+# --- compensation across branches ------------------------------------------------------------
+
+unwind = Pipeline("unwind")
+_undone: list[str] = []
+
+
+@unwind.step()
+def open_order(value: Any) -> Any:
+    return value
+
+
+@unwind.step(needs=["open_order"])
+def book_a(value: Any) -> str:
+    return "a"
+
+
+@unwind.step(needs=["open_order"])
+def book_b(value: Any) -> str:
+    return "b"
+
+
+@unwind.step(needs=["book_a", "book_b"], retry=ONCE)
+def settle(value: Any) -> Any:
+    raise NonRetryableError("settlement refused")
+
+
+def _undoer(name: str) -> Any:
+    def undo(value: Any) -> None:
+        _undone.append(name)
+
+    return undo
+
+
+for _name in ("open_order", "book_a", "book_b"):
+    unwind.compensate(_name)(_undoer(_name))
+
+
+def test_compensation_undoes_every_branch_in_reverse_order_of_completion() -> None:
+    _undone.clear()
+    with LocalEnvironment(Application([unwind])) as env:
+        run_id = env.submit("unwind", {})
+        result = env.wait(run_id)
+        assert result.status == "failed"
+        facts = env.history(run_id)
+    completed = _names(unwind, facts, StepCompleted)
+    assert sorted(completed) == ["book_a", "book_b", "open_order"]
+    steps = [s.spec.name for s in unwind.steps]
+    compensated = [steps[f.step] for f in facts if isinstance(f, CompensationStepCompleted)]
+    assert compensated == list(reversed(completed)) == _undone
+
+
+# --- checked when defined --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("declare", "message"),
+    [
+        (lambda p: p.step("second", needs=["ghost"])(lambda v: v), "'ghost'"),
+        (lambda p: p.step("second", catch="nobody")(lambda v: v), "'nobody'"),
+        (lambda p: p.step("second", routes=["nowhere"])(lambda v: v), "'nowhere'"),
+    ],
+)
+def test_a_graph_that_cannot_run_is_refused_when_the_application_is_built(
+    declare: Any, message: str
+) -> None:
+    pipeline = Pipeline("broken")
+    pipeline.step("first")(lambda v: v)
+    declare(pipeline)
+    with pytest.raises(ConfigurationError, match=message) as refused:
+        Application([pipeline])
+    assert "pipeline 'broken'" in str(refused.value)
+
+
+def test_a_cycle_is_refused_naming_its_steps() -> None:
+    pipeline = Pipeline("cyclic")
+
+    @pipeline.step(needs=["b"])
+    def a(v: Any) -> Any:
+        return v
+
+    @pipeline.step(needs=["a"])
+    def b(v: Any) -> Any:
+        return v
+
+    with pytest.raises(ConfigurationError, match="cycle"):
+        Application([pipeline])
+
+
+def test_a_graph_step_that_awaits_is_refused_until_graphs_support_it() -> None:
+    pipeline = Pipeline("awaiting")
+    pipeline.step("first", needs=[])(lambda v: v)
+    pipeline.await_step("second", target="x", timeout_s=1)(lambda v: v)
+    with pytest.raises(ConfigurationError, match="an await"):
+        Application([pipeline])
