@@ -2,7 +2,8 @@
 
 Building the ``Application`` runs every check of its definitions (``pipeline.py``);
 the outline then says what the processor will run: each step's kind, the segment it
-runs in (one attempt runs a segment's steps; an await or a sleep ends one), whether
+runs in (one attempt runs a segment's steps; an await or a sleep ends one; in a graph
+every step is a segment, and its needs, rule, routes and handler are shown), whether
 it is effectful (its attempts are claimed) or compensated, and the pipeline's
 trigger topics, output topic and checkpoint.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from processor.model.graph import Node
 from processor.model.pipeline_spec import PipelineSpec, StepSpec
 from processor.worker.pipeline import Application
 
@@ -49,6 +51,7 @@ def outline_text(shown: list[dict[str, Any]]) -> str:
         )
         for step in pipeline["steps"]:
             marks = [m for m in ("effectful", "compensated") if step[m]]
+            marks += _graph_marks(step.get("graph"))
             lines.append(
                 f"  {step['index']:>3} {step['name']:<24} {step['kind']:<10} "
                 f"segment {step['segment']}{''.join(f', {m}' for m in marks)}"
@@ -70,9 +73,37 @@ def _steps(spec: PipelineSpec) -> list[dict[str, Any]]:
                 "timeout_s": step.timeout_ms / 1000,
             }
         )
+        if spec.graph is not None:
+            steps[-1]["graph"] = _node(spec.graph.nodes[index])
         if index == spec.segment_end(first):
             segment, first = segment + 1, index + 1
     return steps
+
+
+def _node(node: Node) -> dict[str, Any]:
+    """A graph step's place in its graph: what it needs, its rule, routes and handler."""
+    return {
+        "needs": list(node.needs or ()),
+        "rule": node.rule,
+        "routes": list(node.routes),
+        "catch": node.catch,
+        "finally": node.is_finally,
+    }
+
+
+def _graph_marks(node: dict[str, Any] | None) -> list[str]:
+    if node is None:
+        return []
+    marks = [f"needs {', '.join(node['needs']) or 'nothing'}"]
+    if node["rule"] != "all_success":
+        marks.append(f"rule {node['rule']}")
+    if node["routes"]:
+        marks.append(f"routes to {', '.join(node['routes'])}")
+    if node["catch"]:
+        marks.append(f"caught by {node['catch']}")
+    if node["finally"]:
+        marks.append("finally")
+    return marks
 
 
 def _kind(step: StepSpec) -> str:
