@@ -87,6 +87,14 @@ def node_ready(step: int) -> str:
     return f"node/{step}/ready"
 
 
+def item_ready(step: int, item: int) -> str:
+    return f"node/{step}/item/{item}/ready"
+
+
+def item_settled(step: int, item: int) -> str:
+    return f"node/{step}/item/{item}/settled"
+
+
 def node_skipped(step: int) -> str:
     return f"node/{step}/skipped"
 

@@ -40,6 +40,7 @@ __all__ = [
     "ContinuationSegmentCreated",
     "DeadLetter",
     "FactHeader",
+    "FanOutItemSettled",
     "GraphSettled",
     "InteractionTimedOut",
     "LoadedPipeline",
@@ -403,11 +404,26 @@ class RunReleased(FactHeader):
 
 
 class NodeReady(FactHeader):
-    """A graph step runs, in its own lane (``segment``), on ``input``."""
+    """A graph step runs, in its own lane (``segment``), on ``input``; or one ``item`` of
+    a fan-out step (of ``items``) starts in its lane."""
 
     step: int
     segment: int
     input: bytes
+    items: int | None = None
+    item: int | None = None
+
+
+class FanOutItemSettled(FactHeader):
+    """One item of a fan-out step settled: its output, or its error after its retries."""
+
+    step: int
+    item: int
+    segment: int
+    status: str
+    output: bytes
+    error: str | None = None
+    error_type: str | None = None
 
 
 class NodeSkipped(FactHeader):
@@ -490,6 +506,7 @@ FACT_TYPES: tuple[type[FactHeader], ...] = (
     RouteDecided,
     CatchDecided,
     GraphSettled,
+    FanOutItemSettled,
 )
 
 

@@ -40,6 +40,7 @@ from processor.model.decision import (
     refuse,
     replier,
 )
+from processor.model.lanes import item_of
 from processor.model.operator import decide_cancel, decide_resolve, response
 from processor.model.pipeline_spec import PipelineSpec
 from processor.model.progress import decide_progress
@@ -201,6 +202,11 @@ def decide_result(result: SegmentResult, state: RunState | None, ctx: Context) -
         routes, result = _switch_choice(spec, result)
     maker = FactMaker(run, run.run_id, ctx.now, result.result_id, live=ctx.live_versions, lane=lane)
     control.deadline_first(maker, spec)
+    item = None if lane is None else item_of(lane)
+    if item is not None and result.outcome == "completed":  # a fan-out item's output
+        step = graph_run.step_of(result.segment)
+        graph_run.item_succeeded(maker, spec, step, item, result.steps[-1].output)
+        return maker.decision()
     for done in result.steps:
         step_completed(maker, state, done.step, done.output)
     if maker.current.stopping:

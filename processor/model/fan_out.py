@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from itertools import islice
-from typing import Generic, Literal, TypeVar
+from typing import Generic, Literal, Self, TypeVar
 
 from processor.model.graph import FanOutLimits
 
@@ -35,21 +34,28 @@ Error = TypeVar("Error")
 
 @dataclass(frozen=True, slots=True)
 class FanOutProgress:
-    """A fan-out node's items so far: ``items`` maps an index to its status."""
+    """A fan-out node's items so far, as counts: items start in index order, so the
+    ``started`` ones are the indexes below it, and ``succeeded`` and ``failures`` of
+    them settled."""
 
     limits: FanOutLimits
     total: int
-    items: Mapping[int, ItemStatus]
+    started: int = 0
+    succeeded: int = 0
+    failures: int = 0
+
+    @classmethod
+    def of(cls, limits: FanOutLimits, total: int, items: Mapping[int, ItemStatus]) -> Self:
+        """The progress of ``items`` (index to status), started lowest index first."""
+        statuses = list(items.values())
+        return cls(
+            limits, total, len(statuses), statuses.count("succeeded"), statuses.count("failed")
+        )
 
     @property
     def open(self) -> int:
         """Items started and not settled."""
-        return sum(1 for status in self.items.values() if status == "running")
-
-    @property
-    def failures(self) -> int:
-        """Items that failed (after their retries)."""
-        return sum(1 for status in self.items.values() if status == "failed")
+        return self.started - self.succeeded - self.failures
 
     @property
     def failed(self) -> bool:
@@ -61,15 +67,14 @@ class FanOutProgress:
         """Whether the node is done: no item open, and every item settled or it failed."""
         if self.open:
             return False
-        return self.failed or len(self.items) == self.total
+        return self.failed or self.started == self.total
 
     def to_start(self) -> tuple[int, ...]:
         """The items to start now, lowest index first, keeping the limit; none once failed."""
         if self.failed:
             return ()
-        room = self.limits.max_in_flight - self.open
-        waiting = (i for i in range(self.total) if i not in self.items)
-        return tuple(islice(waiting, max(room, 0)))
+        room = max(self.limits.max_in_flight - self.open, 0)
+        return tuple(range(self.started, min(self.total, self.started + room)))
 
 
 @dataclass(frozen=True, slots=True)

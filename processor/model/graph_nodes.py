@@ -20,20 +20,11 @@ from processor.facts.models import NodeReady, NodeSettled
 from processor.model import attempts
 from processor.model.decision import FactMaker
 from processor.model.graph import Graph
+from processor.model.lanes import segment_of
 from processor.model.pipeline_spec import PipelineSpec
 from processor.model.state import FORWARD, RunState
 
-__all__ = ["graph_of", "node_input", "run_finally", "segment_of", "settle", "start", "step_of"]
-
-
-def segment_of(step: int) -> int:
-    """The lane (segment) a graph step runs in: one per step, never reused."""
-    return step + 1
-
-
-def step_of(segment: int) -> int:
-    """The graph step that runs in lane ``segment``."""
-    return segment - 1
+__all__ = ["graph_of", "json_bytes", "node_input", "run_finally", "settle", "start"]
 
 
 def graph_of(spec: PipelineSpec) -> Graph:
@@ -42,6 +33,7 @@ def graph_of(spec: PipelineSpec) -> Graph:
 
 
 def start(maker: FactMaker, spec: PipelineSpec, step: int) -> None:
+    """``NodeReady``: the step's lane opens with its input, and its first attempt starts."""
     segment = segment_of(step)
     given = node_input(spec, maker.run, step)
     maker.add(
@@ -57,8 +49,9 @@ def run_finally(maker: FactMaker, spec: PipelineSpec) -> bool:
     (``stopped``) and start the finally steps that have not run. Whether any started
     (the unwind then waits for them)."""
     state = maker.run
-    for segment in sorted(state.lanes):
-        settle(maker, step_of(segment), "stopped")
+    for step, node in sorted(state.nodes.items()):
+        if node.status == "running":
+            settle(maker, step, "stopped")
     graph = graph_of(spec)
     pending = [
         step for step, node in enumerate(graph.nodes) if node.is_finally and step not in state.nodes
@@ -68,8 +61,17 @@ def run_finally(maker: FactMaker, spec: PipelineSpec) -> bool:
     return bool(pending)
 
 
-def settle(maker: FactMaker, step: int, status: str) -> None:
-    """``NodeSettled``: the step's lane closes (``succeeded``, ``failed`` or ``stopped``)."""
+def settle(
+    maker: FactMaker,
+    step: int,
+    status: str,
+    *,
+    error: str | None = None,
+    error_type: str | None = None,
+) -> None:
+    """``NodeSettled``: the step's lane closes (``succeeded``, ``failed`` or ``stopped``),
+    and a fan-out step's item lanes with it. A failure's error is the last one recorded
+    (its attempt's), unless given."""
     lane = maker.run.lane_view(segment_of(step))
     failure = status == "failed"
     maker.add(
@@ -78,8 +80,8 @@ def settle(maker: FactMaker, step: int, status: str) -> None:
             step=step,
             segment=segment_of(step),
             status=status,
-            error=lane.error if failure else None,
-            error_type=lane.error_type if failure else None,
+            error=(error or lane.error) if failure else None,
+            error_type=(error_type or lane.error_type) if failure else None,
             attempts=lane.attempt.step_attempts,
         )
     )
@@ -98,7 +100,7 @@ def node_input(spec: PipelineSpec, state: RunState, step: int) -> bytes:
     if len(needs) == 1:
         return _output_seen(spec, state, needs[0])
     outputs = {name: json.loads(_output_seen(spec, state, name)) for name in needs}
-    return _json(outputs)
+    return json_bytes(outputs)
 
 
 def _output_seen(spec: PipelineSpec, state: RunState, name: str) -> bytes:
@@ -122,8 +124,9 @@ def _failure_input(state: RunState, step: int, name: str) -> bytes:
         "attempt": node.attempts if node is not None else 0,
         "step": name,
     }
-    return _json(error)
+    return json_bytes(error)
 
 
-def _json(value: Any) -> bytes:
+def json_bytes(value: Any) -> bytes:
+    """``value`` as canonical JSON (sorted keys, no spaces)."""
     return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()

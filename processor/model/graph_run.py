@@ -20,11 +20,12 @@ from typing import cast
 
 from processor.facts import keys
 from processor.facts.models import CatchDecided, GraphSettled, NodeSkipped, RouteDecided
-from processor.model import control
+from processor.model import control, fan_out_run
 from processor.model.decision import FactMaker
 from processor.model.finish import finish_success
-from processor.model.graph_nodes import graph_of, settle, start, step_of
+from processor.model.graph_nodes import graph_of, settle, start
 from processor.model.graph_plan import NodeState, SkipReason, plan
+from processor.model.lanes import item_of, step_of
 from processor.model.pipeline_spec import PipelineSpec
 from processor.model.readiness import NodeStatus as PlannedStatus
 from processor.model.state import NodeStatus, RunState
@@ -33,6 +34,7 @@ __all__ = [
     "INVALID_ROUTE",
     "advance",
     "failed",
+    "item_succeeded",
     "route_problem",
     "settle_under_stop",
     "step_of",
@@ -85,10 +87,17 @@ def advance(maker: FactMaker, spec: PipelineSpec) -> None:
     for name, reason in decided.skipped:
         step = spec.step_index(name)
         maker.add(NodeSkipped(**maker.header(keys.node_skipped(step)), step=step, reason=reason))
+    settled_at_once = False
     for name in decided.ready:
-        start(maker, spec, spec.step_index(name))
+        step = spec.step_index(name)
+        if graph.nodes[step].fan_out is not None:
+            settled_at_once |= fan_out_run.start(maker, spec, step)
+        else:
+            start(maker, spec, step)
     if decided.outcome is not None:
         _finish(maker, spec, decided.outcome)
+    elif settled_at_once:  # a fan-out step without items: what follows it, now
+        advance(maker, spec)
 
 
 def _finish(maker: FactMaker, spec: PipelineSpec, outcome: str) -> None:
@@ -103,7 +112,7 @@ def _finish(maker: FactMaker, spec: PipelineSpec, outcome: str) -> None:
     if outcome == "succeeded":
         finish_success(maker, spec)
     else:
-        control.fail_execution(maker, spec, error=state.error or "a step failed")
+        control.fail_execution(maker, spec, error=maker.run.error or "a step failed")
 
 
 def _result_step(spec: PipelineSpec, state: RunState) -> int | None:
@@ -133,15 +142,42 @@ def succeeded(maker: FactMaker, spec: PipelineSpec, step: int, routes: tuple[str
 
 
 def failed(maker: FactMaker, spec: PipelineSpec, step: int) -> None:
-    """The step failed for good (its ``SegmentFailed`` recorded, no retry left): the
-    lane closes; a catch handler, skips or the run's failure follow."""
+    """The step (or the item of a fan-out step that ``maker.lane`` runs) failed for
+    good (its ``SegmentFailed`` recorded, no retry left): the lane closes; a catch
+    handler, skips or the run's failure follow."""
+    item = None if maker.lane is None else item_of(maker.lane)
+    if item is not None:
+        state = maker.current
+        error = (state.error_type or "Error", state.error or "")
+        if fan_out_run.item_settled(maker, spec, step, item, error=error):
+            advance(maker, spec)
+        return
     settle(maker, step, "failed")
     advance(maker, spec)
 
 
+def item_succeeded(
+    maker: FactMaker, spec: PipelineSpec, step: int, item: int, output: bytes
+) -> None:
+    """An item of a fan-out step completed: the next items start, or the step settles
+    and what follows is planned (under stop intent, the stop settles)."""
+    settled = fan_out_run.item_settled(maker, spec, step, item, output=output)
+    if maker.run.stopping:
+        control.settle_stop(maker, spec)
+    elif settled:
+        advance(maker, spec)
+
+
 def settle_under_stop(maker: FactMaker, spec: PipelineSpec, step: int, status: str) -> None:
-    """A running step settles under stop intent: its lane closes, nothing new starts."""
-    settle(maker, step, status)
+    """A running step (or item) settles under stop intent: its lane closes, nothing new
+    starts."""
+    item = None if maker.lane is None else item_of(maker.lane)
+    if item is not None:
+        state = maker.current
+        error = None if status == "succeeded" else (state.error_type or "Error", state.error or "")
+        fan_out_run.item_settled(maker, spec, step, item, error=error)
+    else:
+        settle(maker, step, status)
     control.settle_stop(maker, spec)
 
 

@@ -28,6 +28,7 @@ from processor.facts.models import (
     CompensationStepSkipped,
     ContinuationSegmentCreated,
     FactHeader,
+    FanOutItemSettled,
     GraphSettled,
     InteractionTimedOut,
     NodeReady,
@@ -55,6 +56,7 @@ from processor.facts.models import (
     TerminalPublicationPrepared,
 )
 from processor.model import waits
+from processor.model.lanes import items_of_step
 from processor.model.state import (
     COMPENSATE,
     FAILED,
@@ -70,6 +72,7 @@ from processor.model.state import (
     Lane,
     LaneChanges,
     NodeRun,
+    NodeRunChanges,
     NodeStatus,
     Phase,
     Publication,
@@ -740,12 +743,31 @@ def _(fact: RunReleased, state: RunState) -> RunChanges:
 
 @_changes.register
 def _(fact: NodeReady, state: RunState) -> RunChanges:
-    node = NodeRun.assemble({"status": "running", "segment": fact.segment})
     lane = Lane.assemble({"last_output": fact.input})
-    return {
-        "nodes": {**state.nodes, fact.step: node},
-        "lanes": {**state.lanes, fact.segment: lane},
-    }
+    lanes = {**state.lanes, fact.segment: lane}
+    if fact.item is not None:  # an item of a fan-out step starts in a lane of its own
+        node = state.nodes[fact.step]
+        started = node.evolve({"started_items": node.started_items + 1})
+        return {"nodes": {**state.nodes, fact.step: started}, "lanes": lanes}
+    node = NodeRun.assemble(
+        {"status": "running", "segment": fact.segment, "items": fact.items or 0}
+    )
+    return {"nodes": {**state.nodes, fact.step: node}, "lanes": lanes}
+
+
+@_changes.register
+def _(fact: FanOutItemSettled, state: RunState) -> RunChanges:
+    node = state.nodes[fact.step]
+    changes: NodeRunChanges
+    if fact.status == "succeeded":
+        outputs = {**node.item_outputs, fact.item: fact.output}
+        changes = {"succeeded_items": node.succeeded_items + 1, "item_outputs": outputs}
+    else:
+        failure = (fact.error_type or "Error", fact.error or "")
+        errors = {**node.item_errors, fact.item: failure}
+        changes = {"failed_items": node.failed_items + 1, "item_errors": errors}
+    lanes = {segment: lane for segment, lane in state.lanes.items() if segment != fact.segment}
+    return {"nodes": {**state.nodes, fact.step: node.evolve(changes)}, "lanes": lanes}
 
 
 @_changes.register
@@ -770,9 +792,16 @@ def _(fact: NodeSettled, state: RunState) -> RunChanges:
             "error": fact.error,
             "error_type": fact.error_type,
             "attempts": fact.attempts,
+            "item_outputs": {},  # released in the step's output (StepCompleted)
+            "item_errors": {},
         }
     )
-    lanes = {segment: lane for segment, lane in state.lanes.items() if segment != fact.segment}
+    # Its lane closes, and a fan-out step's item lanes with it.
+    lanes = {
+        segment: lane
+        for segment, lane in state.lanes.items()
+        if segment != fact.segment and not items_of_step(segment, fact.step)
+    }
     return {"nodes": {**state.nodes, fact.step: node}, "lanes": lanes}
 
 
@@ -792,4 +821,14 @@ def _(fact: CatchDecided, state: RunState) -> RunChanges:
 def _(fact: GraphSettled, state: RunState) -> RunChanges:
     step = fact.result_step
     output = b"null" if step is None else state.step_outputs.get(step, b"null")
-    return {"last_output": output}
+    failed = sorted(step for step, node in state.nodes.items() if node.status == "failed")
+    if fact.outcome != "failed" or not failed:
+        return {"last_output": output}
+    # The run's failure is its first failed step's (not the last attempt's to fail).
+    node = state.nodes[failed[0]]
+    return {
+        "last_output": output,
+        "error": node.error,
+        "error_type": node.error_type,
+        "failed_step": failed[0],
+    }

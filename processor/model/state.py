@@ -408,6 +408,12 @@ class NodeRunChanges(TypedDict, total=False):
     error: str | None
     error_type: str | None
     attempts: int
+    items: int
+    started_items: int
+    succeeded_items: int
+    failed_items: int
+    item_outputs: dict[int, bytes]
+    item_errors: dict[int, tuple[str, str]]
 
 
 class NodeRun(BaseModel, Evolvable[NodeRunChanges]):
@@ -422,6 +428,14 @@ class NodeRun(BaseModel, Evolvable[NodeRunChanges]):
     error: str | None = None  # a failed step's error, what its catch handler receives
     error_type: str | None = None
     attempts: int = 0
+    # A fan-out step's items: how many, started (the lowest indexes), settled, and the
+    # settled ones' outputs and (type, message) errors until the step's output is released.
+    items: int = 0
+    started_items: int = 0
+    succeeded_items: int = 0
+    failed_items: int = 0
+    item_outputs: dict[int, bytes] = {}
+    item_errors: dict[int, tuple[str, str]] = {}
 
 
 class RunChanges(TypedDict, total=False):

@@ -88,6 +88,7 @@ def _node(node: Node) -> dict[str, Any]:
         "routes": list(node.routes),
         "catch": node.catch,
         "finally": node.is_finally,
+        "max_in_flight": None if node.fan_out is None else node.fan_out.max_in_flight,
     }
 
 
@@ -103,6 +104,8 @@ def _graph_marks(node: dict[str, Any] | None) -> list[str]:
         marks.append(f"caught by {node['catch']}")
     if node["finally"]:
         marks.append("finally")
+    if node["max_in_flight"] is not None:
+        marks.append(f"fan-out, {node['max_in_flight']} in flight")
     return marks
 
 

@@ -49,7 +49,7 @@ from typing import Any
 
 from processor.errors import ConfigurationError, ProcessorError
 from processor.facts.json_wire import WIRES, Wire
-from processor.model.graph import Graph, Node, build_graph
+from processor.model.graph import FanOutLimits, Graph, Node, Tolerance, build_graph
 from processor.model.pipeline_spec import (
     AwaitSpec,
     CheckpointSpec,
@@ -158,6 +158,48 @@ class Pipeline:
                     routes=tuple(routes or ()),
                     catch=catch,
                 )
+            self.steps.append(Step(spec, function, node=node))
+            return function
+
+        return register
+
+    def fan_out(
+        self,
+        name: str | None = None,
+        *,
+        max_in_flight: int,
+        needs: Iterable[str] | None = None,
+        rule: Rule = "all_success",
+        tolerate: int | None = None,
+        tolerate_percent: float | None = None,
+        catch: str | None = None,
+        retry: RetryPolicy | None = None,
+        timeout_s: float = 30.0,
+    ) -> Callable[[StepFunction], StepFunction]:
+        """Decorator appending a fan-out step: its input is a list, and its function runs
+        once per item, each item an attempt of its own with its own retries, at most
+        ``max_in_flight`` at once. By default the first failed item (after its retries)
+        fails the step; ``tolerate`` failed items (a count) or ``tolerate_percent`` of
+        them (inclusive) are allowed instead. Its output, released once every item
+        settled: ``{"items": [...], "failed": [{"item", "type", "message"}]}``, the
+        items' outputs in item-index order (null where one failed). The pipeline is
+        then a graph (README: "Fan-out").
+        """
+        if tolerate is not None and tolerate_percent is not None:
+            raise ConfigurationError("tolerate a count or a percentage of items, not both")
+        limits = FanOutLimits(max_in_flight, Tolerance(tolerate, tolerate_percent))
+
+        def register(function: StepFunction) -> StepFunction:
+            spec = StepSpec(
+                name or function.__name__, retry or RetryPolicy(), int(timeout_s * 1000)
+            )
+            node = Node(
+                spec.name,
+                None if needs is None else tuple(needs),
+                rule,
+                catch=catch,
+                fan_out=limits,
+            )
             self.steps.append(Step(spec, function, node=node))
             return function
 

@@ -20,6 +20,7 @@ from processor.facts.models import (
     CatchDecided,
     CompensationStepCompleted,
     FactHeader,
+    FanOutItemSettled,
     NodeReady,
     NodeSettled,
     NodeSkipped,
@@ -469,3 +470,92 @@ def test_a_graph_step_that_awaits_is_refused_until_graphs_support_it() -> None:
     pipeline.await_step("second", target="x", timeout_s=1)(lambda v: v)
     with pytest.raises(ConfigurationError, match="an await"):
         Application([pipeline])
+
+
+# --- fan-out ---------------------------------------------------------------------------------
+
+fan = Pipeline("fan")
+_tries: dict[int, int] = {}
+
+
+@fan.step()
+def make_items(spec: dict[str, Any]) -> Any:
+    return spec["items"] if "items" in spec else list(range(spec["n"]))
+
+
+@fan.fan_out(
+    needs=["make_items"],
+    max_in_flight=5,
+    tolerate_percent=10,
+    retry=RetryPolicy(max_attempts=2, initial_backoff_ms=0, max_backoff_ms=0),
+)
+def square(item: int) -> int:
+    _tries[item] = _tries.get(item, 0) + 1
+    if item % 10 == 3:
+        raise ValueError(f"bad item {item}")
+    if item % 10 == 5 and _tries[item] == 1:
+        raise RuntimeError("flaky once")  # retried, per item
+    return item * item
+
+
+@fan.step(needs=["square"])
+def summarize(output: dict[str, Any]) -> dict[str, Any]:
+    return output
+
+
+@pytest.fixture
+def env_fan() -> Iterator[LocalEnvironment]:
+    _tries.clear()
+    with LocalEnvironment(Application([fan])) as env:
+        yield env
+
+
+def _most_open(facts: list[FactHeader]) -> int:
+    """The most items open at once, from the facts: started, not yet settled."""
+    open_items, most = 0, 0
+    for fact in facts:
+        if isinstance(fact, NodeReady) and fact.item is not None:
+            open_items += 1
+            most = max(most, open_items)
+        elif isinstance(fact, FanOutItemSettled):
+            open_items -= 1
+    return most
+
+
+def test_a_fan_out_of_200_items_never_has_more_than_5_open_and_tolerates_20_failures(
+    env_fan: LocalEnvironment,
+) -> None:
+    run_id = env_fan.submit("fan", {"n": 200})
+    result = env_fan.wait(run_id, timeout_s=60)
+    assert result.status == "succeeded", result
+    facts = env_fan.history(run_id)
+    assert _most_open(facts) == 5
+    settled = [f for f in facts if isinstance(f, FanOutItemSettled)]
+    assert sorted(f.item for f in settled) == list(range(200))  # each item once
+    output = result.output
+    assert output["items"] == [None if i % 10 == 3 else i * i for i in range(200)]
+    assert [f["item"] for f in output["failed"]] == list(range(3, 200, 10))
+    assert output["failed"][0] == {"item": 3, "type": "ValueError", "message": "bad item 3"}
+    assert all(_tries[i] == 2 for i in range(5, 200, 10))  # a retry per flaky item
+
+
+def test_a_fan_out_of_200_items_fails_at_21_failures(env_fan: LocalEnvironment) -> None:
+    items = [*range(199), 1003]  # 1003 fails too: 21 of 200
+    run_id = env_fan.submit("fan", {"items": items})
+    result = env_fan.wait(run_id, timeout_s=60)
+    assert result.status == "failed"
+    assert (result.error or "").startswith("21 of 200 items failed, more than tolerated")
+    assert result.error_type == "FanOutFailed"
+    facts = env_fan.history(run_id)
+    started = [f.item for f in facts if isinstance(f, NodeReady) and f.item is not None]
+    assert started == list(range(200))
+    assert "summarize" in _skips(fan, facts)
+
+
+def test_a_fan_out_of_no_items_succeeds_at_once_and_one_of_no_list_fails(
+    env_fan: LocalEnvironment,
+) -> None:
+    empty = env_fan.wait(env_fan.submit("fan", {"items": []}))
+    assert empty.status == "succeeded" and empty.output == {"failed": [], "items": []}
+    wrong = env_fan.wait(env_fan.submit("fan", {"items": {"not": "a list"}}))
+    assert wrong.status == "failed" and "needs a list" in (wrong.error or "")

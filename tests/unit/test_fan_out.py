@@ -14,7 +14,7 @@ from processor.model.graph import FanOutLimits, Tolerance
 def progress(
     limit: int, total: int, items: dict[int, ItemStatus], tolerance: Tolerance | None = None
 ) -> FanOutProgress:
-    return FanOutProgress(FanOutLimits(limit, tolerance or Tolerance()), total, items)
+    return FanOutProgress.of(FanOutLimits(limit, tolerance or Tolerance()), total, items)
 
 
 def test_the_lowest_indexes_start_first_up_to_the_limit() -> None:

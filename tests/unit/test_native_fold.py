@@ -42,6 +42,7 @@ from processor.facts.models import (
     CompensationStepSkipped,
     ContinuationSegmentCreated,
     FactHeader,
+    FanOutItemSettled,
     GraphSettled,
     InteractionTimedOut,
     NodeReady,
@@ -91,6 +92,7 @@ PYTHON_ONLY = frozenset(
         RouteDecided,
         CatchDecided,
         GraphSettled,
+        FanOutItemSettled,
     }
 )
 
