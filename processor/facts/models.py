@@ -577,7 +577,7 @@ class SegmentResult(AvroModel):
     attempt: int
     generation: int
     steps: tuple[StepOutput, ...]
-    outcome: Literal["completed", "failed", "suspended"]
+    outcome: Literal["completed", "failed", "suspended", "skipped"]
     failed_step: int | None = None
     error: str | None = None
     error_type: str | None = None

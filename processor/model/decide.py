@@ -209,7 +209,9 @@ def decide_result(result: SegmentResult, state: RunState | None, ctx: Context) -
         return maker.decision()
     for done in result.steps:
         step_completed(maker, state, done.step, done.output)
-    if maker.current.stopping:
+    if result.outcome == "skipped":  # a graph step's predicate was false
+        graph_run.predicate_false(maker, spec, graph_run.step_of(result.segment))
+    elif maker.current.stopping:
         _settle_under_stop(maker, spec, result)
     elif spec.graph is not None and result.outcome == "completed":
         step = graph_run.step_of(result.segment)
@@ -409,6 +411,10 @@ def _result_problem(result: SegmentResult, state: RunState, spec: PipelineSpec) 
         return f"completed result stops at step {reached - 1}, its segment ends at {end}"
     if result.outcome == "suspended":
         return _suspension_problem(result, spec, reached, end)
+    if result.outcome == "skipped" and (
+        spec.graph is None or result.steps or not spec.graph.nodes[next_step].when
+    ):
+        return "only a graph step with a predicate (when) is skipped, before it runs"
     if result.outcome == "failed" and result.failed_step not in (None, reached):
         return f"failed_step {result.failed_step} is not the step after the completed ones"
     if result.outcome == "failed" and reached > end:

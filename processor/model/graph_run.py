@@ -35,6 +35,7 @@ __all__ = [
     "advance",
     "failed",
     "item_succeeded",
+    "predicate_false",
     "route_problem",
     "settle_under_stop",
     "step_of",
@@ -153,6 +154,15 @@ def failed(maker: FactMaker, spec: PipelineSpec, step: int) -> None:
             advance(maker, spec)
         return
     settle(maker, step, "failed")
+    advance(maker, spec)
+
+
+def predicate_false(maker: FactMaker, spec: PipelineSpec, step: int) -> None:
+    """The step's predicate was false: it is skipped (``predicate_false``), its lane
+    closes, and what follows is planned (under stop intent, the stop settles)."""
+    maker.add(
+        NodeSkipped(**maker.header(keys.node_skipped(step)), step=step, reason="predicate_false")
+    )
     advance(maker, spec)
 
 

@@ -56,7 +56,7 @@ from processor.facts.models import (
     TerminalPublicationPrepared,
 )
 from processor.model import waits
-from processor.model.lanes import items_of_step
+from processor.model.lanes import items_of_step, segment_of
 from processor.model.state import (
     COMPENSATE,
     FAILED,
@@ -773,7 +773,10 @@ def _(fact: FanOutItemSettled, state: RunState) -> RunChanges:
 @_changes.register
 def _(fact: NodeSkipped, state: RunState) -> RunChanges:
     node = NodeRun.assemble({"status": "skipped", "reason": fact.reason})
-    return {"nodes": {**state.nodes, fact.step: node}}
+    lanes = state.lanes  # a step skipped by its predicate ran in a lane, which closes
+    if segment_of(fact.step) in lanes:
+        lanes = {s: lane for s, lane in lanes.items() if s != segment_of(fact.step)}
+    return {"nodes": {**state.nodes, fact.step: node}, "lanes": lanes}
 
 
 #: A settled step's status (a status this version does not know: failed).

@@ -128,6 +128,8 @@ def _forward_sync(run: _Attempt) -> SegmentResult:
         step = run.step(index)
         with run.step_scope(index, "processor.step") as span:
             try:
+                if not run.guard_holds(step, value):
+                    return run.skipped()
                 value = run.timed(step, partial(run.call, step.function, value, index))
                 ended = run.after(index, step, value)
             except Exception as exc:  # a step's failure is data, reported to the processor
@@ -166,6 +168,8 @@ async def _forward_async(run: _Attempt, run_sync: SyncRunner) -> SegmentResult:
         step = run.step(index)
         with run.step_scope(index, "processor.step") as span:
             try:
+                if not run.guard_holds(step, value):
+                    return run.skipped()
                 value = await run.timed_async(step, step.function, value, index, run_sync)
                 ended = run.after(index, step, value)
             except Exception as exc:  # a step's failure is data, reported to the processor
@@ -360,6 +364,14 @@ class _Attempt:
 
     def completed(self) -> SegmentResult:
         return SegmentResult(**self.common, steps=tuple(self.outputs), outcome="completed")
+
+    def guard_holds(self, step: Step, value: Any) -> bool:
+        """Whether a graph step may run: its ``when`` predicate, if any, on its input."""
+        return step.predicate is None or bool(step.predicate(value))
+
+    def skipped(self) -> SegmentResult:
+        """A graph step whose predicate was false: it did not run."""
+        return SegmentResult(**self.common, steps=tuple(self.outputs), outcome="skipped")
 
     def failure(self, index: int, exc: Exception, span: tracing.SpanHandle) -> SegmentResult:
         """The failed result of a step (or compensator) that raised ``exc``."""

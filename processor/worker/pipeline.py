@@ -81,6 +81,8 @@ class Step:
     compensator: StepFunction | None = None
     #: Where the step sits in a graph: what it needs, its rule, routes, catch handler.
     node: Node | None = None
+    #: A graph step's guard: called with its input first; False skips the step.
+    predicate: Callable[[Any], bool] | None = None
 
 
 class Pipeline:
@@ -121,6 +123,7 @@ class Pipeline:
         rule: Rule = "all_success",
         routes: Iterable[str] | None = None,
         catch: str | None = None,
+        when: Callable[[Any], bool] | None = None,
     ) -> Callable[[StepFunction], StepFunction]:
         """Decorator appending a step; steps run in the order they are declared.
 
@@ -130,7 +133,9 @@ class Pipeline:
         ``all_done``, ``one_failed``, ``all_failed``, ``none_failed``, ``always``). A step
         with ``routes`` is a switch: its function returns the route(s) to take, the step
         names in ``routes``; the others are skipped. ``catch`` names the step that
-        handles this one's failure once its retries are spent.
+        handles this one's failure once its retries are spent. ``when`` guards a graph
+        step: called with the step's input before it runs, False skips it
+        (``predicate_false``), and the decision is a fact.
 
         ``timeout_s`` bounds an attempt of the step from when a worker starts it (time
         queued for a worker does not count); ``schedule_to_start_timeout_s``, if given,
@@ -150,15 +155,17 @@ class Pipeline:
                 schedule_to_start_timeout_ms=_ms(schedule_to_start_timeout_s),
             )
             node = None
-            if needs is not None or rule != "all_success" or routes or catch is not None:
+            graph = needs is not None or rule != "all_success" or routes or catch is not None
+            if graph or when is not None:
                 node = Node(
                     spec.name,
                     None if needs is None else tuple(needs),
                     rule,
+                    when=when is not None,
                     routes=tuple(routes or ()),
                     catch=catch,
                 )
-            self.steps.append(Step(spec, function, node=node))
+            self.steps.append(Step(spec, function, node=node, predicate=when))
             return function
 
         return register

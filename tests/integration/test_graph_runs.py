@@ -559,3 +559,50 @@ def test_a_fan_out_of_no_items_succeeds_at_once_and_one_of_no_list_fails(
     assert empty.status == "succeeded" and empty.output == {"failed": [], "items": []}
     wrong = env_fan.wait(env_fan.submit("fan", {"items": {"not": "a list"}}))
     assert wrong.status == "failed" and "needs a list" in (wrong.error or "")
+
+
+# --- predicates ------------------------------------------------------------------------------
+
+guarded = Pipeline("guarded")
+_notified: list[Any] = []
+
+
+@guarded.step()
+def receive(order: dict[str, Any]) -> dict[str, Any]:
+    return order
+
+
+@guarded.step(needs=["receive"], when=lambda order: order["total"] > 100)
+def notify_manager(order: dict[str, Any]) -> str:
+    _notified.append(order)
+    return "notified"
+
+
+@guarded.step(needs=["notify_manager"])
+def after_notify(value: Any) -> Any:
+    return value
+
+
+@guarded.step(needs=["receive", "notify_manager"], rule="none_failed")
+def finish(outputs: dict[str, Any]) -> dict[str, Any]:
+    return outputs
+
+
+def test_a_false_predicate_skips_its_step_durably_and_a_true_one_runs_it() -> None:
+    _notified.clear()
+    with LocalEnvironment(Application([guarded])) as env:
+        small = env.submit("guarded", {"total": 5})
+        small_result = env.wait(small)
+        big = env.submit("guarded", {"total": 500})
+        big_result = env.wait(big)
+        small_facts, big_facts = env.history(small), env.history(big)
+    assert small_result.status == "succeeded"
+    assert small_result.output == {"notify_manager": None, "receive": {"total": 5}}
+    assert _skips(guarded, small_facts) == {
+        "notify_manager": "predicate_false",
+        "after_notify": "readiness_unsatisfied",
+    }
+    assert "notify_manager" not in _names(guarded, small_facts, StepCompleted)
+    assert big_result.output == {"notify_manager": "notified", "receive": {"total": 500}}
+    assert _skips(guarded, big_facts) == {}
+    assert _notified == [{"total": 500}]
