@@ -67,7 +67,11 @@ def admit(arrival: Arrival, state: RunState | None, ctx: Context) -> Decision:
     if spec is None:
         detail = f"pipeline {state.pipeline!r} v{state.pipeline_version} is not loaded"
         return Decision.refuse("unknown_pipeline", detail)
-    maker = FactMaker(state, state.run_id, ctx.now, arrival.cause_id, live=ctx.live_versions)
+    # A graph run's await step waits in its lane, whose boundary its segment numbers.
+    lane = interaction.boundary if interaction.boundary in state.lanes else None
+    maker = FactMaker(
+        state, state.run_id, ctx.now, arrival.cause_id, live=ctx.live_versions, lane=lane
+    )
     control.deadline_first(maker, spec)
     if maker.current.stopping:  # stop intent closed the run's interactions
         control.settle_stop(maker, spec)

@@ -76,8 +76,9 @@ def _waiting(
     for partition, store in numbered.items():
         run_ids = [found for at, found in candidates if at == partition]
         for state in store.runs(run_ids):
-            if state is not None and waits.of(state) is waits.SUSPENDED:
-                yield partition, store, state
+            if state is not None:  # a chain, or each step of a graph run, at a boundary
+                for view in waits.in_wait(state, waits.SUSPENDED):
+                    yield partition, store, view
 
 
 def _partition_of(store: PartitionStore, index: int) -> int:

@@ -504,12 +504,10 @@ def decide_timer(timer: TimerFired, state: RunState | None, ctx: Context) -> Dec
 
 
 def _timer_lane(state: RunState, entry: DueEntry) -> int | None:
-    """The lane of a graph run whose forward attempt a due row is about, if any (an
-    attempt's rows name its segment; a compensator's, its step)."""
-    if entry.scope not in state.lanes:
-        return None
-    wait = waits.of(state.lane_view(entry.scope))
-    return entry.scope if FORWARD in (wait.runs, wait.retries) else None
+    """The lane of a graph run a due row is about, if any: an attempt's, a boundary's
+    and a sleep's rows name its segment (a lane's boundary is numbered by it). A
+    compensator's rows name its step, but no lane is live once the unwind begins."""
+    return entry.scope if entry.scope in state.lanes else None
 
 
 #: What a due timer decides: its run is in ``maker.current``, the time in ``maker.now``.

@@ -47,17 +47,24 @@ class IndexEntry:
 
 
 def waiting_targets(state: RunState) -> tuple[str, ...]:
-    """The targets of the run's open interactions at its current boundary, sorted, each
-    once (none unless it is suspended there and not terminal)."""
-    if state.terminal or waits.of(state) is not waits.SUSPENDED:
+    """The targets of the run's open interactions at its current boundary (a graph run's:
+    at each step's), sorted, each once (none unless it is suspended there and not
+    terminal)."""
+    if state.terminal:
         return ()
-    open_ = {i.target for i in state.boundary_interactions() if i.status == "open"}
+    open_ = {
+        i.target
+        for view in waits.in_wait(state, waits.SUSPENDED)
+        for i in view.boundary_interactions()
+        if i.status == "open"
+    }
     return tuple(sorted(open_))
 
 
 def is_unknown(state: RunState | None) -> bool:
-    """Whether the run waits for an operator: its attempt's outcome is Unknown."""
-    return state is not None and not state.terminal and waits.of(state) is waits.UNKNOWN
+    """Whether the run (or a step of a graph run) waits for an operator: its attempt's
+    outcome is Unknown."""
+    return state is not None and not state.terminal and bool(waits.in_wait(state, waits.UNKNOWN))
 
 
 def index_entries(state: RunState | None) -> frozenset[IndexEntry]:
@@ -73,7 +80,7 @@ def index_entries(state: RunState | None) -> frozenset[IndexEntry]:
     for target in waiting_targets(state):
         rows.append(IndexEntry("waiting", (target,), at, run_id))
         rows.append(IndexEntry("waiting_pipeline", (target, pipeline), at, run_id))
-    if waits.of(state) is waits.DEFINITION_BLOCKED and not state.terminal:
+    if waits.in_wait(state, waits.DEFINITION_BLOCKED) and not state.terminal:
         rows.append(
             IndexEntry("blocked", blocked_parts(pipeline, state.pipeline_version), at, run_id)
         )

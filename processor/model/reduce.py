@@ -146,8 +146,10 @@ def _in_lanes(fact: FactHeader, read: RunState, fields: dict[str, Any]) -> RunCh
     segment, as it would change a chain's flat fields; stop intent meets every lane."""
     reducer = _reducer_of(type(fact), _changes)
     lanes: dict[int, Lane] = fields["lanes"]
-    segment = getattr(fact, "segment", None)
-    if type(fact) in _LANE_FACTS and segment in lanes and getattr(fact, "kind", FORWARD) == FORWARD:
+    addressed = _LANE_FACTS.get(type(fact))
+    segment = None if addressed is None else getattr(fact, addressed)
+    # (A compensator's facts name its step as their segment: never a lane's.)
+    if segment in lanes and getattr(fact, "kind", FORWARD) != COMPENSATE:
         assert segment is not None
         changes = _in_lane(reducer, fact, fields, segment)
         changes["lanes"] = {**lanes, segment: changes["lanes"][segment]}
@@ -161,25 +163,32 @@ def _in_lanes(fact: FactHeader, read: RunState, fields: dict[str, Any]) -> RunCh
     return changes
 
 
-#: The facts about a segment's attempt: in a graph run, about its lane's.
-_LANE_FACTS: frozenset[type[FactHeader]] = frozenset(
-    {
-        SegmentAttemptStarted,
-        AttemptStepStarted,
-        AttemptHeartbeatRecorded,
-        AttemptLost,
-        RunDefinitionBlocked,
-        StepCompleted,
-        SegmentCompleted,
-        SegmentFailed,
-        RetryScheduled,
-        SegmentSuspended,
-        SleepStarted,
-        SleepCompleted,
-        AttemptOutcomeUnknown,
-        AttemptResolved,
-    }
-)
+#: The facts about a segment's attempt, its boundary or its sleep, and the field that
+#: names the segment: in a graph run, they are about that lane (a lane's boundary is
+#: numbered by its segment).
+_LANE_FACTS: dict[type[FactHeader], str] = {
+    **dict.fromkeys(
+        (
+            SegmentAttemptStarted,
+            AttemptStepStarted,
+            AttemptHeartbeatRecorded,
+            AttemptLost,
+            RunDefinitionBlocked,
+            StepCompleted,
+            SegmentCompleted,
+            SegmentFailed,
+            RetryScheduled,
+            SegmentSuspended,
+            SleepStarted,
+            SleepCompleted,
+            AttemptOutcomeUnknown,
+            AttemptResolved,
+        ),
+        "segment",
+    ),
+    BoundaryInteractionDispatched: "boundary",
+    BoundaryDispatchCompleted: "boundary",
+}
 
 
 def _in_lane(reducer: Any, fact: FactHeader, fields: dict[str, Any], segment: int) -> RunChanges:

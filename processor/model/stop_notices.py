@@ -29,14 +29,12 @@ LOST = "attempt_lost"
 
 def notify_stop(maker: FactMaker, before: RunState, spec: PipelineSpec, reason: str) -> None:
     """The notices of a stop just committed on a run that was in ``before``'s wait."""
-    for lane in before.lane_views():  # a graph run's steps in flight
-        if waits.of(lane).runs == FORWARD:
-            _notice(maker, lane.attempt_of(FORWARD), reason)
-    wait = waits.of(before)
-    if wait.runs == FORWARD:
-        _notice(maker, before.attempt_of(FORWARD), reason)
-    elif wait is waits.SUSPENDED:
-        _cancel_interactions(maker, before, spec, reason)
+    for view in (before, *before.lane_views()):  # a graph run's: each step in flight
+        wait = waits.of(view)
+        if wait.runs == FORWARD:
+            _notice(maker, view.attempt_of(FORWARD), reason)
+        elif wait is waits.SUSPENDED:
+            _cancel_interactions(maker, view, spec, reason)
 
 
 def notify_lost(maker: FactMaker, attempt: Attempt) -> None:

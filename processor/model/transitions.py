@@ -175,6 +175,9 @@ def continue_after(
     segment begins from the step after it, or the run succeeds after the last step."""
     state = maker.current
     step_completed(maker, state, step, output)
+    if spec.graph is not None:  # the graph step's lane closes; the graph goes on
+        graph_run.succeeded(maker, spec, step, ())
+        return
     next_step = step + 1
     if next_step > spec.last_step:
         finish_success(maker, spec)

@@ -49,6 +49,7 @@ __all__ = [
     "WAITS",
     "Wait",
     "holds_stop",
+    "in_wait",
     "of",
     "status_views",
 ]
@@ -279,6 +280,11 @@ _NOT_SHOWN: dict[str, dict[str, Any] | None] = {
 def of(state: RunState) -> Wait:
     """The wait of the run's phase."""
     return WAITS[state.phase]
+
+
+def in_wait(state: RunState, wait: Wait) -> list[RunState]:
+    """The run, or the lanes of a graph run, that are in ``wait``: their views."""
+    return [view for view in (state, *state.lane_views()) if of(view) is wait]
 
 
 def holds_stop(state: RunState) -> bool:

@@ -246,13 +246,16 @@ class Pipeline:
         retry: RetryPolicy | None = None,
         step_timeout_s: float = 30.0,
         wire: Wire = "avro",
+        needs: Iterable[str] | None = None,
+        catch: str | None = None,
     ) -> Callable[[StepFunction], StepFunction]:
         """Decorator appending an await step: the function returns the request(s).
 
         ``timeout_s`` bounds the wait for completions; ``step_timeout_s`` bounds the
         attempt that computes the requests (a lost attempt is retried after it).
         ``wire="json"`` sends the requests as JSON documents (docs/CONTRACT.md) for
-        systems without Avro; completions are accepted in either wire.
+        systems without Avro; completions are accepted in either wire. ``needs`` and
+        ``catch`` place it in a graph, as for ``step``.
         """
         if wire not in WIRES:
             raise ConfigurationError(f"wire must be one of {WIRES}, got {wire!r}")
@@ -263,22 +266,30 @@ class Pipeline:
         def register(function: StepFunction) -> StepFunction:
             step_name = name or function.__name__
             spec = StepSpec(step_name, retry or RetryPolicy(), step_timeout_ms, awaits)
-            self.steps.append(Step(spec, function))
+            self.steps.append(Step(spec, function, node=_graph_node(step_name, needs, catch)))
             return function
 
         return register
 
     def await_checkpoint(
-        self, checkpoint: str, *, timeout_s: float, on_timeout: OnTimeout = "fail"
+        self,
+        checkpoint: str,
+        *,
+        timeout_s: float,
+        on_timeout: OnTimeout = "fail",
+        needs: Iterable[str] | None = None,
     ) -> None:
         """Append a step that waits for another pipeline's checkpoint handoff."""
         awaits = AwaitSpec(checkpoint, int(timeout_s * 1000), False, on_timeout, "checkpoint")
         spec = StepSpec(f"await_{checkpoint}", RetryPolicy(), 30_000, awaits)
-        self.steps.append(Step(spec, _unchanged))
+        self.steps.append(Step(spec, _unchanged, node=_graph_node(spec.name, needs)))
 
-    def sleep(self, seconds: float, *, name: str | None = None) -> None:
+    def sleep(
+        self, seconds: float, *, name: str | None = None, needs: Iterable[str] | None = None
+    ) -> None:
         """Append a sleep step: the run waits ``seconds`` on a durable timer from when it
-        reaches the step, then the next step receives the previous step's output.
+        reaches the step, then the next step receives the previous step's output (in a
+        graph, ``needs`` says which steps it follows, and it passes its input on).
 
         The wake time is recorded once (``SleepStarted``): a restart or a replay does not
         measure the sleep again; a cancel or the run deadline cuts it short.
@@ -287,7 +298,7 @@ class Pipeline:
             raise ConfigurationError(f"a sleep lasts 0 seconds or more, got {seconds}")
         sleeps = SleepSpec(duration_ms=int(seconds * 1000))
         spec = StepSpec(name or f"sleep_{len(self.steps)}", RetryPolicy(), 30_000, sleeps=sleeps)
-        self.steps.append(Step(spec, _unchanged))
+        self.steps.append(Step(spec, _unchanged, node=_graph_node(spec.name, needs)))
 
     def sleep_until(
         self,
@@ -442,12 +453,15 @@ class Application:
         return sorted({s.output_topic for s in self._specs.values() if s.output_topic})
 
 
+def _graph_node(name: str, needs: Iterable[str] | None, catch: str | None = None) -> Node | None:
+    """The graph node of a step declared with ``needs`` (or a handler), else None."""
+    if needs is None and catch is None:
+        return None
+    return Node(name, None if needs is None else tuple(needs), catch=catch)
+
+
 def _not_in_graphs(spec: StepSpec) -> str:
     """What a graph step is that graphs do not run yet (empty: nothing)."""
-    if spec.awaits is not None:
-        return "an await"
-    if spec.sleeps is not None:
-        return "a sleep"
     if spec.effectful:
         return "effectful"
     return ""

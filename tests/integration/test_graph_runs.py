@@ -9,7 +9,7 @@ handler that took over (``CatchDecided``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -17,6 +17,7 @@ import pytest
 from processor import LocalEnvironment
 from processor.errors import ConfigurationError
 from processor.facts.models import (
+    BoundaryDispatchCompleted,
     CatchDecided,
     CompensationStepCompleted,
     FactHeader,
@@ -36,7 +37,7 @@ from processor.worker.pipeline import Application, NonRetryableError, Pipeline
 ONCE = RetryPolicy(max_attempts=1)
 
 
-def _names(pipeline: Pipeline, facts: list[FactHeader], kind: type[FactHeader]) -> list[str]:
+def _names(pipeline: Pipeline, facts: Sequence[FactHeader], kind: type[FactHeader]) -> list[str]:
     """The step names of ``facts`` of type ``kind``, in history order."""
     steps = [s.spec.name for s in pipeline.steps]
     return [steps[f.step] for f in facts if isinstance(f, kind)]  # type: ignore[attr-defined]
@@ -464,11 +465,11 @@ def test_a_cycle_is_refused_naming_its_steps() -> None:
         Application([pipeline])
 
 
-def test_a_graph_step_that_awaits_is_refused_until_graphs_support_it() -> None:
-    pipeline = Pipeline("awaiting")
+def test_an_effectful_graph_step_is_refused_until_graphs_support_it() -> None:
+    pipeline = Pipeline("effects")
     pipeline.step("first", needs=[])(lambda v: v)
-    pipeline.await_step("second", target="x", timeout_s=1)(lambda v: v)
-    with pytest.raises(ConfigurationError, match="an await"):
+    pipeline.step("second", effectful=True)(lambda v: v)
+    with pytest.raises(ConfigurationError, match="'second' is effectful"):
         Application([pipeline])
 
 
@@ -606,3 +607,61 @@ def test_a_false_predicate_skips_its_step_durably_and_a_true_one_runs_it() -> No
     assert big_result.output == {"notify_manager": "notified", "receive": {"total": 500}}
     assert _skips(guarded, big_facts) == {}
     assert _notified == [{"total": 500}]
+
+
+# --- awaits and sleeps in a graph ------------------------------------------------------------
+
+waiting = Pipeline("waiting")
+
+
+@waiting.step()
+def request(order: dict[str, Any]) -> dict[str, Any]:
+    return order
+
+
+@waiting.await_step(needs=["request"], target="payments", timeout_s=600)
+def pay(order: dict[str, Any]) -> dict[str, Any]:
+    return {"amount": order["total"]}
+
+
+@waiting.await_step(needs=["request"], target="warehouse", timeout_s=60, on_timeout="continue")
+def pack(order: dict[str, Any]) -> dict[str, Any]:
+    return {"items": order["items"]}
+
+
+waiting.sleep(30, name="cool_off", needs=["request"])
+
+
+@waiting.step(needs=["pay", "pack", "cool_off"], rule="all_done")
+def done(outputs: dict[str, Any]) -> dict[str, Any]:
+    return outputs
+
+
+def test_two_awaits_and_a_sleep_wait_side_by_side_in_one_run() -> None:
+    with LocalEnvironment(Application([waiting])) as env:
+        run_id = env.submit("waiting", {"total": 7, "items": 3})
+        env.wait_fact(run_id, BoundaryDispatchCompleted, count=2)  # each in its own lane
+        assert sorted(r.target for r in env.pending(run_id)) == ["payments", "warehouse"]
+        payments = next(r for r in env.pending(run_id) if r.target == "payments")
+        env.complete(payments, {"paid": 7})
+        env.advance(61)  # the warehouse's timeout passes (continue), and the sleep ends
+        result = env.wait(run_id)
+    assert result.status == "succeeded", result
+    assert result.output == {
+        "cool_off": {"items": 3, "total": 7},  # a sleep passes its input on
+        "pack": {"timed_out": True},  # on_timeout="continue"
+        "pay": {"paid": 7},
+    }
+
+
+def test_a_cancel_reaches_every_waiting_branch_of_a_graph_run() -> None:
+    with LocalEnvironment(Application([waiting])) as env:
+        run_id = env.submit("waiting", {"total": 1, "items": 1})
+        env.wait_fact(run_id, BoundaryDispatchCompleted, count=2)
+        env.client.cancel(run_id, "no longer wanted")
+        result = env.wait(run_id)
+        assert result.status == "cancelled"
+        assert env.pending(run_id) == []
+        facts = env.history(run_id)
+    stopped = [f for f in facts if isinstance(f, NodeSettled) and f.status == "stopped"]
+    assert sorted(_names(waiting, stopped, NodeSettled)) == ["cool_off", "pack", "pay"]
