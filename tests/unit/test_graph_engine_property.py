@@ -33,6 +33,8 @@ from hypothesis import strategies as st
 
 from processor.clients.client import new_submit
 from processor.facts.models import (
+    CancelRun,
+    CatchDecided,
     FactHeader,
     GraphSettled,
     NodeReady,
@@ -41,6 +43,7 @@ from processor.facts.models import (
     RouteDecided,
     RunFailed,
     RunStopped,
+    RunStopRequested,
     RunSucceeded,
     SegmentResult,
     StepCompleted,
@@ -58,6 +61,7 @@ from processor.model.decide import (
 )
 from processor.model.due import due_entries
 from processor.model.graph import Node, build_graph
+from processor.model.operator import decide_cancel
 from processor.model.pipeline_spec import PipelineSpec, RetryPolicy, StepSpec
 from processor.model.readiness import RULES, Rule
 from processor.model.reduce import fold
@@ -270,6 +274,8 @@ class Engine:
     work: list[WorkItem] = field(default_factory=list)
     answered: list[SegmentResult] = field(default_factory=list)
     attempts: Counter[str] = field(default_factory=Counter)
+    cancel_after: int | None = None  # cancel once this many results were answered
+    cancel_refusal: str | None = None
 
     def __post_init__(self) -> None:
         self.spec = self.case.spec()
@@ -296,7 +302,9 @@ class Engine:
             assert self.state is not None
             if self.state.terminal:
                 break
-            if self.work:
+            if self.cancel_after is not None and len(self.answered) >= self.cancel_after:
+                self.cancel()
+            elif self.work:
                 self.answer(self.work.pop(self.order.randrange(len(self.work))))
             elif self.answered and self.order.random() < 0.2:
                 self.duplicate(self.order.choice(self.answered))
@@ -335,6 +343,14 @@ class Engine:
         decision = self.take(decide_result(result, self.state, self.ctx))
         assert decision.refusal is None, decision.detail
 
+    def cancel(self) -> None:
+        assert self.state is not None
+        command = CancelRun(
+            command_id="cancel-1", run_id=self.state.run_id, reason="test", requested_ms=self.now
+        )
+        decision = self.take(decide_cancel(command, self.state, self.ctx))
+        self.cancel_after, self.cancel_refusal = None, decision.refusal
+
     def duplicate(self, result: SegmentResult) -> None:
         """An answer delivered again (at least once): refused, nothing recorded."""
         decision = self.take(decide_result(result, self.state, self.ctx))
@@ -348,6 +364,39 @@ class Engine:
 
 def _json(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+
+
+def assert_ready_in_order(case: Case, facts: list[FactHeader]) -> None:
+    """Each step started only once what it waits for was in the history: its needs
+    settled (unless its rule may start early), its switches' choices, the failure it
+    handles caught, and for a finally step every other step."""
+    names = [n.name for n in case.nodes]
+    done: set[str] = set()  # settled or skipped so far
+    caught: set[str] = set()
+    decided: set[str] = set()
+    for fact in facts:
+        if isinstance(fact, NodeSettled | NodeSkipped):
+            done.add(names[fact.step])
+        elif isinstance(fact, CatchDecided):
+            caught.add(names[fact.step])
+        elif isinstance(fact, RouteDecided):
+            decided.add(names[fact.step])
+        elif isinstance(fact, NodeReady):
+            node = case.nodes[fact.step]
+            if node.is_finally:
+                others = {n.name for n in case.nodes if not n.is_finally}
+                assert others <= done, (node.name, others - done)
+            elif node.catch is None and node.name in {n.catch for n in case.nodes}:
+                handled = next(n.name for n in case.nodes if n.catch == node.name)
+                assert handled in caught, node.name
+            elif node.rule not in EARLY:
+                needs = set(node.needs or ())
+                handlers = {case.nodes[names.index(n)].catch for n in needs & caught}
+                assert needs | (handlers - {None}) <= done, (node.name, needs - done)
+            for switch, chosen in case.choices.items():
+                if node.name in case.nodes[names.index(switch)].routes:
+                    assert switch in done, (node.name, switch)  # it chose, or cannot
+                    assert switch not in decided or node.name in chosen, (node.name, switch)
 
 
 # --- the property ----------------------------------------------------------------------------
@@ -380,6 +429,8 @@ def test_the_engine_folds_random_graphs_as_the_reference_model_says(
     keys = Counter(f.fact_key for f in facts)
     assert [k for k, n in keys.items() if n > 1] == []
     assert [f.seq for f in facts] == list(range(1, len(facts) + 1))
+
+    assert_ready_in_order(case, facts)
 
     # A switch's choice recorded once, and only by a switch that chose well.
     decided = {names[f.step]: f.routes for f in facts if isinstance(f, RouteDecided)}
@@ -416,3 +467,38 @@ def test_a_skipped_switch_passes_null_on_not_its_own_input() -> None:
     assert engine.run().status == "succeeded"
     ready = [f for f in engine.facts if isinstance(f, NodeReady)]
     assert [(f.step, json.loads(f.input)) for f in ready] == [(1, None)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=cases(), order=st.randoms(use_true_random=False), cancel_after=st.integers(0, 12))
+def test_after_a_cancel_only_the_finally_steps_start_and_the_run_ends_cancelled(
+    case: Case, order: random.Random, cancel_after: int
+) -> None:
+    """A cancel at a random moment (after some results): the steps running settle,
+    nothing new starts but the finally steps that have not run, each runs once, and the
+    run ends cancelled exactly once (or the cancel came too late and is refused)."""
+    engine = Engine(case, order, cancel_after=cancel_after)
+    final = engine.run()
+    facts = engine.facts
+    names = [n.name for n in case.nodes]
+    terminal = [f for f in facts if isinstance(f, RunSucceeded | RunFailed | RunStopped)]
+    assert len(terminal) == 1 and terminal[0] is facts[-1]
+    ready = Counter(names[f.step] for f in facts if isinstance(f, NodeReady))
+    assert set(ready.values()) <= {1}, ready
+    settled = Counter(names[f.step] for f in facts if isinstance(f, NodeSettled))
+    assert settled == ready, (settled, ready)
+    assert len({f.fact_key for f in facts}) == len(facts)
+    requested = [i for i, f in enumerate(facts) if isinstance(f, RunStopRequested)]
+    if engine.cancel_after is not None or engine.cancel_refusal is not None:
+        # The run ended before the cancel was sent, or before it was decided.
+        assert engine.cancel_refusal in (None, "run_terminal") and not requested
+        assert final.status in ("succeeded", "failed")
+        return
+    assert len(requested) == 1
+    after = facts[requested[0] :]
+    started_after = [names[f.step] for f in after if isinstance(f, NodeReady)]
+    assert all(case.nodes[names.index(n)].is_finally for n in started_after), started_after
+    finals = [n.name for n in case.nodes if n.is_finally]
+    assert all(ready[n] == 1 for n in finals), (finals, ready)  # each ran once
+    assert isinstance(terminal[0], RunStopped) and terminal[0].execution == "Cancelled"
+    assert final.status == "cancelled"
