@@ -111,7 +111,7 @@ def _output_seen(spec: PipelineSpec, state: RunState, name: str) -> bytes:
     declared = graph.nodes[step]
     if node is not None and node.status == "caught" and declared.catch is not None:
         return _output_seen(spec, state, declared.catch)
-    if declared.routes:
+    if declared.routes and node is not None and node.status == "succeeded":
         return node_input(spec, state, step)  # a switch passes its input on
     return state.step_outputs.get(step, b"null")
 

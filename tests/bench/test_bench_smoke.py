@@ -101,6 +101,14 @@ def test_worker_concurrency(tmp_path: Path) -> None:
     assert out["ratio"] > 0 and len(out["paired_ratios"]) == 1
 
 
+def test_graph_parallel(tmp_path: Path) -> None:
+    out = bench("graph_parallel.py", tmp_path, "--steps", "3", "--step-ms", "20", "--repeat", "1")
+    assert (out["steps"], out["step_ms"], out["rounds"]) == (3, 20, 1)
+    assert len(out["one_ms_rounds"]) == len(out["wide_ms_rounds"]) == 1
+    assert out["one_ms"] >= 20 and out["wide_ms"] >= 20  # a run waits for its steps
+    assert out["ratio"] > 0
+
+
 def test_http_overhead(tmp_path: Path) -> None:
     out = bench(
         "http_overhead.py", tmp_path, "--runs", "20", "--rounds", "2", "--scrape-interval", "0.05"

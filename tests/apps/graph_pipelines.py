@@ -1,0 +1,232 @@
+"""Graph pipelines for the tests of graph runs in a ``processor`` process (issue 28);
+load them with ``--app tests.apps.graph_pipelines:app``.
+
+Every behaviour is chosen by the run input, so a process killed and restarted needs
+no shared state. A ``gate`` in the input names a file: the step waits for it to exist
+(up to ``GATE_WAIT_S``), so a test holds a step running while it cancels or kills.
+
+- ``parallel``: ``begin``, then ``charge`` and ``reserve`` at the same time (each
+  waits at a barrier for the other: one after the other, the first would give up
+  there and fail the run), then ``confirm`` joins them by name.
+- ``handled``: ``fetch``, then ``price`` (``catch="fallback"``: it raises a
+  NonRetryableError when the input says ``broken``) beside ``stock``, then ``quote``
+  joins them: a caught failure's handler output reaches the join.
+- ``routes``: the switch ``triage`` chooses the input's ``choose`` among ``refund``
+  and ``reship`` (each waits for the input's ``gate``, if any), then ``close``
+  (``none_failed``) joins what was selected, and the finally step ``audit`` runs.
+- ``held``: ``slow_step`` waits for the input's ``gate``; ``never_reached`` needs it;
+  the finally step ``release`` runs once every other step settled (after a cancel too).
+- ``mixed``: the workload of the kill -9 test, everything a function of the input
+  (``expected_mixed_result``): ``start``; ``left`` and ``right`` in parallel (each
+  sleeps ``nap_ms``), ``right`` caught by ``patch`` when ``break`` is set; the switch
+  ``pick`` after both routes to ``even`` or ``odd`` by ``n``; ``merge``
+  (``none_failed``) joins the routes; the finally step ``tidy``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from processor.model.pipeline_spec import RetryPolicy
+from processor.worker.pipeline import Application, NonRetryableError, Pipeline
+
+__all__ = ["GATE_WAIT_S", "app", "expected_mixed_result"]
+
+ONCE = RetryPolicy(max_attempts=1)
+#: How long a gated step waits for its gate file (then it goes on anyway).
+GATE_WAIT_S = 30.0
+
+
+def _wait_for_gate(value: dict[str, Any]) -> None:
+    gate = value.get("gate")
+    if gate is None:
+        return
+    deadline = time.monotonic() + GATE_WAIT_S
+    while not Path(gate).exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+# --- parallel -------------------------------------------------------------------------------
+
+_both_in = threading.Barrier(2, timeout=20)
+parallel = Pipeline("parallel")
+
+
+@parallel.step()
+def begin(order: dict[str, Any]) -> dict[str, Any]:
+    return order
+
+
+@parallel.step(needs=["begin"], retry=ONCE)
+def charge(order: dict[str, Any]) -> dict[str, Any]:
+    _both_in.wait()  # returns only while reserve runs too
+    return {"charged": order["total"]}
+
+
+@parallel.step(needs=["begin"], retry=ONCE)
+def reserve(order: dict[str, Any]) -> dict[str, Any]:
+    _both_in.wait()
+    return {"reserved": order["items"]}
+
+
+@parallel.step(needs=["charge", "reserve"])
+def confirm(outputs: dict[str, Any]) -> dict[str, Any]:
+    return {"confirmed": outputs}
+
+
+# --- handled --------------------------------------------------------------------------------
+
+handled = Pipeline("handled")
+
+
+@handled.step()
+def fetch(value: dict[str, Any]) -> dict[str, Any]:
+    return value
+
+
+@handled.step(needs=["fetch"], catch="fallback", retry=ONCE)
+def price(value: dict[str, Any]) -> dict[str, Any]:
+    if value.get("broken"):
+        raise NonRetryableError(f"no price for {value['sku']}")
+    return {"price": 10}
+
+
+@handled.step()
+def fallback(error: dict[str, Any]) -> dict[str, Any]:
+    return {"price": 0, "because": error}
+
+
+@handled.step(needs=["fetch"])
+def stock(value: dict[str, Any]) -> dict[str, Any]:
+    return {"in_stock": value["sku"]}
+
+
+@handled.step(needs=["price", "stock"])
+def quote(outputs: dict[str, Any]) -> dict[str, Any]:
+    return {"quote": outputs}
+
+
+# --- routes ---------------------------------------------------------------------------------
+
+routes = Pipeline("routes")
+
+
+@routes.step(routes=["refund", "reship"])
+def triage(claim: dict[str, Any]) -> Any:
+    return claim["choose"]
+
+
+@routes.step(needs=["triage"], timeout_s=GATE_WAIT_S + 10)
+def refund(claim: dict[str, Any]) -> dict[str, Any]:
+    _wait_for_gate(claim)
+    return {"refunded": claim["amount"]}
+
+
+@routes.step(needs=["triage"], timeout_s=GATE_WAIT_S + 10)
+def reship(claim: dict[str, Any]) -> dict[str, Any]:
+    _wait_for_gate(claim)
+    return {"reshipped": claim["amount"]}
+
+
+@routes.step(needs=["refund", "reship"], rule="none_failed")
+def close(outputs: dict[str, Any]) -> dict[str, Any]:
+    return outputs
+
+
+@routes.finally_step(needs=["close"])
+def audit(outputs: Any) -> str:
+    return "audited"
+
+
+# --- held -----------------------------------------------------------------------------------
+
+held = Pipeline("held")
+
+
+@held.step(timeout_s=GATE_WAIT_S + 10)
+def slow_step(value: dict[str, Any]) -> dict[str, Any]:
+    _wait_for_gate(value)
+    return value
+
+
+@held.step(needs=["slow_step"])
+def never_reached(value: Any) -> Any:
+    return value
+
+
+@held.finally_step()
+def release(value: Any) -> str:
+    return "released"
+
+
+# --- mixed (the kill -9 workload) -----------------------------------------------------------
+
+mixed = Pipeline("mixed")
+
+
+def _nap(value: dict[str, Any]) -> None:
+    time.sleep(value.get("nap_ms", 0) / 1000)
+
+
+@mixed.step()
+def start(value: dict[str, Any]) -> dict[str, Any]:
+    return value
+
+
+@mixed.step(needs=["start"])
+def left(value: dict[str, Any]) -> int:
+    _nap(value)
+    return int(value["n"]) * 2
+
+
+@mixed.step(needs=["start"], catch="patch", retry=ONCE)
+def right(value: dict[str, Any]) -> int:
+    _nap(value)
+    if value.get("break"):
+        raise NonRetryableError("right broke")
+    return int(value["n"]) + 1
+
+
+@mixed.step()
+def patch(error: dict[str, Any]) -> int:
+    return -1
+
+
+@mixed.step(needs=["left", "right"], routes=["even", "odd"])
+def pick(both: dict[str, Any]) -> str:
+    return "even" if both["left"] % 4 == 0 else "odd"
+
+
+@mixed.step(needs=["pick"])
+def even(both: dict[str, Any]) -> dict[str, Any]:
+    return {"even": both}
+
+
+@mixed.step(needs=["pick"])
+def odd(both: dict[str, Any]) -> dict[str, Any]:
+    return {"odd": both}
+
+
+@mixed.step(needs=["even", "odd"], rule="none_failed")
+def merge(routes: dict[str, Any]) -> dict[str, Any]:
+    return {"merged": routes}
+
+
+@mixed.finally_step(needs=["merge"])
+def tidy(value: Any) -> str:
+    return "tidied"
+
+
+def expected_mixed_result(value: dict[str, Any]) -> dict[str, Any]:
+    """The result of a ``mixed`` run of input ``value`` (``merge``'s output)."""
+    n = int(value["n"])
+    both = {"left": n * 2, "right": -1 if value.get("break") else n + 1}
+    chosen = "even" if both["left"] % 4 == 0 else "odd"
+    taken = {"even": None, "odd": None} | {chosen: {chosen: both}}
+    return {"merged": taken}
+
+
+app = Application([parallel, handled, routes, held, mixed])

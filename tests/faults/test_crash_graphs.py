@@ -1,0 +1,247 @@
+"""kill -9 a real ``processor run`` again and again while graph runs are in flight.
+
+The workload, on the embedded log, is mostly ``tests.apps.graph_pipelines``'s ``mixed``
+pipeline: two parallel branches (each sleeping a few milliseconds, one of them caught
+by a handler when the input says ``break``), a switch after both that routes to one of
+two steps by the input, a ``none_failed`` join after the routes, and a finally step.
+One run in five is a ``routes`` run, whose switch chooses a route, the other, or one it
+did not declare (then it fails, the run fails, and the join and the finally step still
+run). The processor (with its in-process workers) is killed at moments chosen by a
+seeded RNG (after a random amount of committed progress, or as soon as it reports
+running) and restarted each time. At the end, from the journal: every run ended
+exactly once, as its input implies, with its result; no step's result was admitted
+twice (one ``NodeReady``, ``NodeSettled`` and ``StepCompleted`` per step that ran);
+a route not taken never ran and was skipped once; each caught run decided its catch
+once; no fact key repeats; sequence numbers are gapless; and ``replay --verify`` agrees
+with the live projections.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from processor.clients.client import Client, new_submit
+from processor.config.settings import Settings
+from processor.facts.codec import codec, decode_fact
+from processor.facts.models import (
+    CatchDecided,
+    FactHeader,
+    NodeReady,
+    NodeSettled,
+    NodeSkipped,
+    RouteDecided,
+    RunFailed,
+    RunOutcome,
+    RunStopped,
+    RunSucceeded,
+    StepCompleted,
+)
+from processor.facts.topics import TopicName
+from processor.transport.deployment import Deployment, ensure_topics
+from tests.apps.graph_pipelines import expected_mixed_result, mixed, routes
+from tests.apps.support import ProcessorProcess, TopicTail, cli, read_topic, wait_until
+
+pytestmark = pytest.mark.slow
+
+SEED = 20_251_205
+RUNS = 360
+KILLS = 6
+TERMINAL = (RunSucceeded, RunFailed, RunStopped)
+STEPS = {p.name: [step.spec.name for step in p.steps] for p in (mixed, routes)}
+Submitted = tuple[str, dict[str, Any]]  # the pipeline and the input of a run
+
+
+@pytest.fixture
+def processor_process(tmp_path: Path) -> Iterator[ProcessorProcess]:
+    app = "tests.apps.graph_pipelines:app"
+    process = ProcessorProcess(tmp_path / "data", tmp_path / "processor.log", app=app)
+    try:
+        yield process
+    finally:
+        process.close()
+
+
+def test_kill_9_during_graph_runs_admits_each_step_once(
+    processor_process: ProcessorProcess,
+) -> None:
+    data_dir = processor_process.data_dir
+    deployment = Deployment.from_settings(Settings(data_dir=data_dir))
+    ensure_topics(deployment)
+    topology = deployment.topology
+    client = Client(deployment.transport, topology, deployment.settings.state_dir)
+    reader = deployment.transport.reader()
+    facts_tail = TopicTail(reader, topology.name(TopicName.FACTS), topology.partitions)
+    rng = random.Random(SEED)
+    inputs: dict[str, Submitted] = {}
+    ended: set[str] = set()
+
+    def submit(count: int) -> None:
+        for _ in range(count):
+            n = len(inputs)
+            if rng.random() < 0.2:
+                choice = rng.choice(["refund", "reship", "lose"])
+                run: Submitted = ("routes", {"choose": choice, "amount": n})
+            else:
+                breaks = rng.random() < 0.3
+                run = ("mixed", {"n": n, "break": breaks, "nap_ms": rng.choice([0, 5, 20])})
+            command = new_submit(*run)
+            inputs[command.run_id] = run
+            client.send(command)
+        client.flush()
+
+    def progressed(target: int) -> bool:
+        processor_process.check_alive()
+        return facts_tail.end_total() >= target
+
+    def all_ended() -> bool:
+        processor_process.check_alive()
+        for record in facts_tail.new():
+            fact = decode_fact(record.value)
+            if isinstance(fact, TERMINAL):
+                ended.add(fact.run_id)
+        return ended >= inputs.keys()
+
+    try:
+        processor_process.start()
+        chunks = _chunks(RUNS, KILLS + 1)
+        at_start = {rng.randrange(KILLS)}
+        kills: list[tuple[str, int]] = []  # (when, runs in flight at the kill)
+        for round_, chunk in enumerate(chunks[:-1]):
+            submit(chunk)
+            if round_ in at_start:
+                processor_process.wait_running()  # often while it restores its stores
+                when = "at start"
+            else:
+                # A graph run commits about 40 facts, in many small commits (one per
+                # step result): a target within the chunk's first half leaves runs in
+                # flight.
+                target = facts_tail.end_total() + rng.randint(1, chunk * 20)
+                reached = functools.partial(progressed, target)
+                wait_until(reached, 90, f"{target} facts", max_pause_s=0.01)
+                when = f"at {target} facts"
+            all_ended()
+            kills.append((when, len(inputs) - len(ended)))
+            assert processor_process.kill() == -9
+            processor_process.start()
+        submit(chunks[-1])
+        assert all(in_flight > 0 for when, in_flight in kills if when != "at start"), kills
+
+        wait_until(all_ended, 180, "every submitted run to end", max_pause_s=0.2)
+        assert processor_process.stop() == 0
+    finally:
+        client.close()
+
+    facts = [
+        decode_fact(r.value)
+        for r in read_topic(reader, topology.name(TopicName.FACTS), topology.partitions)
+    ]
+    outcomes = [
+        codec().decode_as(r.value, RunOutcome)
+        for r in read_topic(reader, topology.name(TopicName.OUTCOMES), topology.partitions)
+    ]
+    reader.close()
+    _assert_each_run_once(facts, inputs)
+    assert Counter(o.run_id for o in outcomes) == Counter(dict.fromkeys(inputs, 1))
+    lost = {r for r, (_, value) in inputs.items() if value.get("choose") == "lose"}
+    assert {o.run_id for o in outcomes if o.status == "failed"} == lost
+    assert {o.status for o in outcomes if o.run_id not in lost} == {"succeeded"}
+
+    verify = cli(data_dir, "replay", "--verify", "--json")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    report = json.loads(verify.stdout)
+    assert report["verified"] is True, report["differences"]
+    assert (report["facts"], report["runs"]) == (len(facts), len(inputs))
+
+
+def _chunks(total: int, parts: int) -> list[int]:
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def _assert_each_run_once(facts: list[FactHeader], inputs: dict[str, Submitted]) -> None:
+    by_run: dict[str, list[FactHeader]] = defaultdict(list)
+    for fact in facts:
+        by_run[fact.run_id].append(fact)
+    assert by_run.keys() == inputs.keys(), "facts of unknown runs, or runs without facts"
+    keys = Counter((f.run_id, f.fact_key) for f in facts)
+    assert [key for key, count in keys.items() if count > 1] == [], "fact keys appended twice"
+    for run_id, run in by_run.items():
+        assert [f.seq for f in run] == list(range(1, len(run) + 1)), run_id
+        terminal = [f for f in run if isinstance(f, TERMINAL)]
+        assert len(terminal) == 1 and terminal[0] is run[-1], (run_id, terminal)
+        pipeline, value = inputs[run_id]
+        story = _mixed_story(value) if pipeline == "mixed" else _routes_story(value)
+        _assert_story(run_id, run, STEPS[pipeline], story)
+
+
+@dataclass(frozen=True)
+class Story:
+    """What a run's journal must show, from its input."""
+
+    result: Any  # None: the run fails
+    ran: set[str]
+    failed: set[str]  # of ``ran``: settled failed, no StepCompleted
+    skipped: list[tuple[str, str]]
+    routes: list[tuple[str, ...]]
+    caught: list[tuple[str, str]]
+
+
+def _mixed_story(value: dict[str, Any]) -> Story:
+    taken = "even" if value["n"] * 2 % 4 == 0 else "odd"
+    not_taken = "odd" if taken == "even" else "even"
+    ran = {"start", "left", "right", "pick", taken, "merge", "tidy"}
+    skipped = [(not_taken, "predicate_false")]
+    if value["break"]:
+        return Story(
+            expected_mixed_result(value),
+            ran | {"patch"},
+            {"right"},
+            skipped,
+            [(taken,)],
+            [("right", "patch")],
+        )
+    skipped.append(("patch", "readiness_unsatisfied"))
+    return Story(expected_mixed_result(value), ran, set(), skipped, [(taken,)], [])
+
+
+def _routes_story(value: dict[str, Any]) -> Story:
+    choice = value["choose"]
+    if choice == "lose":  # the switch fails; close (none_failed) and audit still run
+        skipped = [("refund", "readiness_unsatisfied"), ("reship", "readiness_unsatisfied")]
+        return Story(None, {"triage", "close", "audit"}, {"triage"}, skipped, [], [])
+    other = "reship" if choice == "refund" else "refund"
+    done = {"refund": "refunded", "reship": "reshipped"}[choice]
+    result = {choice: {done: value["amount"]}, other: None}
+    ran = {"triage", choice, "close", "audit"}
+    return Story(result, ran, set(), [(other, "predicate_false")], [(choice,)], [])
+
+
+def _assert_story(run_id: str, run: list[FactHeader], steps: list[str], story: Story) -> None:
+    if story.result is None:
+        assert isinstance(run[-1], RunFailed), (run_id, run[-1])
+    else:
+        assert isinstance(run[-1], RunSucceeded), (run_id, run[-1])
+        assert json.loads(run[-1].result) == story.result, run_id
+
+    def named(kind: type[Any]) -> Counter[str]:
+        return Counter(steps[f.step] for f in run if isinstance(f, kind))
+
+    once = Counter(dict.fromkeys(story.ran, 1))
+    assert named(NodeReady) == once, (run_id, named(NodeReady))
+    assert named(NodeSettled) == once, (run_id, named(NodeSettled))
+    completed = Counter(dict.fromkeys(story.ran - story.failed, 1))
+    assert named(StepCompleted) == completed, (run_id, named(StepCompleted))
+    skipped = [(steps[f.step], f.reason) for f in run if isinstance(f, NodeSkipped)]
+    assert sorted(skipped) == sorted(story.skipped), (run_id, skipped)
+    assert [f.routes for f in run if isinstance(f, RouteDecided)] == story.routes, run_id
+    caught = [(steps[f.step], steps[f.handler]) for f in run if isinstance(f, CatchDecided)]
+    assert caught == story.caught, run_id

@@ -1,0 +1,228 @@
+"""Graph runs (issue 28) in a ``processor run`` process on a real Kafka broker.
+
+The pipelines are ``tests.apps.graph_pipelines``; ``tests/integration/test_graph_runs.py``
+has the same rules on the embedded log. Here, on the broker: parallel branches run at
+the same time and a join gets their outputs by name; a caught failure's handler output
+reaches the join; a finally step runs after a cancel; and a switch's unselected route
+never runs, even when the processor is killed (SIGKILL) after the commit that recorded
+the choice and restarted, and ``replay --verify`` agrees with the live projections.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from processor.clients.client import Client
+from processor.facts.models import (
+    CatchDecided,
+    FactHeader,
+    NodeReady,
+    NodeSettled,
+    NodeSkipped,
+    RouteDecided,
+    RunStopped,
+    RunStopRequested,
+    RunSucceeded,
+    StepCompleted,
+)
+from processor.transport.base import Reader
+from processor.transport.deployment import Deployment
+from processor.worker.pipeline import Pipeline
+from tests.apps import graph_pipelines
+from tests.apps.support import run_facts, wait_until
+from tests.kafka.support import KafkaProcessorProcess, KafkaSpace, assert_replay_verifies
+from tests.kafka_broker import kafka_bootstrap, unavailable_reason
+
+pytestmark = pytest.mark.kafka
+
+APP = "tests.apps.graph_pipelines:app"
+WAIT_S = 60.0
+
+
+@dataclass
+class Running:
+    """A processor (with its in-process workers) in a Kafka space, and a client of it."""
+
+    space: KafkaSpace
+    process: KafkaProcessorProcess
+    deployment: Deployment
+    client: Client
+    reader: Reader
+
+    def facts(self, run_id: str) -> list[FactHeader]:
+        return run_facts(self.reader, self.deployment, run_id)
+
+    def wait_fact(self, run_id: str, kind: type[FactHeader]) -> None:
+        """Wait until the run has a committed fact of ``kind``."""
+
+        def found() -> bool:
+            self.process.check_alive()
+            return any(isinstance(f, kind) for f in self.facts(run_id))
+
+        wait_until(found, WAIT_S, f"{kind.__name__} of run {run_id}", max_pause_s=0.05)
+
+    def close(self) -> None:
+        self.client.close()
+        self.reader.close()
+        self.process.close()
+
+
+def _start(space: KafkaSpace, process: KafkaProcessorProcess, client_dir: Path) -> Running:
+    process.app = APP
+    deployment = space.deployment(client_dir)
+    client = Client(deployment.transport, deployment.topology, deployment.settings.state_dir)
+    process.start()
+    process.wait_running()
+    return Running(space, process, deployment, client, deployment.transport.reader())
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    """One processor for the tests that kill nothing (each start joins groups: seconds)."""
+    bootstrap = kafka_bootstrap()
+    if bootstrap is None:
+        pytest.skip(unavailable_reason())
+    space = KafkaSpace.new(bootstrap)
+    root = tmp_path_factory.mktemp("graphs")
+    processor = space.process(root / "data", root / "processor.log", workers=2)
+    started = _start(space, processor, root / "client")
+    try:
+        yield started
+    finally:
+        started.close()
+        space.delete_topics()
+
+
+def _names(pipeline: Pipeline, facts: list[FactHeader], kind: type[FactHeader]) -> list[str]:
+    """The step names of ``facts`` of type ``kind``, in history order."""
+    steps = [s.spec.name for s in pipeline.steps]
+    return [steps[f.step] for f in facts if isinstance(f, kind)]  # type: ignore[attr-defined]
+
+
+def _skips(pipeline: Pipeline, facts: list[FactHeader]) -> list[tuple[str, str]]:
+    steps = [s.spec.name for s in pipeline.steps]
+    return [(steps[f.step], f.reason) for f in facts if isinstance(f, NodeSkipped)]
+
+
+def _assert_bookkeeping(facts: list[FactHeader]) -> None:
+    """Gapless, no fact key twice, one NodeReady and one NodeSettled per step that ran."""
+    assert [f.seq for f in facts] == list(range(1, len(facts) + 1))
+    assert len({f.fact_key for f in facts}) == len(facts)
+    ready = Counter(f.step for f in facts if isinstance(f, NodeReady))
+    settled = Counter(f.step for f in facts if isinstance(f, NodeSettled))
+    completed = Counter(f.step for f in facts if isinstance(f, StepCompleted))
+    assert set(ready.values()) <= {1} and settled == ready, (ready, settled)
+    assert set(completed.values()) <= {1}, completed
+
+
+# --- no crash --------------------------------------------------------------------------------
+
+
+def test_parallel_branches_run_at_the_same_time_and_the_join_gets_both_by_name(
+    running: Running,
+) -> None:
+    """charge and reserve each wait at a barrier (in the worker process) for the other:
+    run one after the other, the first would give up there and fail the run."""
+    receipt = running.client.submit("parallel", {"total": 10, "items": 2}, wait_s=WAIT_S)
+    result = running.client.wait(receipt.run_id, WAIT_S)
+    assert result.status == "succeeded", result
+    assert result.output == {"confirmed": {"charge": {"charged": 10}, "reserve": {"reserved": 2}}}
+    facts = running.facts(receipt.run_id)
+    _assert_bookkeeping(facts)
+    pipeline = graph_pipelines.parallel
+    assert _names(pipeline, facts, NodeReady) == ["begin", "charge", "reserve", "confirm"]
+    ready = [f for f in facts if isinstance(f, NodeReady)]
+    assert ready[1].cause_id == ready[2].cause_id  # both dispatched by begin's result
+
+
+def test_a_caught_failure_hands_its_handler_output_to_the_join(running: Running) -> None:
+    receipt = running.client.submit("handled", {"sku": "k-1", "broken": True}, wait_s=WAIT_S)
+    result = running.client.wait(receipt.run_id, WAIT_S)
+    assert result.status == "succeeded", result
+    error = {"type": "NonRetryableError", "message": "no price for k-1", "attempt": 1}
+    assert result.output == {
+        "quote": {
+            "price": {"price": 0, "because": error | {"step": "price"}},
+            "stock": {"in_stock": "k-1"},
+        }
+    }
+    facts = running.facts(receipt.run_id)
+    _assert_bookkeeping(facts)
+    pipeline = graph_pipelines.handled
+    caught = [f for f in facts if isinstance(f, CatchDecided)]
+    assert [(f.step, f.handler) for f in caught] == [(1, 2)]  # price, by fallback
+    assert sorted(_names(pipeline, facts, StepCompleted)) == [
+        "fallback",
+        "fetch",
+        "quote",
+        "stock",
+    ]
+
+
+def test_finally_runs_after_a_cancel_once_the_running_step_settled(
+    running: Running, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    receipt = running.client.submit("held", {"gate": str(gate)}, wait_s=WAIT_S)
+    run_id = receipt.run_id
+    running.wait_fact(run_id, NodeReady)
+    reply = running.client.cancel(run_id, "changed my mind", wait_s=WAIT_S)
+    assert reply is not None and reply.refusal is None, reply
+    running.wait_fact(run_id, RunStopRequested)
+    gate.touch()  # the running step settles; then the finally step runs
+    result = running.client.wait(run_id, WAIT_S)
+    assert result.status == "cancelled", result
+    facts = running.facts(run_id)
+    _assert_bookkeeping(facts)
+    pipeline = graph_pipelines.held
+    assert _names(pipeline, facts, StepCompleted) == ["slow_step", "release"]
+    assert "never_reached" not in _names(pipeline, facts, NodeReady)
+    stopped = [f for f in facts if isinstance(f, RunStopped)]
+    assert [f.execution for f in stopped] == ["Cancelled"]
+    assert facts[-1] is stopped[0]
+
+
+# --- a crash after the route was decided -----------------------------------------------------
+
+
+def test_an_unselected_route_never_runs_even_after_a_crash_and_a_replay(
+    running: Running, tmp_path: Path
+) -> None:
+    """kill -9 the processor once the commit that recorded the switch's choice is in the
+    journal (the chosen route still running, held at its gate), start it again: the run
+    finishes on the route taken, the other never dispatched, skipped once.
+
+    It uses the module's processor (a start of its own would cost the file seconds) and
+    leaves it running for any test after it."""
+    processor = running.process
+    gate = tmp_path / "gate"
+    value = {"choose": "refund", "amount": 5, "gate": str(gate)}
+    run_id = running.client.submit("routes", value, wait_s=WAIT_S).run_id
+    running.wait_fact(run_id, RouteDecided)
+    before = running.facts(run_id)
+    assert processor.kill() == -9
+    assert not any(isinstance(f, RunSucceeded) for f in before)
+    assert "refund" in _names(graph_pipelines.routes, before, NodeReady)
+
+    gate.touch()
+    processor.start()
+    result = running.client.wait(run_id, WAIT_S)
+    assert result.status == "succeeded", result
+    assert result.output == {"refund": {"refunded": 5}, "reship": None}
+    facts = running.facts(run_id)
+    _assert_bookkeeping(facts)
+    pipeline = graph_pipelines.routes
+    assert [f.routes for f in facts if isinstance(f, RouteDecided)] == [("refund",)]
+    assert "reship" not in _names(pipeline, facts, NodeReady)
+    assert "reship" not in _names(pipeline, facts, StepCompleted)
+    assert _skips(pipeline, facts) == [("reship", "predicate_false")]
+    assert _names(pipeline, facts, StepCompleted)[-1] == "audit"  # finally: the last
+    # Rebuilt from the journal, the projections equal the live ones (read while the
+    # processor runs on: replay compares one consistent view of each live store).
+    processor.check_alive()
+    assert_replay_verifies(running.space, processor.data_dir)
