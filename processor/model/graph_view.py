@@ -10,7 +10,12 @@ and its ``depth``: the column a layered drawing puts it in) and where it stands:
   its lane's phase says (``phase`` keeps the phase itself);
 - ``succeeded``, ``failed`` (with its error), ``caught`` (its handler took over),
   ``skipped`` (with its ``reason``), ``stopped`` (a cancel or deadline ended it);
-- ``compensating`` and ``compensated``: the run's unwind undoes it, or has.
+- ``compensating`` and ``compensated``: the run's unwind undoes it, or has;
+- ``not_run``: the run ended (a failure, a cancel, the deadline) before it ran, and
+  nothing skipped it.
+
+A fan-out step that ran has its ``progress``: items done (succeeded), in flight and
+failed, of the total.
 
 A chain is a line graph (each step needs the one before); its steps' states come from
 ``completed_steps``, the attempt's ``next_step`` and the run's phase, ``failed_step``
@@ -56,6 +61,7 @@ NodeState = Literal[
     "stopped",
     "compensating",
     "compensated",
+    "not_run",
 ]
 #: Every state a node is shown in, for the page's legend and the tests.
 NODE_STATES: tuple[str, ...] = get_args(NodeState)
@@ -153,7 +159,7 @@ def graph_view(
     placed = _graph_state if shape == "graph" else _chain_state
     for index, (step, node) in enumerate(zip(spec.steps, graph.nodes, strict=True)):
         drawn = placed(_definition(index, step, node, graph, depths[node.name]), state)
-        nodes.append(_unwound(drawn, state, compensated))
+        nodes.append(_ended(_unwound(drawn, state, compensated), state))
     return GraphView(shape, tuple(nodes), tuple(_edges(graph, state, shape)))
 
 
@@ -262,7 +268,7 @@ def _graph_state(drawn: NodeView, state: RunState) -> NodeView:
         "error": run.error,
         "error_type": run.error_type,
         "segment": run.segment or None,
-        "progress": _progress(run),
+        "progress": None if drawn.fan_out is None else _progress(run),
     }
     if run.status != "running":
         return _with(drawn, state=run.status, **settled)
@@ -316,13 +322,20 @@ def _unwound(drawn: NodeView, state: RunState, compensated: frozenset[int]) -> N
     return drawn
 
 
-def _progress(run: NodeRun) -> dict[str, int] | None:
-    """A fan-out's items (done, in flight, failed, total), once ``NodeRun`` records them."""
-    fields = run.model_dump()
-    if fields.get("items_total") is None:
-        return None
-    keys = ("items_done", "items_in_flight", "items_failed", "items_total")
-    return {key.removeprefix("items_"): int(fields.get(key) or 0) for key in keys}
+def _ended(drawn: NodeView, state: RunState) -> NodeView:
+    """A step still pending when the run ended never runs."""
+    return _with(drawn, state="not_run") if drawn.state == "pending" and state.terminal else drawn
+
+
+def _progress(run: NodeRun) -> dict[str, int]:
+    """A fan-out's items: done (succeeded), in flight, failed, of the total."""
+    settled = run.succeeded_items + run.failed_items
+    return {
+        "done": run.succeeded_items,
+        "in_flight": run.started_items - settled,
+        "failed": run.failed_items,
+        "total": run.items,
+    }
 
 
 def _with(drawn: NodeView, **changes: Any) -> NodeView:

@@ -1,6 +1,6 @@
 """The pipelines of the HTTP tests: the demo's orders (an await on ``payments``), one
 that always fails (a dead letter), and ``fulfil``, a graph with parallel branches, a
-switch and a catch handler (the run inspector's graph)."""
+switch, a catch handler and a fan-out (the run inspector's graph)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,17 @@ from processor.worker.pipeline import Application, NonRetryableError, Pipeline
 from tests.apps.pipelines import non_retryable
 
 ONCE = RetryPolicy(max_attempts=1)
+#: An order's lines unless it names its own: one is discontinued (a failed item).
+LINES = (
+    {"sku": "tea", "qty": 2},
+    {"sku": "mug", "qty": 1},
+    {"sku": "kettle", "qty": 1, "discontinued": True},
+)
 
 #: begin -> (charge, reserve [caught by backorder]) -> choose -> ship | pickup -> confirm,
-#: and release, a finally step. ``{"out_of_stock": true}`` fails reserve (then caught);
+#: begin -> lines -> price (a fan-out over the lines, 2 at a time, one failed item
+#: tolerated) -> confirm, and release, a finally step.
+#: ``{"out_of_stock": true}`` fails reserve (then caught);
 #: ``{"pickup": true}`` takes the pickup route (else ship); ``{"declined": true}`` fails
 #: charge, which has no handler: the run fails, choose and its routes are skipped.
 fulfil = Pipeline("fulfil")
@@ -59,7 +67,19 @@ def pickup(outputs: dict[str, Any]) -> dict[str, Any]:
     return {"pickup": "store 4"}
 
 
-@fulfil.step(needs=["ship", "pickup"], rule="none_failed")
+@fulfil.step(needs=["begin"])
+def lines(order: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(order.get("lines", LINES))
+
+
+@fulfil.fan_out(needs=["lines"], max_in_flight=2, tolerate=1, retry=ONCE)
+def price(line: dict[str, Any]) -> float:
+    if line.get("discontinued"):
+        raise NonRetryableError(f"{line['sku']} is discontinued")
+    return float(line["qty"]) * 2.5
+
+
+@fulfil.step(needs=["ship", "pickup", "price"], rule="none_failed")
 def confirm(outputs: dict[str, Any]) -> dict[str, Any]:
     return {"confirmed": outputs}
 

@@ -285,6 +285,7 @@ def test_every_state_is_listed() -> None:
         "stopped",
         "compensating",
         "compensated",
+        "not_run",
     }
 
 
@@ -334,8 +335,9 @@ def test_a_chains_failed_step_shows_its_error_and_a_cancel_stops_the_current_ste
         "ValueError",
         3,
     )
+    assert _states(_chain(), failed)["c"] == "not_run"  # the run ended before it
     cancelled = _run(status="cancelled", completed_steps=(0,), attempt=attempt)
-    assert _states(_chain(), cancelled) == {"a": "succeeded", "b": "stopped", "c": "pending"}
+    assert _states(_chain(), cancelled) == {"a": "succeeded", "b": "stopped", "c": "not_run"}
 
 
 def test_a_chains_unwind_is_shown_too() -> None:
@@ -351,3 +353,53 @@ def test_a_chains_unwind_is_shown_too() -> None:
     assert states == {"a": "succeeded", "b": "compensating", "c": "failed"}
     states = _states(_chain(), unwinding, compensated=frozenset({1}))
     assert states["b"] == "compensated"
+
+
+# --- fan-out ---------------------------------------------------------------------------------
+
+
+def _priced() -> PipelineSpec:
+    p = Pipeline("priced")
+    p.step()(_identity("lines"))
+    p.fan_out(needs=["lines"], max_in_flight=2, tolerate_percent=10)(_identity("price"))
+    return p.spec()
+
+
+def test_a_fan_out_shows_its_limits_and_its_items_progress() -> None:
+    spec = _priced()
+    pending = graph_view(spec, _run(pipeline="priced")).nodes[1]
+    assert (pending.kind, pending.state, pending.progress) == ("fan_out", "pending", None)
+    assert pending.fan_out == {
+        "max_in_flight": 2,
+        "tolerance_count": None,
+        "tolerance_percent": 10,
+    }
+    items = {"items": 5, "started_items": 3, "succeeded_items": 1, "failed_items": 1}
+    running = _run(
+        pipeline="priced",
+        nodes={0: NodeRun(status="succeeded", segment=1), 1: NodeRun(segment=2, **items)},
+    )
+    price = graph_view(spec, running).nodes[1]
+    assert price.state == "running"
+    assert price.progress == {"done": 1, "in_flight": 1, "failed": 1, "total": 5}
+    settled = {**items, "started_items": 5, "succeeded_items": 4}
+    done = _run(
+        pipeline="priced",
+        nodes={1: NodeRun(status="succeeded", segment=2, **settled)},
+    )
+    progress = graph_view(spec, done).nodes[1].progress
+    assert progress == {"done": 4, "in_flight": 0, "failed": 1, "total": 5}
+    assert graph_view(spec, done).nodes[0].progress is None  # not a fan-out
+
+
+def test_a_graph_step_still_pending_when_the_run_ended_did_not_run() -> None:
+    nodes = _nodes(begin=NodeRun(status="succeeded", segment=1), charge=NodeRun(segment=2))
+    running = _states(FULFIL, _run(nodes=nodes))
+    assert (running["charge"], running["choose"]) == ("running", "pending")
+    stopped = {**nodes, STEP["charge"]: NodeRun(status="stopped", segment=2)}
+    cancelled = _states(FULFIL, _run(nodes=stopped, status="cancelled"))
+    assert (cancelled["charge"], cancelled["choose"], cancelled["release"]) == (
+        "stopped",
+        "not_run",
+        "not_run",
+    )

@@ -1,9 +1,10 @@
 """The run inspector's graph in a real (headless) Chromium, over a real ``processor run``.
 
 A run of ``fulfil`` (tests/apps/web_pipelines.py) has parallel branches (charge and
-reserve), a caught failure (reserve, handled by backorder) and a switch whose other
-route is skipped (ship). The page draws it; moving the slider back shows it as it was
-after an earlier fact, folded from the run's history by ``/api/runs/{id}/graph?at_seq=``.
+reserve), a caught failure (reserve, handled by backorder), a switch whose other route
+is skipped (ship) and a fan-out (price, over three lines, one failing). The page draws
+it; moving the slider back shows it as it was after an earlier fact, folded from the
+run's history by ``/api/runs/{id}/graph?at_seq=``.
 
 Screenshots go to the test's directory, and to ``$SCREENSHOTS_DIR`` when it is set
 (the README's are made with ``SCREENSHOTS_DIR=docs``).
@@ -51,6 +52,8 @@ FINAL = {
     "choose": "succeeded",
     "ship": "skipped",
     "pickup": "succeeded",
+    "lines": "succeeded",
+    "price": "succeeded",
     "confirm": "succeeded",
     "release": "succeeded",
 }
@@ -146,6 +149,9 @@ def test_the_graph_of_a_run_and_its_history_fact_by_fact(
     assert taken["choose", "ship"] == "not-taken"
     assert taken["reserve", "backorder"] == "taken"
     assert taken["begin", "charge"] == "open"
+    progress = {n["name"]: n.get("progress") for n in _drawn(browser)["nodes"]}
+    assert progress["price"] == "2/3 done, 1 failed"
+    assert progress["charge"] is None
     assert "(live)" in browser.find_element(By.ID, "graph-at").text
     # The caught error is in the node's tooltip.
     title = browser.find_element(By.CSS_SELECTOR, '[data-name="reserve"] title')
@@ -160,6 +166,14 @@ def test_the_graph_of_a_run_and_its_history_fact_by_fact(
     assert {states[name] for name in ("backorder", "choose", "ship", "pickup")} == {"pending"}
     assert "(live)" not in browser.find_element(By.ID, "graph-at").text
     _shoot(browser, tmp_path, "inspector-graph-parallel.png")
+
+    # The fan-out with two items in flight (its limit).
+    second = next(int(f["seq"]) for f in facts if f["type"] == "NodeReady" and f.get("item") == 1)
+    browser.execute_script(SLIDE_JS, second)
+    assert _shown_at(browser, second)["price"] == "running"
+    price = next(n for n in _drawn(browser)["nodes"] if n["name"] == "price")
+    assert price["progress"] == "0/3 done, 2 in flight"
+    _shoot(browser, tmp_path, "inspector-graph-fan-out.png")
 
     # Reserve failed, its catch not yet decided.
     caught = _seq_of(facts, "CatchDecided")

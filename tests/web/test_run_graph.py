@@ -25,6 +25,8 @@ FULFIL_STEPS = [
     "choose",
     "ship",
     "pickup",
+    "lines",
+    "price",
     "confirm",
     "release",
 ]
@@ -82,10 +84,16 @@ def test_a_graph_run_as_of_its_last_fact(served: Served) -> None:
         "choose": "succeeded",
         "ship": "skipped",
         "pickup": "succeeded",
+        "lines": "succeeded",
+        "price": "succeeded",
         "confirm": "succeeded",
         "release": "succeeded",
     }
     nodes = {n["name"]: n for n in graph["nodes"]}
+    # A fan-out over three lines, one of them a tolerated failure.
+    assert nodes["price"]["kind"] == "fan_out"
+    assert nodes["price"]["fan_out"]["max_in_flight"] == 2
+    assert nodes["price"]["progress"] == {"done": 2, "in_flight": 0, "failed": 1, "total": 3}
     assert nodes["reserve"]["error"] == "no stock left"
     assert nodes["reserve"]["catch"] == "backorder"
     assert nodes["ship"]["reason"] == "predicate_false"
@@ -146,6 +154,14 @@ def test_at_seq_shows_the_graph_as_it_was_after_that_fact(served: Served) -> Non
     # A step between its NodeReady and its result is in flight.
     ready = seq_of("NodeReady", step=1)
     assert _states(_graph(http, run_id, at_seq=ready))["charge"] == "running"
+
+    # The fan-out once its second item started: two in flight, at most two at once.
+    price = FULFIL_STEPS.index("price")
+    second = next(f["seq"] for f in facts if f["type"] == "NodeReady" and f.get("item") == 1)
+    shown = {n["name"]: n for n in _graph(http, run_id, at_seq=second)["nodes"]}["price"]
+    assert shown["state"] == "running"
+    assert shown["progress"] == {"done": 0, "in_flight": 2, "failed": 0, "total": 3}
+    assert shown["index"] == price
 
 
 def test_a_chain_is_a_line_graph_waiting_at_its_await(served: Served) -> None:

@@ -17,12 +17,12 @@
   const ATTEMPT_FIELDS = ["segment", "attempt", "generation"];
   const BOUNDARY_FIELDS = ["boundary", "interaction", "item_index", "target"];
   // The graph's drawing: one column per depth, one box per step (SVG user units).
-  const NODE_W = 168;
-  const NODE_H = 62;
-  const COL_GAP = 48;
+  const NODE_W = 184;
+  const NODE_H = 66;
+  const COL_GAP = 40;
   const ROW_GAP = 18;
   const GRAPH_PAD = 8;
-  const LABEL_CHARS = 26;
+  const LABEL_CHARS = 28;
 
   // --- small DOM helpers -------------------------------------------------------------------
 
@@ -364,6 +364,7 @@
   function nodeLabel(node) {
     switch (node.state) {
       case "skipped": return `skipped: ${node.reason || "?"}`;
+      case "not_run": return "not run (run ended)";
       case "failed": return `failed: ${node.error || node.error_type || "?"}`;
       case "caught": return `caught → ${node.catch}`;
       case "retry_wait": return `retry wait (attempt ${node.attempts || "?"})`;
@@ -374,14 +375,36 @@
     return node.state.replace("_", " ");
   }
 
-  /** A node's second line: its kind and rule, and a fan-out's progress. */
+  /** A fan-out's items: done (of the total), in flight, failed. */
+  function progressText(p) {
+    const parts = [`${p.done}/${p.total} done`];
+    if (p.in_flight) parts.push(`${p.in_flight} in flight`);
+    if (p.failed) parts.push(`${p.failed} failed`);
+    return parts.join(", ");
+  }
+
+  /** A node's third line: its kind and rule, or a fan-out's progress once it runs. */
   function nodeDetail(node) {
-    const parts = [node.kind];
+    if (node.progress) return progressText(node.progress);
+    const parts = [node.kind.replace("_", "-")];
     if (node.rule && node.rule !== "all_success") parts.push(node.rule);
     if (node.handles) parts.push(`handles ${node.handles}`);
-    const p = node.progress;
-    if (p) parts.push(`${p.done}/${p.total} done, ${p.in_flight} in flight, ${p.failed} failed`);
+    if (node.fan_out) parts.push(`max ${node.fan_out.max_in_flight} at once`);
     return parts.join(" · ");
+  }
+
+  /** A fan-out's progress bar along the bottom of its box: done, in flight, failed. */
+  function progressBar(p) {
+    const total = Math.max(1, p.total);
+    const [left, top, length, height] = [10, NODE_H - 8, NODE_W - 20, 4];
+    const parts = [svg("rect", { x: left, y: top, width: length, height, class: "progress-track" })];
+    let x = left;
+    for (const [key, count] of [["done", p.done], ["in_flight", p.in_flight], ["failed", p.failed]]) {
+      const width = length * (count / total);
+      parts.push(svg("rect", { x, y: top, width, height, class: `progress-${key}` }));
+      x += width;
+    }
+    return svg("g", { class: "progress" }, parts);
   }
 
   function nodeTitle(node) {
@@ -391,6 +414,8 @@
     if (node.reason) lines.push(`reason ${node.reason}`);
     if (node.error) lines.push(`${node.error_type || "error"}: ${node.error}`);
     if (node.attempts) lines.push(`attempts ${node.attempts}`);
+    if (node.fan_out) lines.push(`fan-out: at most ${node.fan_out.max_in_flight} items at once`);
+    if (node.progress) lines.push(`items: ${progressText(node.progress)} (of ${node.progress.total})`);
     return lines.join("\n");
   }
 
@@ -415,13 +440,18 @@
     };
   }
 
+  /** An edge from the right of one box to the left of another. One that skips columns
+   * runs level with its source through them (their boxes are stacked from the top, so the
+   * level of a lower box is often clear), then bends in the last gap. */
   function edgePath(from, to) {
     const x1 = from.x + NODE_W;
     const y1 = from.y + NODE_H / 2;
     const x2 = to.x - 4;
     const y2 = to.y + NODE_H / 2;
-    const bend = Math.max(24, (x2 - x1) / 2);
-    return `M ${x1} ${y1} C ${x1 + bend} ${y1}, ${x2 - bend} ${y2}, ${x2} ${y2}`;
+    const start = x2 - x1 > COL_GAP * 2 ? x2 - COL_GAP : x1;
+    const bend = Math.max(16, (x2 - start) / 2);
+    const level = start > x1 ? `L ${start} ${y1} ` : "";
+    return `M ${x1} ${y1} ${level}C ${start + bend} ${y1}, ${x2 - bend} ${y2}, ${x2} ${y2}`;
   }
 
   function edgeEl(edge, at) {
@@ -451,12 +481,14 @@
         "data-state": node.state,
         "data-kind": node.kind,
         "data-label": label,
+        "data-progress": node.progress ? progressText(node.progress) : null,
       },
       svg("title", {}, nodeTitle(node)),
       svg("rect", { width: NODE_W, height: NODE_H, rx: 6 }),
       svg("text", { x: 10, y: 19, class: "node-name" }, clip(node.name, LABEL_CHARS - 4)),
       svg("text", { x: 10, y: 37, class: "node-label" }, clip(label, LABEL_CHARS)),
       svg("text", { x: 10, y: 53, class: "node-detail" }, clip(nodeDetail(node), LABEL_CHARS + 4)),
+      node.progress ? progressBar(node.progress) : null,
     );
   }
 
