@@ -79,6 +79,8 @@ _IN_FLIGHT: dict[Phase, NodeState] = {
     "unknown": "unknown",
 }
 _STOPS = frozenset({"cancelled", "timed_out"})
+#: The statuses of a step with a catch handler that settle whether the handler runs.
+_CATCH_SETTLED = frozenset({"caught", "succeeded", "skipped", "stopped"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,11 +249,15 @@ def _edges(graph: Graph, state: RunState, shape: str) -> Iterable[EdgeView]:
                 need, node.name, "route", None if chosen is None else node.name in chosen
             )
         if node.catch is not None:
-            handled = runs.get(index[node.name])
-            caught = None if handled is None or handled.status == "running" else False
-            if handled is not None and handled.status == "caught":
-                caught = True
-            yield EdgeView(node.name, node.catch, "catch", caught)
+            yield EdgeView(node.name, node.catch, "catch", _caught(runs.get(index[node.name])))
+
+
+def _caught(handled: NodeRun | None) -> bool | None:
+    """Whether a step's catch took over: yes, no (it succeeded, was skipped or stopped),
+    or not known yet (pending, running, or failed before the decision's fact)."""
+    if handled is None or handled.status not in _CATCH_SETTLED:
+        return None
+    return handled.status == "caught"
 
 
 # --- where each step stands ----------------------------------------------------------------

@@ -232,9 +232,10 @@ def test_a_catch_not_taken_once_the_step_succeeded() -> None:
     state = _run(nodes=_nodes(reserve=NodeRun(status="succeeded", segment=3)))
     edges = {(e.source, e.target): e.taken for e in graph_view(FULFIL, state).edges}
     assert edges["reserve", "backorder"] is False
-    running = _run(nodes=_nodes(reserve=NodeRun(segment=3)))
-    edges = {(e.source, e.target): e.taken for e in graph_view(FULFIL, running).edges}
-    assert edges["reserve", "backorder"] is None
+    for undecided in (NodeRun(segment=3), NodeRun(status="failed", segment=3)):
+        running = _run(nodes=_nodes(reserve=undecided))
+        edges = {(e.source, e.target): e.taken for e in graph_view(FULFIL, running).edges}
+        assert edges["reserve", "backorder"] is None  # failed: the catch fact comes next
 
 
 def test_the_unwind_shows_compensating_then_compensated() -> None:
