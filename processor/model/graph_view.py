@@ -2,8 +2,9 @@
 ``GET /api/runs/{id}/graph`` show.
 
 ``graph_view(spec, state, compensated)`` answers, for one run as of one fact, each
-step's place in the graph (its needs, rule, routes, catch handler, finally, fan-out,
-and its ``depth``: the column a layered drawing puts it in) and where it stands:
+step's place in the graph (its needs, rule, predicate, routes, catch handler, finally,
+fan-out, and its ``depth``: the column a layered drawing puts it in) and where it
+stands:
 
 - ``pending``: not run yet (a graph step without a ``NodeRun``);
 - ``running``, ``retry_wait``, ``waiting``, ``sleeping``, ``unknown``: in flight, as
@@ -92,6 +93,7 @@ class NodeView:
     kind: str  # step, await, sleep, switch, handler, finally, fan_out
     needs: tuple[str, ...]
     rule: str
+    when: bool  # guarded by a predicate on its input (skipped predicate_false when false)
     routes: tuple[str, ...]
     catch: str | None
     is_finally: bool
@@ -226,6 +228,7 @@ def _definition(index: int, step: StepSpec, node: Node, graph: Graph, depth: int
         kind=_kind(step, node, graph),
         needs=graph.needs(node.name),
         rule=node.rule,
+        when=node.when,
         routes=node.routes,
         catch=node.catch,
         is_finally=node.is_finally,

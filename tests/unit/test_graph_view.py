@@ -102,6 +102,7 @@ def test_the_graph_shows_each_steps_definition_and_column() -> None:
     assert by_name["release"].kind == "finally"
     assert by_name["release"].is_finally
     assert by_name["confirm"].rule == "none_failed"
+    assert not any(node.when for node in by_name.values())
     assert by_name["confirm"].needs == ("ship", "pickup")
     depths = {name: node.depth for name, node in by_name.items()}
     assert depths == {
@@ -404,3 +405,22 @@ def test_a_graph_step_still_pending_when_the_run_ended_did_not_run() -> None:
         "not_run",
         "not_run",
     )
+
+
+def test_a_guarded_step_says_so_and_shows_its_predicates_skip() -> None:
+    p = Pipeline("guarded")
+    p.step()(_identity("order"))
+    p.step(needs=["order"], when=lambda order: bool(order.get("gift")))(_identity("wrap"))
+    spec = p.spec()
+    wrap = graph_view(spec, _run(pipeline="guarded")).nodes[1]
+    assert (wrap.when, wrap.as_dict()["when"]) == (True, True)
+    assert graph_view(spec, _run(pipeline="guarded")).nodes[0].when is False
+    skipped = _run(
+        pipeline="guarded",
+        nodes={
+            0: NodeRun(status="succeeded", segment=1),
+            1: NodeRun(status="skipped", reason="predicate_false"),
+        },
+    )
+    node = graph_view(spec, skipped).nodes[1]
+    assert (node.state, node.reason) == ("skipped", "predicate_false")

@@ -388,6 +388,7 @@
     if (node.progress) return progressText(node.progress);
     const parts = [node.kind.replace("_", "-")];
     if (node.rule && node.rule !== "all_success") parts.push(node.rule);
+    if (node.when) parts.push("when");
     if (node.handles) parts.push(`handles ${node.handles}`);
     if (node.fan_out) parts.push(`max ${node.fan_out.max_in_flight} at once`);
     return parts.join(" · ");
@@ -411,6 +412,7 @@
     const lines = [`${node.name} (step ${node.index}, ${node.kind}): ${node.state}`];
     if (node.phase) lines.push(`phase ${node.phase}`);
     if (node.needs.length) lines.push(`needs ${node.needs.join(", ")} (${node.rule})`);
+    if (node.when) lines.push("runs only if its predicate holds on its input");
     if (node.reason) lines.push(`reason ${node.reason}`);
     if (node.error) lines.push(`${node.error_type || "error"}: ${node.error}`);
     if (node.attempts) lines.push(`attempts ${node.attempts}`);
