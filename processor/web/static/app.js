@@ -762,7 +762,12 @@
       state.selected = runId;
       refresh().then(() => $("run-detail").scrollIntoView());
     });
-    $("graph-seq").addEventListener("input", () => showGraphAt(Number($("graph-seq").value)));
+    // Dragging the slider fires many input events: fetch for where it rests (80 ms).
+    let sliding = null;
+    $("graph-seq").addEventListener("input", () => {
+      clearTimeout(sliding);
+      sliding = setTimeout(() => showGraphAt(Number($("graph-seq").value)), 80);
+    });
     $("graph-prev").addEventListener("click", () => showGraphAt(Number($("graph-seq").value) - 1));
     $("graph-next").addEventListener("click", () => showGraphAt(Number($("graph-seq").value) + 1));
     $("graph-latest").addEventListener("click", () => showGraphAt(state.graph.lastSeq));
