@@ -10,6 +10,7 @@ from processor.web.commands import command_routes
 from processor.web.context import WebContext
 from processor.web.models import ErrorBody
 from processor.web.reads import read_routes, request_routes
+from processor.web.run_graph import graph_routes
 
 __all__ = ["api_router"]
 
@@ -25,6 +26,7 @@ def api_router(context: WebContext) -> APIRouter:
 
     router = APIRouter(tags=["api"], responses={401: {"model": ErrorBody}})
     read_routes(router, context, Depends(reader))
+    graph_routes(router, context, Depends(reader))
     request_routes(router, context, Depends(writer))
     command_routes(router, context, Depends(writer))
     return router

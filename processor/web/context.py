@@ -12,6 +12,7 @@ from pydantic import SecretStr
 
 from processor.clients.client import Client
 from processor.facts.keyring import KeyRing
+from processor.model.pipeline_spec import PipelineSpec
 from processor.transport.deployment import Deployment
 from processor.web.stores import StoreReaders
 
@@ -91,6 +92,8 @@ class WebContext:
     clients: ClientPool | None = None
     stores: StoreReaders | None = None
     owned: Callable[[], Collection[int] | None] = lambda: None
+    #: The pipeline versions the process loads, by name and version (its graphs).
+    pipelines: Callable[[str, int], PipelineSpec | None] = lambda name, version: None
 
     def __post_init__(self) -> None:
         if self.deployment is not None and self.clients is None:

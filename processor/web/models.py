@@ -19,6 +19,7 @@ __all__ = [
     "RedriveBody",
     "ReleaseBody",
     "Requests",
+    "RunGraph",
     "RunList",
     "RunStatus",
     "SubmitAnswer",
@@ -160,6 +161,22 @@ class RunList(BaseModel):
     runs: list[dict[str, Any]]
     next_cursor: str | None
     partitions: list[int]  # the partitions listed: those this processor owns
+
+
+class RunGraph(BaseModel):
+    """A run on its pipeline's graph (``processor/model/graph_view.py``), as of fact ``seq``."""
+
+    model_config = _OPEN
+
+    run_id: str
+    pipeline: str
+    pipeline_version: int
+    status: str
+    seq: int = Field(description="The fact the graph reflects (at_seq, or the last)")
+    last_seq: int = Field(description="The run's last fact")
+    shape: Literal["graph", "chain"]
+    nodes: list[dict[str, Any]]
+    edges: list[dict[str, Any]]
 
 
 class History(BaseModel):

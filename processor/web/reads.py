@@ -40,7 +40,7 @@ from processor.web.models import (
     TopicRecords,
 )
 
-__all__ = ["DEFAULT_LIMIT", "read_routes", "request_routes"]
+__all__ = ["DEFAULT_LIMIT", "read_routes", "request_routes", "shown_to"]
 
 #: Items of a page when the request gives no ``limit``.
 DEFAULT_LIMIT = 50
@@ -78,7 +78,7 @@ def read_routes(router: APIRouter, context: WebContext, reader: Any) -> None:
                 partitions = store_partitions(stores)
         except ValueError as exc:
             raise _bad_query(str(exc)) from exc
-        shown = _shown(context, request)([run.as_dict() for run in page.runs])
+        shown = shown_to(context, request)([run.as_dict() for run in page.runs])
         return RunList(runs=shown, next_cursor=page.next_cursor, partitions=partitions)
 
     @router.get(
@@ -93,7 +93,7 @@ def read_routes(router: APIRouter, context: WebContext, reader: Any) -> None:
             state = client.current(run_id).state
         if state is None:
             raise ApiError(404, "unknown_run", f"no run {run_id}")
-        shown: dict[str, Any] = _shown(context, request)(status_dict(state))
+        shown: dict[str, Any] = shown_to(context, request)(status_dict(state))
         return shown
 
     @router.get(
@@ -114,7 +114,7 @@ def read_routes(router: APIRouter, context: WebContext, reader: Any) -> None:
         if not facts:
             raise ApiError(404, "unknown_run", f"no run {run_id}")
         page = history_page(facts, after, limit)
-        facts = _shown(context, request)(page.facts)
+        facts = shown_to(context, request)(page.facts)
         return History(run_id=run_id, facts=facts, next_after=page.next_after)
 
     @router.get(
@@ -129,7 +129,7 @@ def read_routes(router: APIRouter, context: WebContext, reader: Any) -> None:
             found = client.completion(run_id, idempotency_key)
         if found is None:
             raise ApiError(404, "unknown_completion", _UNDECIDED.format(run_id=run_id))
-        shown: dict[str, Any] = _shown(context, request)(found.as_dict())
+        shown: dict[str, Any] = shown_to(context, request)(found.as_dict())
         return shown
 
     @router.get(
@@ -161,7 +161,7 @@ def read_routes(router: APIRouter, context: WebContext, reader: Any) -> None:
         return _topic_page(context, request, TopicName.DLQ, cursor, limit)
 
 
-def _shown(context: WebContext, request: Request) -> Callable[[Any], Any]:
+def shown_to(context: WebContext, request: Request) -> Callable[[Any], Any]:
     """What an answer goes through: as it is with the bearer token, else redacted."""
     return _as_it_is if authorized(context, request) else redacted
 

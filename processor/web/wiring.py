@@ -66,6 +66,7 @@ class ProcessorWeb:
             deployment=deployment,
             keys=KeyRing(resume_keys(settings)),
             owned=lambda: host_partitions(host),
+            pipelines=host.app.get,
         )
         assert self.context.stores is not None
         self._collectors = processor_collectors(

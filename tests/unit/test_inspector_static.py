@@ -13,7 +13,8 @@ from pathlib import Path
 
 STATIC = Path(__file__).resolve().parents[2] / "processor" / "web" / "static"
 #: The routes of the plan's HTTP API that the page may read.
-API_ROUTES = {"api/runs", "api/runs/{}", "api/runs/{}/history", "api/requests"}
+API_ROUTES = {"api/runs", "api/runs/{}", "api/runs/{}/history", "api/runs/{}/graph"}
+API_ROUTES |= {"api/requests"}
 API_ROUTES |= {"api/rejected", "api/dlq"}
 
 

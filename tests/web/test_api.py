@@ -47,6 +47,7 @@ def test_health_ready_metrics_and_openapi(served: Served) -> None:
         ("post", "/api/runs"),
         ("get", "/api/runs/{run_id}"),
         ("get", "/api/runs/{run_id}/history"),
+        ("get", "/api/runs/{run_id}/graph"),
         ("post", "/api/runs/{run_id}/cancel"),
         ("post", "/api/runs/{run_id}/redrive"),
         ("post", "/api/runs/{run_id}/release"),

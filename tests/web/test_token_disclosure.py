@@ -6,7 +6,7 @@ the processor refuses while the interaction stays open (over the payload limit, 
 Avro and in JSON, and in bytes that are no record), so ``admission.rejected`` keeps
 it in their original bytes, and what became of the JSON one (its sender took the
 token for its idempotency key) shows it; and by the input of a run that fails for
-good, so the run's status, its history and its dead letter show it. Without the
+good, so the run's status, its history, its graph and its dead letter show it. Without the
 bearer token no route's answer holds the token's signature; with it, every one of
 them shows it whole.
 The token was live all along: a completion with it succeeds the run.
@@ -65,6 +65,12 @@ class Exposed:
             "/api/runs/{run_id}/history": [
                 f"/api/runs/{self.waiting}/history?limit=1000",
                 f"/api/runs/{self.failed}/history?limit=1000",
+            ],
+            # The failed run's graph shows its failed step's error, which holds the token.
+            "/api/runs/{run_id}/graph": [
+                f"/api/runs/{self.waiting}/graph",
+                f"/api/runs/{self.failed}/graph",
+                f"/api/runs/{self.failed}/graph?at_seq=1",
             ],
             "/api/requests": ["/api/requests", f"/api/requests?run={self.waiting}"],
             "/api/rejected": ["/api/rejected?limit=1000"],
@@ -166,6 +172,7 @@ def test_the_bearer_token_shows_the_token_whole_and_it_is_live(exposed: Exposed)
     assert shown["/api/dlq?limit=1000"] == ["text"]
     assert shown[f"/api/completions/{exposed.waiting}/{exposed.token}"] == ["text"]
     assert shown[f"/api/runs/{exposed.failed}/history?limit=1000"] == ["text"]
+    assert shown[f"/api/runs/{exposed.failed}/graph"] == ["text"]
     # The refused completions left the interaction open: its token still answers it.
     output = {"order_id": "tok-1", "amount": 3.6, "payment_id": "pay-tok"}
     answer = http.post(

@@ -16,6 +16,13 @@
   const HEADER_FIELDS = new Set(["type", "run_id", "seq", "fact_key", "time_ms", "cause_id"]);
   const ATTEMPT_FIELDS = ["segment", "attempt", "generation"];
   const BOUNDARY_FIELDS = ["boundary", "interaction", "item_index", "target"];
+  // The graph's drawing: one column per depth, one box per step (SVG user units).
+  const NODE_W = 184;
+  const NODE_H = 66;
+  const COL_GAP = 40;
+  const ROW_GAP = 18;
+  const GRAPH_PAD = 8;
+  const LABEL_CHARS = 28;
 
   // --- small DOM helpers -------------------------------------------------------------------
 
@@ -121,6 +128,8 @@
     dlq: pager(),
     selected: null, // the run id whose timeline is shown
     history: { runId: null, facts: [], after: 0 },
+    // The graph: the fact it is shown after (null: the latest, following the run live).
+    graph: { runId: null, pinned: null, lastSeq: 0, shown: null, ticket: 0 },
     refreshing: false,
     again: false,
   };
@@ -266,7 +275,13 @@
     }
     return el(
       "tr",
-      { "data-testid": "fact-row", "data-fact-type": fact.type, "data-seq": fact.seq, class: factClass(fact.type) },
+      {
+        "data-testid": "fact-row",
+        "data-fact-type": fact.type,
+        "data-seq": fact.seq,
+        class: `${factClass(fact.type)}${Number(fact.seq) === state.graph.shown ? " fact-current" : ""}`,
+        title: "Show the graph as it was after this fact",
+      },
       cell(fact.seq),
       el("td", {}, timeEl(fact.time_ms)),
       el("td", { class: "fact-type" }, fact.type),
@@ -321,7 +336,236 @@
       $("detail-none").textContent = `No run with id ${runId}.`;
       return;
     }
-    await refreshHistory(runId);
+    await Promise.all([refreshHistory(runId), refreshGraph(runId)]);
+  }
+
+
+  // --- one run: its graph, as of any fact -------------------------------------------------
+
+  /** An SVG element, in the namespace of the page's own <svg> (no namespace URL here). */
+  function svg(tag, attrs, ...children) {
+    const node = document.createElementNS($("graph-svg").namespaceURI, tag);
+    for (const [name, value] of Object.entries(attrs || {})) {
+      if (value !== null && value !== undefined && value !== false) node.setAttribute(name, String(value));
+    }
+    for (const child of children.flat()) {
+      if (child === null || child === undefined) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  function clip(text, chars) {
+    const value = String(text);
+    return value.length > chars ? `${value.slice(0, chars - 1)}…` : value;
+  }
+
+  /** What a node's box says under its name: its state and why. */
+  function nodeLabel(node) {
+    switch (node.state) {
+      case "skipped": return `skipped: ${node.reason || "?"}`;
+      case "not_run": return "not run (run ended)";
+      case "failed": return `failed: ${node.error || node.error_type || "?"}`;
+      case "caught": return `caught → ${node.catch}`;
+      case "retry_wait": return `retry wait (attempt ${node.attempts || "?"})`;
+      case "running": return node.attempts > 1 ? `running (attempt ${node.attempts})` : "running";
+      default: break;
+    }
+    if (node.routes_taken && node.routes_taken.length) return `${node.state} → ${node.routes_taken.join(", ")}`;
+    return node.state.replace("_", " ");
+  }
+
+  /** A fan-out's items: done (of the total), in flight, failed. */
+  function progressText(p) {
+    const parts = [`${p.done}/${p.total} done`];
+    if (p.in_flight) parts.push(`${p.in_flight} in flight`);
+    if (p.failed) parts.push(`${p.failed} failed`);
+    return parts.join(", ");
+  }
+
+  /** A node's third line: its kind and rule, or a fan-out's progress once it runs. */
+  function nodeDetail(node) {
+    if (node.progress) return progressText(node.progress);
+    const parts = [node.kind.replace("_", "-")];
+    if (node.rule && node.rule !== "all_success") parts.push(node.rule);
+    if (node.when) parts.push("when");
+    if (node.handles) parts.push(`handles ${node.handles}`);
+    if (node.fan_out) parts.push(`max ${node.fan_out.max_in_flight} at once`);
+    return parts.join(" · ");
+  }
+
+  /** A fan-out's progress bar along the bottom of its box: done, in flight, failed. */
+  function progressBar(p) {
+    const total = Math.max(1, p.total);
+    const [left, top, length, height] = [10, NODE_H - 8, NODE_W - 20, 4];
+    const parts = [svg("rect", { x: left, y: top, width: length, height, class: "progress-track" })];
+    let x = left;
+    for (const [key, count] of [["done", p.done], ["in_flight", p.in_flight], ["failed", p.failed]]) {
+      const width = length * (count / total);
+      parts.push(svg("rect", { x, y: top, width, height, class: `progress-${key}` }));
+      x += width;
+    }
+    return svg("g", { class: "progress" }, parts);
+  }
+
+  function nodeTitle(node) {
+    const lines = [`${node.name} (step ${node.index}, ${node.kind}): ${node.state}`];
+    if (node.phase) lines.push(`phase ${node.phase}`);
+    if (node.needs.length) lines.push(`needs ${node.needs.join(", ")} (${node.rule})`);
+    if (node.when) lines.push("runs only if its predicate holds on its input");
+    if (node.reason) lines.push(`reason ${node.reason}`);
+    if (node.error) lines.push(`${node.error_type || "error"}: ${node.error}`);
+    if (node.attempts) lines.push(`attempts ${node.attempts}`);
+    if (node.fan_out) lines.push(`fan-out: at most ${node.fan_out.max_in_flight} items at once`);
+    if (node.progress) lines.push(`items: ${progressText(node.progress)} (of ${node.progress.total})`);
+    return lines.join("\n");
+  }
+
+  /** Columns by depth, rows by step order within a column. */
+  function layout(nodes) {
+    const rows = new Map();
+    const at = new Map();
+    for (const node of nodes) {
+      const row = rows.get(node.depth) || 0;
+      rows.set(node.depth, row + 1);
+      at.set(node.name, {
+        x: GRAPH_PAD + node.depth * (NODE_W + COL_GAP),
+        y: GRAPH_PAD + row * (NODE_H + ROW_GAP),
+      });
+    }
+    const depth = Math.max(0, ...nodes.map((n) => n.depth));
+    const tallest = Math.max(1, ...rows.values());
+    return {
+      at,
+      width: 2 * GRAPH_PAD + (depth + 1) * NODE_W + depth * COL_GAP,
+      height: 2 * GRAPH_PAD + tallest * NODE_H + (tallest - 1) * ROW_GAP,
+    };
+  }
+
+  /** An edge from the right of one box to the left of another. One that skips columns
+   * runs level with its source through them (their boxes are stacked from the top, so the
+   * level of a lower box is often clear), then bends in the last gap. */
+  function edgePath(from, to) {
+    const x1 = from.x + NODE_W;
+    const y1 = from.y + NODE_H / 2;
+    const x2 = to.x - 4;
+    const y2 = to.y + NODE_H / 2;
+    const start = x2 - x1 > COL_GAP * 2 ? x2 - COL_GAP : x1;
+    const bend = Math.max(16, (x2 - start) / 2);
+    const level = start > x1 ? `L ${start} ${y1} ` : "";
+    return `M ${x1} ${y1} ${level}C ${start + bend} ${y1}, ${x2 - bend} ${y2}, ${x2} ${y2}`;
+  }
+
+  function edgeEl(edge, at) {
+    const taken = edge.taken === true ? "taken" : edge.taken === false ? "not-taken" : "open";
+    return svg("path", {
+      d: edgePath(at.get(edge.from), at.get(edge.to)),
+      class: `edge edge-${edge.kind} edge-${taken}`,
+      "marker-end": `url(#arrow-${taken !== "taken" ? "plain" : edge.kind === "catch" ? "catch" : "taken"})`,
+      "data-testid": "graph-edge",
+      "data-from": edge.from,
+      "data-to": edge.to,
+      "data-kind": edge.kind,
+      "data-taken": taken,
+    });
+  }
+
+  function nodeEl(node, at) {
+    const { x, y } = at.get(node.name);
+    const label = nodeLabel(node);
+    return svg(
+      "g",
+      {
+        class: `node node-${node.state}`,
+        transform: `translate(${x} ${y})`,
+        "data-testid": "graph-node",
+        "data-name": node.name,
+        "data-state": node.state,
+        "data-kind": node.kind,
+        "data-label": label,
+        "data-progress": node.progress ? progressText(node.progress) : null,
+      },
+      svg("title", {}, nodeTitle(node)),
+      svg("rect", { width: NODE_W, height: NODE_H, rx: 6 }),
+      svg("text", { x: 10, y: 19, class: "node-name" }, clip(node.name, LABEL_CHARS - 4)),
+      svg("text", { x: 10, y: 37, class: "node-label" }, clip(label, LABEL_CHARS)),
+      svg("text", { x: 10, y: 53, class: "node-detail" }, clip(nodeDetail(node), LABEL_CHARS + 4)),
+      node.progress ? progressBar(node.progress) : null,
+    );
+  }
+
+  function arrow(id) {
+    return svg(
+      "marker",
+      // In user units: a thick (taken) edge gets the same arrowhead as a thin one.
+      { id, viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 10, markerHeight: 10, markerUnits: "userSpaceOnUse", orient: "auto" },
+      svg("path", { d: "M 0 0 L 10 5 L 0 10 z", class: `arrow ${id}` }),
+    );
+  }
+
+  function renderGraph(graph) {
+    const { at, width, height } = layout(graph.nodes);
+    const drawing = $("graph-svg");
+    drawing.setAttribute("viewBox", `0 0 ${width} ${height}`);
+    drawing.setAttribute("width", width);
+    drawing.setAttribute("height", height);
+    drawing.dataset.seq = graph.seq;
+    drawing.dataset.status = graph.status;
+    drawing.replaceChildren(
+      svg("defs", {}, arrow("arrow-plain"), arrow("arrow-taken"), arrow("arrow-catch")),
+      svg("g", { class: "edges" }, graph.edges.map((edge) => edgeEl(edge, at))),
+      svg("g", { class: "nodes" }, graph.nodes.map((node) => nodeEl(node, at))),
+    );
+    const slider = $("graph-seq");
+    slider.max = String(graph.last_seq);
+    slider.value = String(graph.seq);
+    const latest = graph.seq === graph.last_seq;
+    $("graph-next").disabled = latest;
+    $("graph-prev").disabled = graph.seq <= Number(slider.min);
+    $("graph-latest").disabled = state.graph.pinned === null;
+    const fact = graph.fact;
+    $("graph-at").textContent =
+      `fact ${fact.seq} of ${graph.last_seq}: ${fact.type} at ${formatTime(fact.time_ms)} · run ${graph.status}` +
+      (state.graph.pinned === null ? " (live)" : "");
+    for (const row of $("timeline-body").children) {
+      row.classList.toggle("fact-current", Number(row.dataset.seq) === graph.seq);
+    }
+  }
+
+  /** Fetch and draw the graph after the pinned fact (or the latest); a stale answer is dropped. */
+  async function refreshGraph(runId) {
+    const graph = state.graph;
+    if (graph.runId !== runId) Object.assign(graph, { runId, pinned: null, lastSeq: 0 });
+    graph.ticket += 1;
+    const ticket = graph.ticket;
+    let answer;
+    try {
+      answer = await api(`api/runs/${encodeURIComponent(runId)}/graph`, { at_seq: graph.pinned });
+    } catch (exc) {
+      // A run of a pipeline version this processor does not load has no graph here.
+      if (!(exc instanceof ApiError) || exc.status === 401 || exc.status >= 500) throw exc;
+      if (ticket !== graph.ticket) return;
+      $("graph-body").hidden = true;
+      $("graph-message").hidden = false;
+      $("graph-message").textContent = `No graph: ${exc.message}`;
+      return;
+    }
+    if (ticket !== graph.ticket || graph.runId !== runId) return; // a newer request is on its way
+    graph.lastSeq = answer.last_seq;
+    graph.shown = answer.seq;
+    $("graph-body").hidden = false;
+    $("graph-message").hidden = true;
+    renderGraph(answer);
+  }
+
+  /** Show the graph after fact ``seq`` (the latest and live again at the last fact). */
+  function showGraphAt(seq) {
+    const graph = state.graph;
+    if (!graph.runId) return;
+    const last = graph.lastSeq || seq;
+    const bounded = Math.min(Math.max(1, seq), last);
+    graph.pinned = bounded >= last ? null : bounded;
+    refreshGraph(graph.runId).catch(showError);
   }
 
   // --- pending interactions ----------------------------------------------------------------
@@ -517,6 +761,20 @@
       if (runId === null) return; // a link to a section, not to a run
       state.selected = runId;
       refresh().then(() => $("run-detail").scrollIntoView());
+    });
+    // Dragging the slider fires many input events: fetch for where it rests (80 ms).
+    let sliding = null;
+    $("graph-seq").addEventListener("input", () => {
+      clearTimeout(sliding);
+      sliding = setTimeout(() => showGraphAt(Number($("graph-seq").value)), 80);
+    });
+    $("graph-prev").addEventListener("click", () => showGraphAt(Number($("graph-seq").value) - 1));
+    $("graph-next").addEventListener("click", () => showGraphAt(Number($("graph-seq").value) + 1));
+    $("graph-latest").addEventListener("click", () => showGraphAt(state.graph.lastSeq));
+    // A fact of the timeline shows the graph as it was right after it.
+    $("timeline-body").addEventListener("click", (event) => {
+      const row = event.target.closest("tr[data-seq]");
+      if (row && !event.target.closest("a, button")) showGraphAt(Number(row.dataset.seq));
     });
     wirePager("runs", refresh);
     wirePager("rejected", refresh);
