@@ -59,6 +59,10 @@ Figures of the measured runs:
   consumed, markers = offsets - records (reported as ``markers_per_run``). The
   consumer groups' offsets (``__consumer_offsets``) and the transaction log
   (``__transaction_state``) are not counted.
+- ``broker_background_cpu_ms_per_s`` (Kafka): the broker's CPU per second in the 2 s
+  before the round deploys. The broker may be shared: whatever else uses it while a
+  round runs is in the broker's CPU per run too, and this says how much that was
+  just before.
 
 Each figure is the median over ``--repeat`` rounds (each round's figures are in the
 JSON summary too). On Kafka, ``--broker-warmup`` seconds of this workload (C=64, on
@@ -422,6 +426,7 @@ def closed_loop(running: Running, runs: int, concurrency: int, timeout_s: float)
 
 def measure_round(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     """One round on a fresh deployment: warm-up runs, then the measured ones, counted."""
+    background = broker_background(args.transport)
     with deployed(args.transport, args.bootstrap, root) as running:
         closed_loop(running, args.warmup, args.concurrency, args.timeout)
         cpu_before = running.cpu()
@@ -457,7 +462,20 @@ def measure_round(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         "transactions_per_run": None if transactions is None else round(transactions / runs, 3),
         "records_per_run": round(records / runs, 3),
         "markers_per_run": None if markers is None else round(markers / runs, 3),
+        "broker_background_cpu_ms_per_s": background,
     }
+
+
+def broker_background(transport: str, seconds: float = 2.0) -> float | None:
+    """The broker's CPU (ms per second) while none of this round runs: the broker is
+    shared, and what others make it do is in its CPU per run too."""
+    pid = broker_pid() if transport == "kafka" else None
+    if pid is None:
+        return None
+    cpu = ProcessCpu(pid)
+    before = cpu.seconds()
+    time.sleep(seconds)  # sampling an interval
+    return round(1000 * (cpu.seconds() - before) / seconds, 1)
 
 
 def warm_broker(args: argparse.Namespace, root: Path, say: Callable[[str], None]) -> None:
@@ -476,7 +494,7 @@ def warm_broker(args: argparse.Namespace, root: Path, say: Callable[[str], None]
 def medians(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """The median of each figure over ``rounds`` (None where a round has none)."""
     out: dict[str, Any] = {}
-    for figure in (*FIGURES, "markers_per_run"):
+    for figure in (*FIGURES, "markers_per_run", "broker_background_cpu_ms_per_s"):
         values = [r[figure] for r in rounds if r[figure] is not None]
         out[figure] = round(statistics.median(values), 3) if values else None
     names = {name for r in rounds for name in r["cpu_ms_per_run"]}
@@ -496,6 +514,11 @@ def describe(name: str, figures: dict[str, Any]) -> str:
         f"ms/run ({parts}); {figures['transactions_per_run']} transactions/run, "
         f"{figures['records_per_run']} records/run"
         + (f", {figures['markers_per_run']} markers/run" if figures["markers_per_run"] else "")
+        + (
+            f"; broker alone {figures['broker_background_cpu_ms_per_s']} ms/s"
+            if figures["broker_background_cpu_ms_per_s"] is not None
+            else ""
+        )
     )
 
 

@@ -53,6 +53,7 @@ from processor.facts.topics import TopicName
 from processor.transport.base import TopicPartition
 from processor.transport.deployment import Deployment, ensure_topics
 from processor.transport.kafka import PRODUCER_CONFIG
+from processor.transport.kafka_common import wait_for_first
 from processor.transport.kafka_stable import StableOffsets
 from processor.worker.pipeline import load_application
 
@@ -342,8 +343,11 @@ class OutcomeWatcher:
 
     def _run(self) -> None:
         decode = codec().decode_as
+        consumer = self._consumer
         while not self._stop.is_set():
-            messages = self._consumer.consume(1000, 0.05)
+            # Not consume(1000, 0.05): with fewer than 1000 messages it returns only
+            # after the whole 50 ms, so an outcome was seen up to 50 ms late.
+            messages = wait_for_first(consumer.consume, consumer.poll, 1000, 0.05)
             now = time.time() * 1000
             seen = {}
             for msg in messages:
