@@ -560,7 +560,10 @@ def round_in(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
     env = dict(os.environ) | {"PYTHONPATH": str(tree), "PROCESSOR_NATIVE_FOLD": "false"}
     done = subprocess.run(argv, env=env, cwd=tree, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"a round in {tree} exited {done.returncode}:\n{done.stderr[-4000:]}")
+        raise RuntimeError(
+            f"a round in {tree} exited {done.returncode} (a baseline must be recent enough "
+            f"to run this tree's bench/ helpers):\n{done.stderr[-4000:]}"
+        )
     summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     if summary.get("broker_restarted"):
         raise RuntimeError("the broker restarted during a round; its figures are not valid")
@@ -603,7 +606,20 @@ def compare(args: argparse.Namespace, root: Path, say: Callable[[str], None]) ->
     }
 
 
+def foreign_modules() -> list[str]:
+    """Loaded ``processor`` modules from outside ``SOURCE``: an editable install fills in
+    what another tree (a baseline) lacks from this one, which would mix the two."""
+    files = (
+        getattr(module, "__file__", None)
+        for name, module in list(sys.modules.items())
+        if name == "processor" or name.startswith("processor.")
+    )
+    return sorted(f for f in files if f and not Path(f).resolve().is_relative_to(SOURCE))
+
+
 def main() -> None:
+    if foreign := foreign_modules():
+        sys.exit(f"processor modules from outside {SOURCE}: {foreign[:3]}; a tree too old?")
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--transport", choices=("kafka", "embedded"), default="kafka")
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
