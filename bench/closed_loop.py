@@ -132,7 +132,7 @@ from processor.config.settings import Settings
 from processor.facts.codec import codec
 from processor.facts.models import RunOutcome
 from processor.facts.topics import TopicName
-from processor.transport.base import TopicPartition
+from processor.transport.base import Reader, TopicPartition
 from processor.transport.deployment import Deployment
 from processor.transport.embedded import EmbeddedTransport
 
@@ -164,9 +164,9 @@ class LogOutcomes:
         self._ready.wait(30)
 
     def _run(self) -> None:
-        reader = self._deployment.transport.reader()  # a connection of this thread's own
         transport = self._deployment.transport
         assert isinstance(transport, EmbeddedTransport)
+        reader = transport.reader()  # a connection of this thread's own
         version = sqlite3.connect(f"file:{transport.db_file}?mode=ro", uri=True)
         try:
             positions = {tp: reader.end_offset(tp) for tp in self._tps}
@@ -179,7 +179,9 @@ class LogOutcomes:
             version.close()
             reader.close()
 
-    def _follow(self, reader: Any, version: sqlite3.Connection, positions: dict[Any, int]) -> None:
+    def _follow(
+        self, reader: Reader, version: sqlite3.Connection, positions: dict[TopicPartition, int]
+    ) -> None:
         decode = codec().decode_as
         seen: set[str] = set()
         last = None
