@@ -1,7 +1,8 @@
 """The demo's external payment system as its own process, for the Kafka benchmarks.
 
 Run: ``PYTHONPATH=. PROCESSOR_RESUME_SECRET=... python bench/kafka_responder.py
---broker kafka://127.0.0.1:9092 --topic-prefix P. [--group G]``
+--broker kafka://127.0.0.1:9092 --topic-prefix P. [--group G]``; with ``--broker
+embedded --data-dir D``, on the embedded log under D instead (bench/closed_loop.py).
 
 A ``processor.clients.external.Responder`` (what ``processor demo`` runs on a thread)
 consuming ``boundary.requests`` and answering target ``payments`` with
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
+from pathlib import Path
 
 from processor.clients.external import Responder
 from processor.config.settings import Settings
@@ -23,11 +25,13 @@ from processor.transport.deployment import Deployment
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--broker", required=True)
+    parser.add_argument("--broker", required=True, help="kafka://host:port, or embedded")
+    parser.add_argument("--data-dir", help="where the embedded log is (with --broker embedded)")
     parser.add_argument("--topic-prefix", default="")
     parser.add_argument("--group", default="processor-responders")
     args = parser.parse_args()
-    settings = Settings(broker=args.broker, topic_prefix=args.topic_prefix)
+    where = {"data_dir": Path(args.data_dir)} if args.data_dir else {}
+    settings = Settings(broker=args.broker, topic_prefix=args.topic_prefix, **where)
     deployment = Deployment.from_settings(settings)
     responder = Responder(
         deployment.transport,

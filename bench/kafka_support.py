@@ -13,13 +13,20 @@
   (by a transactional producer committing batches, like the processor, or by a
   plain idempotent producer, like a client) and consumed read_committed; records/s
   and produce-to-visible latency from each record's CreateTime.
-- ``ProcessCpu`` reads utime+stime of a process from /proc, to report CPU per run.
+- ``ProcessCpu`` reads utime+stime of a process (and, with ``tree_seconds``, of its
+  live descendants) from /proc, to report CPU per run.
+
+The processes run the ``processor`` package this process imports (``SOURCE``, the
+repository by default; another checkout when ``PYTHONPATH`` names one, as
+bench/closed_loop.py's A/B mode does), and every helper also deploys on the embedded
+log when given no bootstrap.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -37,6 +44,7 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+import processor
 from processor.clients.client import Client, new_submit
 from processor.config.settings import Settings
 from processor.facts.codec import codec
@@ -45,6 +53,7 @@ from processor.facts.topics import TopicName
 from processor.transport.base import TopicPartition
 from processor.transport.deployment import Deployment, ensure_topics
 from processor.transport.kafka import PRODUCER_CONFIG
+from processor.transport.kafka_common import wait_for_first
 from processor.transport.kafka_stable import StableOffsets
 from processor.worker.pipeline import load_application
 
@@ -52,6 +61,8 @@ APP = "processor.examples.demo:app"
 #: The resume-token HMAC key shared by the processor and the tests' clients (>= 16 chars).
 SECRET = "bench-resume-secret-0123456789abcdef"
 REPO = Path(__file__).resolve().parent.parent
+#: The source tree of the ``processor`` package imported here; the processes run it too.
+SOURCE = Path(processor.__file__).resolve().parent.parent
 BENCH = Path(__file__).resolve().parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -62,11 +73,13 @@ def unique_prefix(kind: str) -> str:
 
 
 def bench_settings(
-    bootstrap: str, prefix: str, data_dir: Path, registry: str | None = None
+    bootstrap: str | None, prefix: str, data_dir: Path, registry: str | None = None
 ) -> Settings:
+    """A deployment's settings: on Kafka at ``bootstrap``, or on the embedded log
+    under ``data_dir`` when it is None."""
     stem = prefix.rstrip(".")
     return Settings(
-        broker=f"kafka://{bootstrap}",
+        broker=f"kafka://{bootstrap}" if bootstrap else None,
         topic_prefix=prefix,
         data_dir=data_dir,
         group=f"{stem}-processor",
@@ -80,7 +93,7 @@ def process_env(settings: Settings) -> dict[str, str]:
     """The environment that makes a ``processor`` process use ``settings``."""
     env = dict(os.environ)
     env |= {
-        "PYTHONPATH": str(REPO),
+        "PYTHONPATH": str(SOURCE),
         "PROCESSOR_BROKER": settings.broker or "",
         "PROCESSOR_TOPIC_PREFIX": settings.topic_prefix,
         "PROCESSOR_DATA_DIR": str(settings.data_dir),
@@ -95,37 +108,31 @@ def process_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def processor_argv(settings: Settings) -> list[str]:
-    """``processor run`` without in-process workers (the command line documented in README)."""
+def _processor_cli(settings: Settings) -> list[str]:
+    """``python -m processor`` with the deployment's global options (no ``--broker``
+    on the embedded log)."""
+    broker = ["--broker", settings.broker] if settings.broker else []
     return [
         sys.executable,
         "-m",
         "processor",
-        "--broker",
-        settings.broker or "",
+        *broker,
         "--topic-prefix",
         settings.topic_prefix,
         "--data-dir",
         str(settings.data_dir),
-        "run",
-        "--app",
-        APP,
-        "--workers",
-        "0",
     ]
+
+
+def processor_argv(settings: Settings, workers: int = 0) -> list[str]:
+    """``processor run``, by default without in-process workers (the command line
+    documented in README); with ``workers``, they run in one child process."""
+    return [*_processor_cli(settings), "run", "--app", APP, "--workers", str(workers)]
 
 
 def worker_argv(settings: Settings, threads: int = 1) -> list[str]:
     return [
-        sys.executable,
-        "-m",
-        "processor",
-        "--broker",
-        settings.broker or "",
-        "--topic-prefix",
-        settings.topic_prefix,
-        "--data-dir",
-        str(settings.data_dir),
+        *_processor_cli(settings),
         "worker",
         "--app",
         APP,
@@ -139,7 +146,9 @@ def responder_argv(settings: Settings) -> list[str]:
         sys.executable,
         str(BENCH / "kafka_responder.py"),
         "--broker",
-        settings.broker or "",
+        settings.broker or "embedded",
+        "--data-dir",
+        str(settings.data_dir),
         "--topic-prefix",
         settings.topic_prefix,
         "--group",
@@ -154,11 +163,36 @@ class ProcessCpu:
         self.pid = pid
 
     def seconds(self) -> float:
-        try:
-            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return 0.0
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+        return _cpu_seconds(self.pid)
+
+    def tree_seconds(self) -> dict[int, float]:
+        """pid -> CPU seconds of this process and each of its live descendants (a
+        ``processor run``'s worker process, say); a caller diffs two of these by pid."""
+        out = {}
+        pending = [self.pid]
+        while pending:
+            pid = pending.pop()
+            out[pid] = _cpu_seconds(pid)
+            pending.extend(_children(pid))
+        return out
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def _children(pid: int) -> list[int]:
+    """The live children of ``pid`` (every thread's /proc/<pid>/task/<tid>/children)."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                found.extend(int(c) for c in (task / "children").read_text().split())
+    return found
 
 
 @dataclass
@@ -172,7 +206,7 @@ class Fleet:
         self.logs.mkdir(parents=True, exist_ok=True)
         log = (self.logs / f"{name}.log").open("wb")
         self.processes[name] = subprocess.Popen(
-            argv, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT
+            argv, env=env, cwd=SOURCE, stdout=log, stderr=subprocess.STDOUT
         )
         log.close()
 
@@ -283,7 +317,11 @@ def committed_consumer(bootstrap: str) -> Consumer:
 
 
 class OutcomeWatcher:
-    """Consumes runs.results from offset 0 on a thread: run id -> (outcome, seen at ms)."""
+    """Consumes runs.results from offset 0 on a thread: run id -> (outcome, seen at ms).
+
+    ``arrivals``, if given, also gets ``(outcome, seen at ms)`` of each run's first
+    outcome, as it is seen (a closed loop submits the next run on it).
+    """
 
     def __init__(
         self,
@@ -291,8 +329,10 @@ class OutcomeWatcher:
         topic: str,
         partitions: int,
         bind: Callable[[bytes | None], None] | None = None,
+        arrivals: queue.SimpleQueue[tuple[RunOutcome, float]] | None = None,
     ) -> None:
         self._bind = bind  # makes the codec know a Confluent schema id (registry framing)
+        self._arrivals = arrivals
         self._consumer = committed_consumer(bootstrap)
         self._consumer.assign([KafkaTopicPartition(topic, p, 0) for p in range(partitions)])
         self.outcomes: dict[str, tuple[RunOutcome, float]] = {}
@@ -303,8 +343,11 @@ class OutcomeWatcher:
 
     def _run(self) -> None:
         decode = codec().decode_as
+        consumer = self._consumer
         while not self._stop.is_set():
-            messages = self._consumer.consume(1000, 0.05)
+            # Not consume(1000, 0.05): with fewer than 1000 messages it returns only
+            # after the whole 50 ms, so an outcome was seen up to 50 ms late.
+            messages = wait_for_first(consumer.consume, consumer.poll, 1000, 0.05)
             now = time.time() * 1000
             seen = {}
             for msg in messages:
@@ -316,7 +359,10 @@ class OutcomeWatcher:
             if seen:
                 with self._changed:
                     for run_id, item in seen.items():
-                        self.outcomes.setdefault(run_id, item)
+                        if run_id not in self.outcomes:
+                            self.outcomes[run_id] = item
+                            if self._arrivals is not None:
+                                self._arrivals.put(item)
                     self._changed.notify_all()
         self._consumer.close()
 

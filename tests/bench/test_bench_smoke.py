@@ -94,6 +94,45 @@ def test_lifecycle_embedded(tmp_path: Path) -> None:
     assert out["facts_per_run"] > 1
 
 
+def test_closed_loop(tmp_path: Path) -> None:
+    out = bench(
+        "closed_loop.py",
+        tmp_path,
+        *("--transport", "embedded", "--concurrency", "2", "--runs", "10", "--warmup", "2"),
+    )
+    assert (out["transport"], out["concurrency"], out["runs"], out["rounds"]) == (
+        "embedded",
+        2,
+        10,
+        1,
+    )
+    (measured,) = out["per_round"]
+    assert (measured["succeeded"], measured["failed"]) == (10, 0)
+    assert out["runs_per_s"] > 0 and 0 < out["p50_ms"] <= out["p95_ms"] <= out["p99_ms"]
+    assert {"processor", "processor_children", "responder", "total"} <= set(out["cpu_ms_per_run"])
+    # A run commits at least one processor transaction, and writes its command, its
+    # facts, a work item and result, a request and completion, and its outcome.
+    assert out["transactions_per_run"] >= 1
+    assert out["records_per_run"] >= 8
+    assert out["markers_per_run"] is None  # the embedded log has no control records
+
+
+def test_closed_loop_against_a_baseline(tmp_path: Path) -> None:
+    """The A/B mode, against HEAD checked out as a worktree under tmp_path."""
+    out = bench(
+        "closed_loop.py",
+        tmp_path,
+        *("--transport", "embedded", "--concurrency", "2", "--runs", "6", "--warmup", "2"),
+        *("--baseline-ref", "HEAD", "--repeat", "1"),
+    )
+    assert len(out["baseline_commit"]) == 40 and out["native_fold"] is False
+    for side in ("current", "baseline"):
+        (measured,) = out[side]["per_round"]
+        assert (measured["succeeded"], measured["failed"]) == (6, 0)
+        assert out[side]["runs_per_s"] > 0 and out[side]["records_per_run"] >= 8
+    assert out["ratios"]["runs_per_s"] > 0 and out["ratios"]["records_per_run"] > 0
+
+
 def test_worker_concurrency(tmp_path: Path) -> None:
     out = bench("worker_concurrency.py", tmp_path, "--seconds", "0.1", "--repeat", "1")
     assert (out["high"], out["low"], out["rounds"]) == (16, 1, 1)
@@ -201,6 +240,23 @@ def test_kafka_standard_workload(tmp_path: Path, bootstrap: str) -> None:
     assert out["saturation"]["runs_per_s"] > 0 and out["baseline"]["records_per_s"] > 0
     assert out["ratios"]["saturation_runs_to_raw_records"] > 0
     assert out["ratios"]["paced_p50_to_raw"] > 0
+
+
+@pytest.mark.kafka
+def test_closed_loop_kafka(tmp_path: Path, bootstrap: str) -> None:
+    out = bench(
+        "closed_loop.py",
+        tmp_path,
+        *("--transport", "kafka", "--bootstrap", bootstrap, "--broker-warmup", "0"),
+        *("--concurrency", "2", "--runs", "10", "--warmup", "2"),
+    )
+    (measured,) = out["per_round"]
+    assert (measured["succeeded"], measured["failed"]) == (10, 0)
+    assert out["runs_per_s"] > 0 and 0 < out["p50_ms"] <= out["p99_ms"]
+    assert {"processor", "worker0", "responder", "total"} <= set(out["cpu_ms_per_run"])
+    assert out["transactions_per_run"] >= 1 and out["records_per_run"] >= 8
+    # Every processor transaction leaves a commit marker in each partition it wrote to.
+    assert out["markers_per_run"] >= out["transactions_per_run"]
 
 
 @pytest.mark.kafka
