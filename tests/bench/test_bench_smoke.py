@@ -148,6 +148,13 @@ def test_graph_parallel(tmp_path: Path) -> None:
     assert out["ratio"] > 0
 
 
+def test_fan_out(tmp_path: Path) -> None:
+    out = bench("fan_out.py", tmp_path, "--items", "30", "--max-in-flight", "4", "--repeat", "1")
+    assert (out["items"], out["max_in_flight"], out["rounds"]) == (30, 4, 1)
+    assert out["items_per_s"] > 0 and len(out["items_per_s_rounds"]) == 1
+    assert out["rss_peak_mib"] >= out["rss_start_mib"] > 0
+
+
 def test_http_overhead(tmp_path: Path) -> None:
     out = bench(
         "http_overhead.py", tmp_path, "--runs", "20", "--rounds", "2", "--scrape-interval", "0.05"
