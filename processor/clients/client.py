@@ -657,6 +657,29 @@ def _follow(
     return poll_until(attempt, deadline)
 
 
+def _graph(state: RunState) -> dict[str, Any] | None:
+    """A graph run's steps and the lanes of those in flight (None for a chain): each
+    lane's attempt, wait and Unknown attempt, as ``status`` shows a chain's."""
+    if not state.graph:
+        return None
+    steps = {
+        str(step): {"status": node.status, "reason": node.reason, "segment": node.segment}
+        for step, node in sorted(state.nodes.items())
+    }
+    lanes = {}
+    for segment in sorted(state.lanes):
+        view = state.lane_view(segment)
+        lanes[str(segment)] = {
+            "phase": view.phase,
+            "next_step": view.attempt.next_step,
+            "attempt": view.attempt.number,
+            "generation": view.attempt.generation,
+            **{key: shown for key, shown in waits.status_views(view).items() if shown},
+            "unknown_attempt": view.unknown.model_dump() if view.unknown else None,
+        }
+    return {"steps": steps, "lanes": lanes}
+
+
 def status_dict(state: RunState) -> dict[str, Any]:
     """The JSON shape of ``processor status``."""
     return {
@@ -692,6 +715,7 @@ def status_dict(state: RunState) -> dict[str, Any]:
         "quarantine": state.quarantine.model_dump() if state.quarantine else None,
         "unknown_attempt": state.unknown.model_dump() if state.unknown else None,
         "compensation": _compensation(state),
+        "graph": _graph(state),
         "version": state.version,
         "created_ms": state.created_ms,
         "updated_ms": state.updated_ms,

@@ -8,7 +8,7 @@ import json
 from processor.facts import keys
 from processor.facts.models import AttemptResolved, CancelRun, ResolveAttempt, SegmentCompleted
 from processor.facts.payload import InvalidPayloadError, canonical_json
-from processor.model import control, waits
+from processor.model import control, graph_run, waits
 from processor.model.decision import Context, Decision, FactMaker, refuse, replier
 from processor.model.pipeline_spec import PipelineSpec
 from processor.model.state import RunState
@@ -67,6 +67,10 @@ def decide_resolve(command: ResolveAttempt, state: RunState | None, ctx: Context
         return refuse(reply, "invalid_request", problem)
     if state is None:
         return refuse(reply, "unknown_run", f"no run {command.run_id}")
+    run = state
+    lane = command.segment if command.kind == "forward" and command.segment in run.lanes else None
+    if lane is not None:
+        state = run.lane_view(lane)  # a graph run's step: the Unknown attempt is its lane's
     fingerprint = _resolution_fingerprint(command, output)
     recorded = state.resolutions.get(command.idempotency_key)
     if recorded is not None:
@@ -93,7 +97,9 @@ def decide_resolve(command: ResolveAttempt, state: RunState | None, ctx: Context
             return refuse(reply, "deadline_elapsed", "the run deadline has passed")
         if state.stop.reason is not None:
             return refuse(reply, "retry_forbidden", f"the run is stopping: {state.stop.reason}")
-    maker = FactMaker(state, state.run_id, ctx.now, command.command_id, live=ctx.live_versions)
+    maker = FactMaker(
+        run, run.run_id, ctx.now, command.command_id, live=ctx.live_versions, lane=lane
+    )
     if command.kind == "forward":
         control.deadline_first(maker, spec)
     answer = response(
@@ -173,7 +179,12 @@ def _resolve_forward(
     if command.action == "succeed":
         assert output is not None
         step_completed(maker, state, unknown_step, output)
-        if maker.current.stopping:
+        if spec.graph is not None:  # the graph step's lane closes; the graph goes on
+            if maker.current.stopping:
+                graph_run.settle_under_stop(maker, spec, unknown_step, "succeeded")
+            else:
+                graph_run.succeeded(maker, spec, unknown_step, ())
+        elif maker.current.stopping:
             control.settle_stop(maker, spec)
         else:
             _continue_after(maker, spec, unknown_step, output)

@@ -389,13 +389,6 @@ class Pipeline:
         """The steps as a checked graph, if any step declared graph structure."""
         if all(step.node is None for step in self.steps):
             return None
-        for step in self.steps:
-            unsupported = _not_in_graphs(step.spec)
-            if unsupported:
-                raise ConfigurationError(
-                    f"pipeline {self.name!r}: step {step.spec.name!r} is {unsupported}, "
-                    "which a graph pipeline does not support yet"
-                )
         try:
             return build_graph([step.node or Node(step.spec.name) for step in self.steps])
         except ConfigurationError as exc:
@@ -458,13 +451,6 @@ def _graph_node(name: str, needs: Iterable[str] | None, catch: str | None = None
     if needs is None and catch is None:
         return None
     return Node(name, None if needs is None else tuple(needs), catch=catch)
-
-
-def _not_in_graphs(spec: StepSpec) -> str:
-    """What a graph step is that graphs do not run yet (empty: nothing)."""
-    if spec.effectful:
-        return "effectful"
-    return ""
 
 
 def _ms(seconds: float | None) -> int | None:

@@ -15,8 +15,10 @@ from typing import Any
 import pytest
 
 from processor import LocalEnvironment
+from processor.clients.client import status_dict
 from processor.errors import ConfigurationError
 from processor.facts.models import (
+    AttemptOutcomeUnknown,
     BoundaryDispatchCompleted,
     CatchDecided,
     CompensationStepCompleted,
@@ -31,6 +33,7 @@ from processor.facts.models import (
     SegmentAttemptStarted,
     StepCompleted,
 )
+from processor.model.listing import is_unknown
 from processor.model.pipeline_spec import RetryPolicy
 from processor.worker.pipeline import Application, NonRetryableError, Pipeline
 
@@ -465,12 +468,60 @@ def test_a_cycle_is_refused_naming_its_steps() -> None:
         Application([pipeline])
 
 
-def test_an_effectful_graph_step_is_refused_until_graphs_support_it() -> None:
-    pipeline = Pipeline("effects")
-    pipeline.step("first", needs=[])(lambda v: v)
-    pipeline.step("second", effectful=True)(lambda v: v)
-    with pytest.raises(ConfigurationError, match="'second' is effectful"):
-        Application([pipeline])
+effects = Pipeline("effects")
+_charging = threading.Event()
+_charge_gate = threading.Event()
+
+
+@effects.step()
+def place(order: dict[str, Any]) -> dict[str, Any]:
+    return order
+
+
+@effects.step(needs=["place"], effectful=True, timeout_s=60)
+def charge_card(order: dict[str, Any]) -> dict[str, Any]:
+    _charging.set()
+    _charge_gate.wait(20)  # the worker hangs: its outcome becomes Unknown
+    return {"charged": order["total"]}
+
+
+@effects.step(needs=["place"])
+def email(order: dict[str, Any]) -> str:
+    return "sent"
+
+
+@effects.step(needs=["charge_card", "email"])
+def receipt(outputs: dict[str, Any]) -> dict[str, Any]:
+    return outputs
+
+
+def test_an_unknown_graph_step_waits_for_its_operator_and_the_graph_goes_on() -> None:
+    _charging.clear()
+    _charge_gate.clear()
+    with LocalEnvironment(Application([effects])) as env:
+        run_id = env.submit("effects", {"total": 9})
+        assert _charging.wait(10)
+        env.advance(61)  # charge_card's timeout: an effectful step is never retried blindly
+        unknown = env.wait_fact(run_id, AttemptOutcomeUnknown)
+        state = env.client.status(run_id)
+        assert state is not None and is_unknown(state)  # listed for its operator
+        shown = status_dict(state)["graph"]
+        lane = shown["lanes"][str(unknown.segment)]
+        assert lane["phase"] == "unknown" and lane["unknown_attempt"]["step"] == 1
+        reply = env.client.resolve(
+            run_id,
+            segment=unknown.segment,
+            attempt=unknown.attempt,
+            generation=unknown.generation,
+            idempotency_key="charge-checked-by-hand",
+            action="succeed",
+            output={"charged": 9, "by": "operator"},
+        )
+        assert reply is not None and reply.refusal is None, reply
+        _charge_gate.set()  # the hung attempt's late result is stale now
+        result = env.wait(run_id)
+    assert result.status == "succeeded", result
+    assert result.output == {"charge_card": {"by": "operator", "charged": 9}, "email": "sent"}
 
 
 # --- fan-out ---------------------------------------------------------------------------------
