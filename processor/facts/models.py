@@ -384,6 +384,7 @@ class RunRedriven(FactHeader):
     previous_generation: int
     previous_attempts: int
     response: str
+    steps: tuple[int, ...] = ()
 
 
 class RunQuarantined(FactHeader):

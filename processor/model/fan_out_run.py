@@ -24,7 +24,7 @@ from processor.model.decision import FactMaker
 from processor.model.fan_out import FanOutProgress, assemble
 from processor.model.graph import FanOutLimits
 from processor.model.graph_nodes import graph_of, json_bytes, node_input, settle
-from processor.model.lanes import ITEM_SEGMENTS, item_segment, segment_of
+from processor.model.lanes import ITEM_SEGMENTS, first_generation, item_segment, segment_of
 from processor.model.pipeline_spec import PipelineSpec
 from processor.model.state import FORWARD, NodeRun
 
@@ -112,7 +112,7 @@ def advance(maker: FactMaker, spec: PipelineSpec, step: int) -> bool:
             FORWARD,
             scope=segment,
             number=1,
-            generation=1,
+            generation=first_generation(len(maker.run.redrives)),
             first_step=step,
             input=items[item],
         )

@@ -20,7 +20,7 @@ from processor.facts.models import NodeReady, NodeSettled
 from processor.model import attempts
 from processor.model.decision import FactMaker
 from processor.model.graph import Graph
-from processor.model.lanes import segment_of
+from processor.model.lanes import first_generation, segment_of
 from processor.model.pipeline_spec import PipelineSpec
 from processor.model.state import FORWARD, RunState
 
@@ -39,8 +39,16 @@ def start(maker: FactMaker, spec: PipelineSpec, step: int) -> None:
     maker.add(
         NodeReady(**maker.header(keys.node_ready(step)), step=step, segment=segment, input=given)
     )
+    generation = first_generation(len(maker.run.redrives))
     attempts.start(
-        maker, spec, FORWARD, scope=segment, number=1, generation=1, first_step=step, input=given
+        maker,
+        spec,
+        FORWARD,
+        scope=segment,
+        number=1,
+        generation=generation,
+        first_step=step,
+        input=given,
     )
 
 

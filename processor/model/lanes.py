@@ -10,6 +10,8 @@ from __future__ import annotations
 
 __all__ = [
     "ITEM_SEGMENTS",
+    "REDRIVE_GENERATIONS",
+    "first_generation",
     "item_of",
     "item_segment",
     "items_of_step",
@@ -19,6 +21,14 @@ __all__ = [
 
 #: The segments of one fan-out step's items: also one more than its most items.
 ITEM_SEGMENTS = 1_000_000
+#: The generations of a lane within one redrive: a redriven run's lanes begin past the
+#: generations of the lanes they replace, so a late result of those is stale.
+REDRIVE_GENERATIONS = 1_000_000
+
+
+def first_generation(redrives: int) -> int:
+    """The generation of a lane's first attempt in a run redriven ``redrives`` times."""
+    return 1 + redrives * REDRIVE_GENERATIONS
 
 
 def segment_of(step: int) -> int:

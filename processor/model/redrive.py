@@ -29,8 +29,12 @@ from __future__ import annotations
 
 from processor.facts import keys
 from processor.facts.models import RedriveRun, RunRedriven
+from processor.model import graph_run
 from processor.model.decision import Context, Decision, FactMaker, Reply, refuse, replier
+from processor.model.graph import Graph
+from processor.model.graph_nodes import graph_of
 from processor.model.operator import response
+from processor.model.pipeline_spec import PipelineSpec
 from processor.model.state import FAILED, RunState
 from processor.model.transitions import start_attempt
 
@@ -51,6 +55,8 @@ def decide_redrive(command: RedriveRun, state: RunState | None, ctx: Context) ->
     spec = ctx.catalog.get(state.pipeline, state.pipeline_version)
     if spec is None:
         return refuse(reply, "unknown_pipeline", f"pipeline {state.pipeline!r} is not loaded")
+    if state.graph:
+        return _redrive_graph(command, state, spec, ctx, reply)
     from_step = _from_step(command, state)
     segment, generation = state.attempt.segment + 1, state.attempt.generation + 1
     ordinal = len(state.redrives) + 1
@@ -76,12 +82,6 @@ def _refusal(command: RedriveRun, state: RunState, ctx: Context, reply: Reply) -
     if state.status != FAILED:
         detail = f"run {state.run_id} is {state.status} (phase {state.phase}): only a failed run"
         return refuse(reply, "not_failed", detail + " can be redriven")
-    if state.graph:
-        detail = (
-            f"run {state.run_id} is a graph run: redriving one is not supported yet; "
-            "submit a new run instead"
-        )
-        return refuse(reply, "graph_run", detail)
     if state.compensation.started:
         detail = (
             f"run {state.run_id} failed and was unwound (recovery {state.recovery}): the "
@@ -91,10 +91,62 @@ def _refusal(command: RedriveRun, state: RunState, ctx: Context, reply: Reply) -
     if state.deadline_ms is not None and ctx.now >= state.deadline_ms:
         return refuse(reply, "deadline_elapsed", f"the run deadline {state.deadline_ms} passed")
     failed = _failed_step(state)
-    if command.from_step is not None and not 0 <= command.from_step <= failed:
+    last = failed if not state.graph else max(state.nodes, default=0)
+    if state.graph and command.from_step is not None and command.from_step not in state.nodes:
+        detail = f"from_step must be a step of the graph that ran (one of {sorted(state.nodes)})"
+        return refuse(reply, "bad_step", f"{detail}, got {command.from_step}")
+    if command.from_step is not None and not 0 <= command.from_step <= last:
         detail = f"from_step must be a step index from 0 to the failed step {failed}"
         return refuse(reply, "bad_step", f"{detail}, got {command.from_step}")
     return None
+
+
+def _redrive_graph(
+    command: RedriveRun, state: RunState, spec: PipelineSpec, ctx: Context, reply: Reply
+) -> Decision:
+    """A graph run again: its failed steps (or ``from_step``) and every step after them
+    run again, planned as at the start; the others keep their outcomes and outputs."""
+    graph = graph_of(spec)
+    if command.from_step is not None:
+        starts = [command.from_step]
+    else:
+        starts = [step for step, node in state.nodes.items() if node.status in _AGAIN]
+    steps = rerun(graph, starts, state)
+    ordinal = len(state.redrives) + 1
+    from_step = min(starts, default=_failed_step(state))
+    answer = response(state, redrive=ordinal, from_step=from_step, steps=list(steps))
+    maker = FactMaker(state, state.run_id, ctx.now, command.command_id, live=ctx.live_versions)
+    redriven = _redriven(maker, state, command, ordinal=ordinal, from_step=from_step, answer=answer)
+    maker.add(redriven.model_copy(update={"steps": steps}))
+    graph_run.advance(maker, spec)
+    maker.emits.append(reply(True, None, None, answer))
+    return maker.decision()
+
+
+#: The outcomes a graph redrive runs again by default: failed and stopped steps.
+_AGAIN = frozenset({"failed", "stopped"})
+
+
+def rerun(graph: Graph, starts: list[int], state: RunState) -> tuple[int, ...]:
+    """``starts`` and every step after them (their successors, handlers, routes), the
+    steps a stop left unrun, and the finally steps: what a graph redrive runs again."""
+    index = {node.name: i for i, node in enumerate(graph.nodes)}
+    after: dict[int, set[int]] = {i: set() for i in range(len(graph.nodes))}
+    for i, node in enumerate(graph.nodes):
+        for need in graph.needs(node.name):
+            after[index[need]].add(i)
+        if node.catch is not None:
+            after[i].add(index[node.catch])
+    found = set(starts)
+    found |= {i for i, node in enumerate(graph.nodes) if node.is_finally}
+    found |= {i for i, node in state.nodes.items() if node.status in _AGAIN}
+    pending = list(found)
+    while pending:
+        for successor in after[pending.pop()]:
+            if successor not in found:
+                found.add(successor)
+                pending.append(successor)
+    return tuple(sorted(i for i in found if i in state.nodes or i in starts))
 
 
 def _failed_step(state: RunState) -> int:

@@ -691,8 +691,12 @@ def _(fact: RunStopped, state: RunState) -> RunChanges:
 def _(fact: RunRedriven, state: RunState) -> RunChanges:
     # Running again from ``from_step``: the steps before it keep their outputs, the
     # failure is cleared (the fact keeps it), the retry budget starts afresh.
-    kept = {step: out for step, out in state.step_outputs.items() if step < fact.from_step}
-    last_output = kept[fact.from_step - 1] if fact.from_step > 0 else state.input
+    again = set(fact.steps)  # a graph run's steps that run again; a chain's: from_step on
+    if again:
+        kept = {step: out for step, out in state.step_outputs.items() if step not in again}
+    else:
+        kept = {step: out for step, out in state.step_outputs.items() if step < fact.from_step}
+    last_output = kept.get(fact.from_step - 1, state.input) if fact.from_step > 0 else state.input
     attempt = state.attempt.evolve(
         {
             "next_step": fact.from_step,
@@ -715,7 +719,9 @@ def _(fact: RunRedriven, state: RunState) -> RunChanges:
         "failed_step": None,
         "failed_attempts": 0,
         "attempt": attempt,
-        "completed_steps": tuple(s for s in state.completed_steps if s < fact.from_step),
+        "completed_steps": tuple(s for s in state.completed_steps if s in kept),
+        "nodes": {step: node for step, node in state.nodes.items() if step not in again},
+        "lanes": {},
         "step_outputs": kept,
         "last_output": last_output,
         "unknown": None,

@@ -716,3 +716,54 @@ def test_a_cancel_reaches_every_waiting_branch_of_a_graph_run() -> None:
         facts = env.history(run_id)
     stopped = [f for f in facts if isinstance(f, NodeSettled) and f.status == "stopped"]
     assert sorted(_names(waiting, stopped, NodeSettled)) == ["cool_off", "pack", "pay"]
+
+
+# --- redrive ---------------------------------------------------------------------------------
+
+redrivable = Pipeline("redrivable")
+_broken = {"stock": True}
+_runs_of: dict[str, int] = {}
+
+
+def _counted(name: str, value: Any) -> Any:
+    _runs_of[name] = _runs_of.get(name, 0) + 1
+    return value
+
+
+@redrivable.step()
+def start_order(order: Any) -> Any:
+    return _counted("start_order", order)
+
+
+@redrivable.step(needs=["start_order"])
+def bill(order: Any) -> Any:
+    return _counted("bill", {"billed": True})
+
+
+@redrivable.step(needs=["start_order"], retry=ONCE)
+def stock(order: Any) -> Any:
+    if _broken["stock"]:
+        raise NonRetryableError("warehouse offline")
+    return _counted("stock", {"stocked": True})
+
+
+@redrivable.step(needs=["bill", "stock"])
+def ship_it(outputs: Any) -> Any:
+    return _counted("ship_it", outputs)
+
+
+def test_a_failed_graph_run_is_redriven_from_its_failed_branch_only() -> None:
+    _broken["stock"] = True
+    _runs_of.clear()
+    with LocalEnvironment(Application([redrivable])) as env:
+        run_id = env.submit("redrivable", {})
+        failed = env.wait(run_id)
+        assert failed.status == "failed" and failed.error == "warehouse offline"
+        _broken["stock"] = False
+        reply = env.client.redrive(run_id, operator="ops", reason="warehouse back")
+        assert reply is not None and reply.refusal is None, reply
+        result = env.wait(run_id)
+    assert result.status == "succeeded", result
+    assert result.output == {"bill": {"billed": True}, "stock": {"stocked": True}}
+    # the succeeded branch kept its output and did not run again
+    assert _runs_of == {"start_order": 1, "bill": 1, "stock": 1, "ship_it": 1}
