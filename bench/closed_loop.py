@@ -245,13 +245,19 @@ class Running:
 
     def transactions(self) -> int | None:
         """The processor's committed transactions so far (None if it serves no metric)."""
-        log = (self.fleet.logs / "processor.log").read_text(errors="replace")
-        address = _SERVING.search(log)
+        deadline = time.monotonic() + 30  # its server starts beside the loop: wait for it
+        while (address := self._serving()) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
         if address is None:
             return None
         with urllib.request.urlopen(f"{address.group(1)}/metrics", timeout=10) as response:
             found = _TRANSACTIONS.search(response.read())
         return None if found is None else round(float(found.group(1)))
+
+    def _serving(self) -> re.Match[str] | None:
+        """Where the processor's HTTP server listens, once its log says so."""
+        log = (self.fleet.logs / "processor.log").read_text(errors="replace")
+        return _SERVING.search(log)
 
     def topic_ends(self) -> dict[tuple[str, int], int]:
         """(topic, partition) -> end offset, over every topic of the deployment."""
