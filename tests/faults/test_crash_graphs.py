@@ -41,6 +41,7 @@ from processor.config.settings import Settings
 from processor.facts.codec import codec, decode_fact
 from processor.facts.models import (
     BoundaryCompletionAdmitted,
+    BoundaryInteractionDispatched,
     BoundaryRequest,
     CatchDecided,
     FactHeader,
@@ -149,12 +150,21 @@ def test_kill_9_during_graph_runs_admits_each_step_once(
         processor_process.check_alive()
         return facts_tail.end_total() >= target
 
+    mapping: set[str] = set()  # runs whose fan-out started items
+    awaiting: set[str] = set()  # runs whose await asked, not yet answered
+
     def all_ended() -> bool:
         processor_process.check_alive()
         for record in facts_tail.new():
             fact = decode_fact(record.value)
             if isinstance(fact, TERMINAL):
                 ended.add(fact.run_id)
+            elif isinstance(fact, NodeReady) and fact.item is not None:
+                mapping.add(fact.run_id)
+            elif isinstance(fact, BoundaryInteractionDispatched):
+                awaiting.add(fact.run_id)
+            elif isinstance(fact, BoundaryCompletionAdmitted):
+                awaiting.discard(fact.run_id)
         return ended >= inputs.keys()
 
     try:
@@ -162,7 +172,8 @@ def test_kill_9_during_graph_runs_admits_each_step_once(
         processor_process.start()
         chunks = _chunks(RUNS, KILLS + 1)
         at_start = {rng.randrange(KILLS)}
-        kills: list[tuple[str, int]] = []  # (when, runs in flight at the kill)
+        # (when, runs in flight at the kill, of them fan-outs mapping, awaits asked)
+        kills: list[tuple[str, int, int, int]] = []
         for round_, chunk in enumerate(chunks[:-1]):
             submit(chunk)
             if round_ in at_start:
@@ -177,11 +188,16 @@ def test_kill_9_during_graph_runs_admits_each_step_once(
                 wait_until(reached, 90, f"{target} facts", max_pause_s=0.01)
                 when = f"at {target} facts"
             all_ended()
-            kills.append((when, len(inputs) - len(ended)))
+            in_flight = len(inputs) - len(ended)
+            kills.append((when, in_flight, len(mapping - ended), len(awaiting - ended)))
             assert processor_process.kill() == -9
             processor_process.start()
         submit(chunks[-1])
-        assert all(in_flight > 0 for when, in_flight in kills if when != "at start"), kills
+        assert all(in_flight > 0 for when, in_flight, _, _ in kills if when != "at start"), kills
+        # Some kill landed while a fan-out had items open or started, and one while an
+        # await waited for its answer.
+        assert any(fans for _, _, fans, _ in kills), kills
+        assert any(asked for _, _, _, asked in kills), kills
 
         wait_until(all_ended, 180, "every submitted run to end", max_pause_s=0.2)
         assert processor_process.stop() == 0
