@@ -22,9 +22,10 @@ no shared state. A ``gate`` in the input names a file: the step waits for it to 
   ``pick`` after both routes to ``even`` or ``odd`` by ``n``; ``merge``
   (``none_failed``) joins the routes; the finally step ``tidy``.
 - ``fanned``: ``listing`` passes on the input's ``items`` (each ``{"i", "bad",
-  "nap_ms"}``); the fan-out ``each`` maps them, at most ``FAN_LIMIT`` in flight,
-  ``FAN_TOLERATE`` failed items tolerated (an item with ``bad`` raises a
-  NonRetryableError); ``count`` gets its output (``expected_fanned_result``).
+  "nap_ms"}``, maybe with a ``gate``); the fan-out ``each`` maps them, at most
+  ``FAN_LIMIT`` in flight, ``FAN_TOLERATE`` failed items tolerated (an item with
+  ``bad`` raises a NonRetryableError); ``count`` gets its output
+  (``expected_fanned_result``).
 - ``answered``: ``ask``, then the await ``approve`` (target ``GRAPH_APPROVALS``,
   requesting ``{"n"}``) beside the step ``compute``; ``conclude`` joins both by name,
   and the finally step ``wrap`` runs.
@@ -258,9 +259,16 @@ def listing(value: dict[str, Any]) -> Any:
     return value["items"]
 
 
-@fanned.fan_out(needs=["listing"], max_in_flight=FAN_LIMIT, tolerate=FAN_TOLERATE, retry=ONCE)
+@fanned.fan_out(
+    needs=["listing"],
+    max_in_flight=FAN_LIMIT,
+    tolerate=FAN_TOLERATE,
+    retry=ONCE,
+    timeout_s=GATE_WAIT_S + 10,
+)
 def each(item: dict[str, Any]) -> int:
     _nap(item)
+    _wait_for_gate(item)
     if item.get("bad"):
         raise NonRetryableError(f"item {item['i']} is bad")
     return int(item["i"]) ** 2

@@ -137,6 +137,18 @@ def _assert_bookkeeping(facts: list[FactHeader]) -> None:
     assert set(completed.values()) <= {1}, completed
 
 
+def _most_open(facts: list[FactHeader]) -> int:
+    """The most fan-out items open at once, from the facts: started, not yet settled."""
+    open_items, most = 0, 0
+    for fact in facts:
+        if isinstance(fact, NodeReady) and fact.item is not None:
+            open_items += 1
+            most = max(most, open_items)
+        elif isinstance(fact, FanOutItemSettled):
+            open_items -= 1
+    return most
+
+
 # --- no crash --------------------------------------------------------------------------------
 
 
@@ -224,14 +236,7 @@ def test_a_fan_out_of_40_items_keeps_its_limit_and_passes_at_its_tolerance(
     assert started == list(range(40))
     assert sorted(f.item for f in settled) == list(range(40))  # each item once
     assert sorted(f.item for f in settled if f.status == "failed") == sorted(bad)
-    open_items, most = 0, 0
-    for fact in facts:
-        if isinstance(fact, NodeReady) and fact.item is not None:
-            open_items += 1
-            most = max(most, open_items)
-        elif isinstance(fact, FanOutItemSettled):
-            open_items -= 1
-    assert most == graph_pipelines.FAN_LIMIT
+    assert _most_open(facts) == graph_pipelines.FAN_LIMIT
 
 
 def test_an_await_branch_of_a_graph_is_answered_on_the_broker(running: Running) -> None:
@@ -270,20 +275,42 @@ def test_an_unselected_route_never_runs_even_after_a_crash_and_a_replay(
     journal (the chosen route still running, held at its gate), start it again: the run
     finishes on the route taken, the other never dispatched, skipped once.
 
+    Two more graph runs are in flight at the kill, sharing its restart: a fan-out whose
+    first ``FAN_LIMIT`` items are open (held at the same gate), and an await branch that
+    asked and waits for its answer (sent after the restart). Each item starts and
+    settles once, never more than ``FAN_LIMIT`` open, and the answer is admitted once.
+
     It uses the module's processor (a start of its own would cost the file seconds) and
     leaves it running for any test after it."""
     processor = running.process
     gate = tmp_path / "gate"
     value = {"choose": "refund", "amount": 5, "gate": str(gate)}
     run_id = running.client.submit("routes", value, wait_s=WAIT_S).run_id
+    items = [{"i": i, "bad": i == 7, "nap_ms": 0, "gate": str(gate)} for i in range(12)]
+    fan_value = {"items": items}
+    fan_id = running.client.submit("fanned", fan_value, wait_s=WAIT_S).run_id
+    await_value = {"n": 2}
+    await_id = running.client.submit("answered", await_value, wait_s=WAIT_S).run_id
     running.wait_fact(run_id, RouteDecided)
+    request = wait_until(lambda: running.request(await_id), WAIT_S, "the await's request")
+
+    def items_open() -> bool:
+        facts = running.facts(fan_id)
+        started = [f for f in facts if isinstance(f, NodeReady) and f.item is not None]
+        return len(started) == graph_pipelines.FAN_LIMIT
+
+    wait_until(items_open, WAIT_S, "the fan-out's first items to start", max_pause_s=0.05)
     before = running.facts(run_id)
     assert processor.kill() == -9
     assert not any(isinstance(f, RunSucceeded) for f in before)
     assert "refund" in _names(graph_pipelines.routes, before, NodeReady)
+    fan_before = running.facts(fan_id)
+    assert not any(isinstance(f, FanOutItemSettled) for f in fan_before)  # held at the gate
 
     gate.touch()
     processor.start()
+    answered = running.client.complete(request.resume_token, {"approved": 7}, wait_s=WAIT_S)
+    assert answered.admission == "admitted", answered
     result = running.client.wait(run_id, WAIT_S)
     assert result.status == "succeeded", result
     assert result.output == {"refund": {"refunded": 5}, "reship": None}
@@ -295,6 +322,24 @@ def test_an_unselected_route_never_runs_even_after_a_crash_and_a_replay(
     assert "reship" not in _names(pipeline, facts, StepCompleted)
     assert _skips(pipeline, facts) == [("reship", "predicate_false")]
     assert _names(pipeline, facts, StepCompleted)[-1] == "audit"  # finally: the last
+
+    fan_result = running.client.wait(fan_id, WAIT_S)
+    assert fan_result.status == "succeeded", fan_result
+    assert fan_result.output == graph_pipelines.expected_fanned_result(fan_value)
+    fan_facts = running.facts(fan_id)
+    _assert_bookkeeping(fan_facts)
+    started = [f.item for f in fan_facts if isinstance(f, NodeReady) and f.item is not None]
+    settled = [f.item for f in fan_facts if isinstance(f, FanOutItemSettled)]
+    assert started == list(range(12)) and sorted(settled) == list(range(12))
+    assert _most_open(fan_facts) == graph_pipelines.FAN_LIMIT
+    await_result = running.client.wait(await_id, WAIT_S)
+    assert await_result.status == "succeeded", await_result
+    assert await_result.output == graph_pipelines.expected_answered_result(
+        await_value, {"approved": 7}
+    )
+    await_facts = running.facts(await_id)
+    _assert_bookkeeping(await_facts)
+    assert len([f for f in await_facts if isinstance(f, BoundaryCompletionAdmitted)]) == 1
     # Rebuilt from the journal, the projections equal the live ones (read while the
     # processor runs on: replay compares one consistent view of each live store).
     processor.check_alive()
