@@ -21,6 +21,14 @@ no shared state. A ``gate`` in the input names a file: the step waits for it to 
   sleeps ``nap_ms``), ``right`` caught by ``patch`` when ``break`` is set; the switch
   ``pick`` after both routes to ``even`` or ``odd`` by ``n``; ``merge``
   (``none_failed``) joins the routes; the finally step ``tidy``.
+- ``fanned``: ``listing`` passes on the input's ``items`` (each ``{"i", "bad",
+  "nap_ms"}``, maybe with a ``gate``); the fan-out ``each`` maps them, at most
+  ``FAN_LIMIT`` in flight, ``FAN_TOLERATE`` failed items tolerated (an item with
+  ``bad`` raises a NonRetryableError); ``count`` gets its output
+  (``expected_fanned_result``).
+- ``answered``: ``ask``, then the await ``approve`` (target ``GRAPH_APPROVALS``,
+  requesting ``{"n"}``) beside the step ``compute``; ``conclude`` joins both by name,
+  and the finally step ``wrap`` runs.
 """
 
 from __future__ import annotations
@@ -33,7 +41,16 @@ from typing import Any
 from processor.model.pipeline_spec import RetryPolicy
 from processor.worker.pipeline import Application, NonRetryableError, Pipeline
 
-__all__ = ["GATE_WAIT_S", "app", "expected_mixed_result"]
+__all__ = [
+    "FAN_LIMIT",
+    "FAN_TOLERATE",
+    "GATE_WAIT_S",
+    "GRAPH_APPROVALS",
+    "app",
+    "expected_answered_result",
+    "expected_fanned_result",
+    "expected_mixed_result",
+]
 
 ONCE = RetryPolicy(max_attempts=1)
 #: How long a gated step waits for its gate file (then it goes on anyway).
@@ -229,4 +246,85 @@ def expected_mixed_result(value: dict[str, Any]) -> dict[str, Any]:
     return {"merged": taken}
 
 
-app = Application([parallel, handled, routes, held, mixed])
+# --- fanned: a fan-out under a limit and a tolerance ---------------------------------------
+
+#: The ``fanned`` fan-out's limit and tolerance (a count of failed items).
+FAN_LIMIT = 5
+FAN_TOLERATE = 3
+fanned = Pipeline("fanned")
+
+
+@fanned.step()
+def listing(value: dict[str, Any]) -> Any:
+    return value["items"]
+
+
+@fanned.fan_out(
+    needs=["listing"],
+    max_in_flight=FAN_LIMIT,
+    tolerate=FAN_TOLERATE,
+    retry=ONCE,
+    timeout_s=GATE_WAIT_S + 10,
+)
+def each(item: dict[str, Any]) -> int:
+    _nap(item)
+    _wait_for_gate(item)
+    if item.get("bad"):
+        raise NonRetryableError(f"item {item['i']} is bad")
+    return int(item["i"]) ** 2
+
+
+@fanned.step(needs=["each"])
+def count(output: dict[str, Any]) -> dict[str, Any]:
+    return {"squares": output["items"], "failed": [f["item"] for f in output["failed"]]}
+
+
+def expected_fanned_result(value: dict[str, Any]) -> dict[str, Any] | None:
+    """The result of a ``fanned`` run of input ``value``; None: the run fails."""
+    items = value["items"]
+    bad = [i for i, item in enumerate(items) if item.get("bad")]
+    if len(bad) > FAN_TOLERATE:
+        return None
+    squares = [None if item.get("bad") else int(item["i"]) ** 2 for item in items]
+    return {"squares": squares, "failed": bad}
+
+
+# --- answered: an await in a graph, beside a step ----------------------------------------
+
+#: The target of ``answered``'s await (a test's responder answers it).
+GRAPH_APPROVALS = "graph-approvals"
+answered = Pipeline("answered")
+
+
+@answered.step()
+def ask(value: dict[str, Any]) -> dict[str, Any]:
+    return value
+
+
+@answered.await_step(needs=["ask"], target=GRAPH_APPROVALS, timeout_s=600)
+def approve(value: dict[str, Any]) -> dict[str, Any]:
+    return {"n": value["n"]}
+
+
+@answered.step(needs=["ask"])
+def compute(value: dict[str, Any]) -> int:
+    _nap(value)
+    return int(value["n"]) * 10
+
+
+@answered.step(needs=["approve", "compute"])
+def conclude(both: dict[str, Any]) -> dict[str, Any]:
+    return {"concluded": both}
+
+
+@answered.finally_step(needs=["conclude"])
+def wrap(value: Any) -> str:
+    return "wrapped"
+
+
+def expected_answered_result(value: dict[str, Any], answer: Any) -> dict[str, Any]:
+    """The result of an ``answered`` run of input ``value`` whose await got ``answer``."""
+    return {"concluded": {"approve": answer, "compute": int(value["n"]) * 10}}
+
+
+app = Application([parallel, handled, routes, held, mixed, fanned, answered])

@@ -3,13 +3,17 @@
 The pipelines are ``tests.apps.graph_pipelines``; ``tests/integration/test_graph_runs.py``
 has the same rules on the embedded log. Here, on the broker: parallel branches run at
 the same time and a join gets their outputs by name; a caught failure's handler output
-reaches the join; a finally step runs after a cancel; and a switch's unselected route
-never runs, even when the processor is killed (SIGKILL) after the commit that recorded
-the choice and restarted, and ``replay --verify`` agrees with the live projections.
+reaches the join; a finally step runs after a cancel; a fan-out of 40 items never has
+more than ``FAN_LIMIT`` open and passes at its tolerance; an await branch in a graph is
+answered with the client (its request's resume token) while a step runs beside it; and a
+switch's unselected route never runs, even when the processor is killed (SIGKILL) after
+the commit that recorded the choice and restarted, and ``replay --verify`` agrees with
+the live projections.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,9 +22,13 @@ from pathlib import Path
 import pytest
 
 from processor.clients.client import Client
+from processor.facts.codec import codec
 from processor.facts.models import (
+    BoundaryCompletionAdmitted,
+    BoundaryRequest,
     CatchDecided,
     FactHeader,
+    FanOutItemSettled,
     NodeReady,
     NodeSettled,
     NodeSkipped,
@@ -30,11 +38,12 @@ from processor.facts.models import (
     RunSucceeded,
     StepCompleted,
 )
+from processor.facts.topics import TopicName
 from processor.transport.base import Reader
 from processor.transport.deployment import Deployment
 from processor.worker.pipeline import Pipeline
 from tests.apps import graph_pipelines
-from tests.apps.support import run_facts, wait_until
+from tests.apps.support import read_topic, run_facts, wait_until
 from tests.kafka.support import KafkaProcessorProcess, KafkaSpace, assert_replay_verifies
 from tests.kafka_broker import kafka_bootstrap, unavailable_reason
 
@@ -65,6 +74,13 @@ class Running:
             return any(isinstance(f, kind) for f in self.facts(run_id))
 
         wait_until(found, WAIT_S, f"{kind.__name__} of run {run_id}", max_pause_s=0.05)
+
+    def request(self, run_id: str) -> BoundaryRequest | None:
+        """The run's boundary request on boundary.requests (None: not sent yet)."""
+        topology = self.deployment.topology
+        records = read_topic(self.reader, topology.name(TopicName.REQUESTS), topology.partitions)
+        requests = [codec().decode_as(r.value, BoundaryRequest) for r in records]
+        return next((r for r in requests if r.run_id == run_id), None)
 
     def close(self) -> None:
         self.client.close()
@@ -110,14 +126,27 @@ def _skips(pipeline: Pipeline, facts: list[FactHeader]) -> list[tuple[str, str]]
 
 
 def _assert_bookkeeping(facts: list[FactHeader]) -> None:
-    """Gapless, no fact key twice, one NodeReady and one NodeSettled per step that ran."""
+    """Gapless, no fact key twice, one NodeReady and one NodeSettled per step that ran
+    (a fan-out's items have NodeReady facts of their own)."""
     assert [f.seq for f in facts] == list(range(1, len(facts) + 1))
     assert len({f.fact_key for f in facts}) == len(facts)
-    ready = Counter(f.step for f in facts if isinstance(f, NodeReady))
+    ready = Counter(f.step for f in facts if isinstance(f, NodeReady) and f.item is None)
     settled = Counter(f.step for f in facts if isinstance(f, NodeSettled))
     completed = Counter(f.step for f in facts if isinstance(f, StepCompleted))
     assert set(ready.values()) <= {1} and settled == ready, (ready, settled)
     assert set(completed.values()) <= {1}, completed
+
+
+def _most_open(facts: list[FactHeader]) -> int:
+    """The most fan-out items open at once, from the facts: started, not yet settled."""
+    open_items, most = 0, 0
+    for fact in facts:
+        if isinstance(fact, NodeReady) and fact.item is not None:
+            open_items += 1
+            most = max(most, open_items)
+        elif isinstance(fact, FanOutItemSettled):
+            open_items -= 1
+    return most
 
 
 # --- no crash --------------------------------------------------------------------------------
@@ -187,6 +216,55 @@ def test_finally_runs_after_a_cancel_once_the_running_step_settled(
     assert facts[-1] is stopped[0]
 
 
+def test_a_fan_out_of_40_items_keeps_its_limit_and_passes_at_its_tolerance(
+    running: Running,
+) -> None:
+    """40 items, ``FAN_TOLERATE`` of them failing (inclusive: the run succeeds), never
+    more than ``FAN_LIMIT`` open at once, counted from the facts on the broker."""
+    bad = {3, 17, 38}
+    assert len(bad) == graph_pipelines.FAN_TOLERATE
+    items = [{"i": i, "bad": i in bad, "nap_ms": 5 if i % 4 == 0 else 0} for i in range(40)]
+    value = {"items": items}
+    receipt = running.client.submit("fanned", value, wait_s=WAIT_S)
+    result = running.client.wait(receipt.run_id, WAIT_S)
+    assert result.status == "succeeded", result
+    assert result.output == graph_pipelines.expected_fanned_result(value)
+    facts = running.facts(receipt.run_id)
+    _assert_bookkeeping(facts)
+    started = [f.item for f in facts if isinstance(f, NodeReady) and f.item is not None]
+    settled = [f for f in facts if isinstance(f, FanOutItemSettled)]
+    assert started == list(range(40))
+    assert sorted(f.item for f in settled) == list(range(40))  # each item once
+    assert sorted(f.item for f in settled if f.status == "failed") == sorted(bad)
+    assert _most_open(facts) == graph_pipelines.FAN_LIMIT
+
+
+def test_an_await_branch_of_a_graph_is_answered_on_the_broker(running: Running) -> None:
+    """The await ``approve`` waits in its own lane while ``compute`` runs beside it; the
+    client answers it with its request's resume token; the join gets both by name."""
+    value = {"n": 6}
+    run_id = running.client.submit("answered", value, wait_s=WAIT_S).run_id
+    request = wait_until(lambda: running.request(run_id), WAIT_S, "the await's request")
+    assert request.target == graph_pipelines.GRAPH_APPROVALS
+    assert json.loads(request.request) == {"n": 6}
+    receipt = running.client.complete(request.resume_token, {"approved": 19}, wait_s=WAIT_S)
+    assert receipt.admission == "admitted", receipt
+    result = running.client.wait(run_id, WAIT_S)
+    assert result.status == "succeeded", result
+    assert result.output == graph_pipelines.expected_answered_result(value, {"approved": 19})
+    facts = running.facts(run_id)
+    _assert_bookkeeping(facts)
+    assert len([f for f in facts if isinstance(f, BoundaryCompletionAdmitted)]) == 1
+    pipeline = graph_pipelines.answered
+    assert sorted(_names(pipeline, facts, StepCompleted)) == [
+        "approve",
+        "ask",
+        "compute",
+        "conclude",
+        "wrap",
+    ]
+
+
 # --- a crash after the route was decided -----------------------------------------------------
 
 
@@ -197,20 +275,42 @@ def test_an_unselected_route_never_runs_even_after_a_crash_and_a_replay(
     journal (the chosen route still running, held at its gate), start it again: the run
     finishes on the route taken, the other never dispatched, skipped once.
 
+    Two more graph runs are in flight at the kill, sharing its restart: a fan-out whose
+    first ``FAN_LIMIT`` items are open (held at the same gate), and an await branch that
+    asked and waits for its answer (sent after the restart). Each item starts and
+    settles once, never more than ``FAN_LIMIT`` open, and the answer is admitted once.
+
     It uses the module's processor (a start of its own would cost the file seconds) and
     leaves it running for any test after it."""
     processor = running.process
     gate = tmp_path / "gate"
     value = {"choose": "refund", "amount": 5, "gate": str(gate)}
     run_id = running.client.submit("routes", value, wait_s=WAIT_S).run_id
+    items = [{"i": i, "bad": i == 7, "nap_ms": 0, "gate": str(gate)} for i in range(12)]
+    fan_value = {"items": items}
+    fan_id = running.client.submit("fanned", fan_value, wait_s=WAIT_S).run_id
+    await_value = {"n": 2}
+    await_id = running.client.submit("answered", await_value, wait_s=WAIT_S).run_id
     running.wait_fact(run_id, RouteDecided)
+    request = wait_until(lambda: running.request(await_id), WAIT_S, "the await's request")
+
+    def items_open() -> bool:
+        facts = running.facts(fan_id)
+        started = [f for f in facts if isinstance(f, NodeReady) and f.item is not None]
+        return len(started) == graph_pipelines.FAN_LIMIT
+
+    wait_until(items_open, WAIT_S, "the fan-out's first items to start", max_pause_s=0.05)
     before = running.facts(run_id)
     assert processor.kill() == -9
     assert not any(isinstance(f, RunSucceeded) for f in before)
     assert "refund" in _names(graph_pipelines.routes, before, NodeReady)
+    fan_before = running.facts(fan_id)
+    assert not any(isinstance(f, FanOutItemSettled) for f in fan_before)  # held at the gate
 
     gate.touch()
     processor.start()
+    answered = running.client.complete(request.resume_token, {"approved": 7}, wait_s=WAIT_S)
+    assert answered.admission == "admitted", answered
     result = running.client.wait(run_id, WAIT_S)
     assert result.status == "succeeded", result
     assert result.output == {"refund": {"refunded": 5}, "reship": None}
@@ -222,6 +322,24 @@ def test_an_unselected_route_never_runs_even_after_a_crash_and_a_replay(
     assert "reship" not in _names(pipeline, facts, StepCompleted)
     assert _skips(pipeline, facts) == [("reship", "predicate_false")]
     assert _names(pipeline, facts, StepCompleted)[-1] == "audit"  # finally: the last
+
+    fan_result = running.client.wait(fan_id, WAIT_S)
+    assert fan_result.status == "succeeded", fan_result
+    assert fan_result.output == graph_pipelines.expected_fanned_result(fan_value)
+    fan_facts = running.facts(fan_id)
+    _assert_bookkeeping(fan_facts)
+    started = [f.item for f in fan_facts if isinstance(f, NodeReady) and f.item is not None]
+    settled = [f.item for f in fan_facts if isinstance(f, FanOutItemSettled)]
+    assert started == list(range(12)) and sorted(settled) == list(range(12))
+    assert _most_open(fan_facts) == graph_pipelines.FAN_LIMIT
+    await_result = running.client.wait(await_id, WAIT_S)
+    assert await_result.status == "succeeded", await_result
+    assert await_result.output == graph_pipelines.expected_answered_result(
+        await_value, {"approved": 7}
+    )
+    await_facts = running.facts(await_id)
+    _assert_bookkeeping(await_facts)
+    assert len([f for f in await_facts if isinstance(f, BoundaryCompletionAdmitted)]) == 1
     # Rebuilt from the journal, the projections equal the live ones (read while the
     # processor runs on: replay compares one consistent view of each live store).
     processor.check_alive()
