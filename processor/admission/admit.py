@@ -18,12 +18,11 @@ from processor.facts.models import (
     SegmentSuspended,
 )
 from processor.model import control
-from processor.model.continuation import plan_continuation
 from processor.model.decide import (
     Context,
     Decision,
     FactMaker,
-    apply_plan,
+    continue_boundary,
     start_attempt,
     start_run,
     timeout_interaction,
@@ -77,11 +76,11 @@ def admit(arrival: Arrival, state: RunState | None, ctx: Context) -> Decision:
         control.settle_stop(maker, spec)
         return maker.decision("run_terminal", f"run {state.run_id} is stopping")
     if 0 < interaction.deadline_ms <= ctx.now:
-        timeout_interaction(maker, spec, interaction_id)  # the deadline wins
+        timeout_interaction(maker, spec, ctx, interaction_id)  # the deadline wins
         detail = f"{interaction_id} deadline {interaction.deadline_ms} passed (now {ctx.now})"
         return maker.decision("late_completion", detail)
     _admitted(maker, arrival, interaction_id, interaction)
-    apply_plan(maker, spec, plan_continuation(maker.current))
+    continue_boundary(maker, spec, ctx)
     return maker.decision()
 
 

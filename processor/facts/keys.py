@@ -144,6 +144,10 @@ def sleep_completed(segment: int) -> str:
     return f"sleep/{segment}/completed"
 
 
+def interaction_queued(interaction: str) -> str:
+    return f"interaction/{interaction}/queued"
+
+
 def interaction_dispatched(interaction: str) -> str:
     return f"interaction/{interaction}/dispatched"
 

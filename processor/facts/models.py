@@ -26,6 +26,7 @@ __all__ = [
     "BoundaryCompletionAdmitted",
     "BoundaryDispatchCompleted",
     "BoundaryInteractionDispatched",
+    "BoundaryInteractionQueued",
     "BoundaryRequest",
     "CancelRun",
     "CatchDecided",
@@ -228,6 +229,16 @@ class BoundaryInteractionDispatched(FactHeader):
     deadline_ms: int
     token_digest: bytes
     epoch: int
+
+
+class BoundaryInteractionQueued(FactHeader):
+    """An item of an itemized await under a limit, held until there is room for it."""
+
+    boundary: int
+    interaction: str
+    item_index: int
+    target: str
+    request: bytes
 
 
 class BoundaryDispatchCompleted(FactHeader):
@@ -508,6 +519,7 @@ FACT_TYPES: tuple[type[FactHeader], ...] = (
     CatchDecided,
     GraphSettled,
     FanOutItemSettled,
+    BoundaryInteractionQueued,
 )
 
 

@@ -11,6 +11,7 @@ from processor.facts import keys, tokens
 from processor.facts.models import (
     BoundaryDispatchCompleted,
     BoundaryInteractionDispatched,
+    BoundaryInteractionQueued,
     BoundaryRequest,
     InteractionTimedOut,
     SegmentFailed,
@@ -19,10 +20,11 @@ from processor.facts.models import (
 )
 from processor.facts.payload import canonical_json
 from processor.facts.topics import TopicName
-from processor.model import control
+from processor.model import control, graph_run
 from processor.model.continuation import (
     FailParent,
     Plan,
+    RecordItem,
     ReleaseItemized,
     ReleaseScalar,
     plan_continuation,
@@ -34,7 +36,7 @@ from processor.model.transitions import continue_after
 #: The retry reason of an await's failure: awaits are not retried (README: retry reasons).
 BOUNDARY_FAILED = "boundary_failed"
 
-__all__ = ["apply_plan", "suspend", "timeout_interaction"]
+__all__ = ["apply_plan", "continue_boundary", "suspend", "timeout_interaction"]
 
 
 def suspend(maker: FactMaker, spec: PipelineSpec, result: SegmentResult, ctx: Context) -> None:
@@ -60,8 +62,14 @@ def suspend(maker: FactMaker, spec: PipelineSpec, result: SegmentResult, ctx: Co
         )
     )
     requests = result.requests if awaits.kind == "await" else (b"",)
+    room = len(requests) if awaits.max_in_flight is None else awaits.max_in_flight
     for index, request in enumerate(requests):
-        _dispatch_interaction(maker, awaits, ctx, boundary=boundary, index=index, request=request)
+        if index < room:
+            _dispatch_interaction(
+                maker, awaits, ctx, boundary=boundary, index=index, request=request
+            )
+        else:  # sent when an earlier item settles (``_dispatch_queued``)
+            _queue_interaction(maker, awaits, boundary=boundary, index=index, request=request)
     maker.add(
         BoundaryDispatchCompleted(
             **maker.header(keys.boundary_dispatched(boundary)),
@@ -69,7 +77,55 @@ def suspend(maker: FactMaker, spec: PipelineSpec, result: SegmentResult, ctx: Co
             interactions=items,
         )
     )
-    apply_plan(maker, spec, plan_continuation(maker.current))
+    apply_plan(maker, spec, ctx, _plan(maker, spec))
+
+
+def _plan(maker: FactMaker, spec: PipelineSpec) -> Plan:
+    """The continuation of the boundary ``maker.current`` waits at, with its await's
+    tolerance."""
+    state = maker.current
+    awaits = _awaits(spec, state.boundary.step)
+    return plan_continuation(state, None if awaits is None else awaits.tolerance)
+
+
+def _awaits(spec: PipelineSpec, step: int | None) -> AwaitSpec | None:
+    return None if step is None or step > spec.last_step else spec.steps[step].awaits
+
+
+def _queue_interaction(
+    maker: FactMaker, awaits: AwaitSpec, *, boundary: int, index: int, request: bytes
+) -> None:
+    interaction = keys.interaction_id(boundary, index)
+    maker.add(
+        BoundaryInteractionQueued(
+            **maker.header(keys.interaction_queued(interaction)),
+            boundary=boundary,
+            interaction=interaction,
+            item_index=index,
+            target=awaits.target,
+            request=canonical_json(request),
+        )
+    )
+
+
+def _dispatch_queued(maker: FactMaker, spec: PipelineSpec, ctx: Context) -> None:
+    """Send the lowest queued items of an itemized await there is room for now."""
+    state = maker.current
+    awaits = _awaits(spec, state.boundary.step)
+    if awaits is None or awaits.max_in_flight is None or state.stopping:
+        return
+    interactions = state.boundary_interactions()
+    open_ = sum(1 for i in interactions if i.status == "open")
+    queued = [i for i in interactions if i.status == "queued"]
+    for interaction in queued[: max(awaits.max_in_flight - open_, 0)]:
+        _dispatch_interaction(
+            maker,
+            awaits,
+            ctx,
+            boundary=interaction.boundary,
+            index=interaction.item_index,
+            request=interaction.request or b"",
+        )
 
 
 def _dispatch_interaction(
@@ -113,15 +169,23 @@ def _dispatch_interaction(
         )
 
 
-def apply_plan(maker: FactMaker, spec: PipelineSpec, plan: Plan) -> None:
-    """Turn a continuation plan into facts: release, fail, or keep waiting."""
+def apply_plan(maker: FactMaker, spec: PipelineSpec, ctx: Context, plan: Plan) -> None:
+    """Turn a continuation plan into facts: release, fail, or keep waiting (and send
+    the queued items there is room for)."""
     match plan:
         case ReleaseScalar() | ReleaseItemized():
             _release(maker, spec, plan.input)
         case FailParent():
             _fail_parent(maker, spec, plan)
+        case RecordItem():
+            _dispatch_queued(maker, spec, ctx)
         case _:
-            pass  # NoOp, Hold, RecordItem: the boundary keeps waiting
+            pass  # NoOp, Hold: the boundary keeps waiting
+
+
+def continue_boundary(maker: FactMaker, spec: PipelineSpec, ctx: Context) -> None:
+    """What the boundary does after an admission: ``apply_plan`` of its continuation."""
+    apply_plan(maker, spec, ctx, _plan(maker, spec))
 
 
 def _fail_parent(maker: FactMaker, spec: PipelineSpec, plan: FailParent) -> None:
@@ -141,6 +205,9 @@ def _fail_parent(maker: FactMaker, spec: PipelineSpec, plan: FailParent) -> None
             reason=BOUNDARY_FAILED,
         )
     )
+    if spec.graph is not None:  # the graph step failed: a handler, skips or the outcome
+        graph_run.failed(maker, spec, step)
+        return
     control.fail_execution(maker, spec, error=plan.error)
 
 
@@ -152,7 +219,9 @@ def _release(maker: FactMaker, spec: PipelineSpec, released: bytes) -> None:
     continue_after(maker, spec, boundary=state.boundary.number, step=await_step, output=released)
 
 
-def timeout_interaction(maker: FactMaker, spec: PipelineSpec, interaction_id: str) -> None:
+def timeout_interaction(
+    maker: FactMaker, spec: PipelineSpec, ctx: Context, interaction_id: str
+) -> None:
     """InteractionTimedOut for an open interaction, then whatever the boundary does next."""
     interaction = maker.current.interactions[interaction_id]
     maker.add(
@@ -164,4 +233,4 @@ def timeout_interaction(maker: FactMaker, spec: PipelineSpec, interaction_id: st
             deadline_ms=interaction.deadline_ms,
         )
     )
-    apply_plan(maker, spec, plan_continuation(maker.current))
+    apply_plan(maker, spec, ctx, _plan(maker, spec))

@@ -5,10 +5,12 @@ Pure: from the run (with the new fact folded in) to one immutable plan.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from processor.facts import payload
 from processor.model import waits
+from processor.model.graph import Tolerance
 from processor.model.state import Interaction, RunState
 
 __all__ = [
@@ -64,19 +66,26 @@ class FailParent:
 Plan = NoOp | Hold | RecordItem | ReleaseScalar | ReleaseItemized | FailParent
 
 
-def plan_continuation(state: RunState) -> Plan:
-    """Decide the boundary's next move from the run's current interactions."""
+def plan_continuation(state: RunState, tolerance: Tolerance | None = None) -> Plan:
+    """Decide the boundary's next move from the run's current interactions.
+
+    ``tolerance``: the failed items an itemized await tolerates (None: the first
+    failure fails it); within it, the release is ``{"items": [...], "failed": [...]}``,
+    null in ``items`` where an item failed."""
     if state.terminal or waits.of(state) is not waits.SUSPENDED:
         return NoOp()
     if not state.boundary.dispatched:
         return Hold()
     interactions = state.boundary_interactions()
-    failure = _failure(interactions, state.boundary.on_timeout)
-    if failure is not None:
-        return failure
-    settled = [i for i in interactions if i.status != "open"]
+    on_timeout = state.boundary.on_timeout
+    failures = [i for i in interactions if _failed(i, on_timeout)]
+    if failures and (tolerance is None or not tolerance.allows(len(failures), len(interactions))):
+        return _failure(failures, len(interactions), tolerance)
+    settled = [i for i in interactions if i.status in _SETTLED]
     if len(settled) < len(interactions):
         return RecordItem(len(settled), len(interactions))
+    if tolerance is not None and state.boundary.itemized:
+        return ReleaseItemized(_tolerated(interactions, on_timeout))
     outputs = [_output(i) for i in interactions]
     if state.boundary.itemized:
         joined = b"[" + b",".join(outputs) + b"]"
@@ -84,17 +93,41 @@ def plan_continuation(state: RunState) -> Plan:
     return ReleaseScalar(outputs[0])
 
 
-def _failure(interactions: list[Interaction], on_timeout: str) -> FailParent | None:
-    for interaction in interactions:
-        if interaction.status == "admitted" and interaction.outcome == "failure":
-            error = interaction.error or "the external system reported a failure"
-            return FailParent(f"item {interaction.item_index}: {error}", "BoundaryFailure")
-        if interaction.status == "timed_out" and on_timeout == "fail":
-            return FailParent(
-                f"item {interaction.item_index}: no completion before the deadline",
-                "InteractionTimedOut",
-            )
-    return None
+#: An interaction's statuses once it settled (queued and open ones have not).
+_SETTLED = frozenset({"admitted", "timed_out"})
+
+
+def _failed(interaction: Interaction, on_timeout: str) -> bool:
+    if interaction.status == "admitted":
+        return interaction.outcome == "failure"
+    return interaction.status == "timed_out" and on_timeout == "fail"
+
+
+def _failure(failures: list[Interaction], total: int, tolerance: Tolerance | None) -> FailParent:
+    first = failures[0]
+    if first.status == "timed_out":
+        error, error_type = "no completion before the deadline", "InteractionTimedOut"
+    else:
+        error = first.error or "the external system reported a failure"
+        error_type = "BoundaryFailure"
+    detail = f"item {first.item_index}: {error}"
+    if tolerance is not None:
+        detail = f"{len(failures)} of {total} items failed, more than tolerated ({detail})"
+    return FailParent(detail, error_type)
+
+
+def _tolerated(interactions: list[Interaction], on_timeout: str) -> bytes:
+    """The release of an itemized await within its tolerance: outputs and failures."""
+    outputs, failed = [], []
+    for i in interactions:
+        if _failed(i, on_timeout):
+            outputs.append(b"null")
+            reason = "no completion before the deadline" if i.status == "timed_out" else i.error
+            failed.append({"item": i.item_index, "error": reason})
+        else:
+            outputs.append(_output(i))
+    listed = json.dumps(failed, separators=(",", ":"), sort_keys=True).encode()
+    return b'{"failed":' + listed + b',"items":[' + b",".join(outputs) + b"]}"
 
 
 def _output(interaction: Interaction) -> bytes:

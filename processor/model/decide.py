@@ -26,7 +26,7 @@ from processor.facts.models import (
 from processor.facts.payload import InvalidPayloadError, canonical_json, derive_run_id
 from processor.facts.traceparent import is_traceparent
 from processor.model import attempts, control, graph_run, progress, sleeps, waits
-from processor.model.boundaries import apply_plan, suspend, timeout_interaction
+from processor.model.boundaries import apply_plan, continue_boundary, suspend, timeout_interaction
 from processor.model.claims import decide_claim
 from processor.model.decision import (
     Context,
@@ -68,6 +68,7 @@ __all__ = [
     "TimerDecision",
     "TimerFired",
     "apply_plan",
+    "continue_boundary",
     "decide_cancel",
     "decide_claim",
     "decide_progress",
@@ -536,7 +537,7 @@ def _interaction_due(maker: FactMaker, spec: PipelineSpec, entry: DueEntry, ctx:
     if interaction is None or interaction.status != "open":
         return
     if maker.now >= interaction.deadline_ms:
-        timeout_interaction(maker, spec, interaction_id)
+        timeout_interaction(maker, spec, ctx, interaction_id)
 
 
 def _sleep_due(maker: FactMaker, spec: PipelineSpec, entry: DueEntry, ctx: Context) -> None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from processor.facts.json_wire import Wire
-from processor.model.graph import Graph
+from processor.model.graph import Graph, Tolerance
 
 __all__ = [
     "AwaitSpec",
@@ -67,6 +67,10 @@ class AwaitSpec:
     on_timeout: OnTimeout = "fail"
     kind: AwaitKind = "await"
     wire: Wire = "avro"
+    # An itemized await's items sent at once (None: all), and the failed items it
+    # tolerates (None: the first failure fails the step).
+    max_in_flight: int | None = None
+    tolerance: Tolerance | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from processor.facts.models import (
     BoundaryCompletionAdmitted,
     BoundaryDispatchCompleted,
     BoundaryInteractionDispatched,
+    BoundaryInteractionQueued,
     CatchDecided,
     CompensationAttemptFailed,
     CompensationAttemptStarted,
@@ -187,6 +188,7 @@ _LANE_FACTS: dict[type[FactHeader], str] = {
         "segment",
     ),
     BoundaryInteractionDispatched: "boundary",
+    BoundaryInteractionQueued: "boundary",
     BoundaryDispatchCompleted: "boundary",
 }
 
@@ -433,6 +435,23 @@ def _(fact: BoundaryInteractionDispatched, state: RunState) -> RunChanges:
             "target": fact.target,
             "deadline_ms": fact.deadline_ms,
             "token_digest": fact.token_digest,
+        },
+    )
+    return {"interactions": {**state.interactions, fact.interaction: interaction}}
+
+
+@_changes.register
+def _(fact: BoundaryInteractionQueued, state: RunState) -> RunChanges:
+    interaction = Interaction.assemble(
+        {
+            "boundary": fact.boundary,
+            "item_index": fact.item_index,
+            "kind": state.boundary.kind,
+            "target": fact.target,
+            "deadline_ms": 0,
+            "token_digest": b"",
+            "status": "queued",
+            "request": fact.request,
         },
     )
     return {"interactions": {**state.interactions, fact.interaction: interaction}}

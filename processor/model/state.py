@@ -79,7 +79,7 @@ Phase = Literal[
     "compensation_retry_wait",
     "idle",
 ]
-InteractionStatus = Literal["open", "admitted", "timed_out"]
+InteractionStatus = Literal["queued", "open", "admitted", "timed_out"]
 
 #: The two kinds of attempt a run makes: forward segments, and compensators of the unwind.
 AttemptKind = Literal["forward", "compensate"]
@@ -129,6 +129,7 @@ class InteractionChanges(TypedDict, total=False):
     digest: bytes | None
     output: bytes | None
     error: str | None
+    request: bytes | None
 
 
 class Interaction(BaseModel, Evolvable[InteractionChanges]):
@@ -147,6 +148,7 @@ class Interaction(BaseModel, Evolvable[InteractionChanges]):
     digest: bytes | None = None
     output: bytes | None = None  # dropped once the boundary released
     error: str | None = None
+    request: bytes | None = None  # while queued: sent once there is room in flight
 
 
 class UnknownAttemptChanges(TypedDict, total=False):

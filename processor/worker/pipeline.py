@@ -248,6 +248,9 @@ class Pipeline:
         wire: Wire = "avro",
         needs: Iterable[str] | None = None,
         catch: str | None = None,
+        max_in_flight: int | None = None,
+        tolerate: int | None = None,
+        tolerate_percent: float | None = None,
     ) -> Callable[[StepFunction], StepFunction]:
         """Decorator appending an await step: the function returns the request(s).
 
@@ -255,12 +258,27 @@ class Pipeline:
         attempt that computes the requests (a lost attempt is retried after it).
         ``wire="json"`` sends the requests as JSON documents (docs/CONTRACT.md) for
         systems without Avro; completions are accepted in either wire. ``needs`` and
-        ``catch`` place it in a graph, as for ``step``.
+        ``catch`` place it in a graph, as for ``step``. An itemized await sends at most
+        ``max_in_flight`` requests at once (the next when one settles) and tolerates
+        ``tolerate`` failed items (a count) or ``tolerate_percent`` of them, inclusive,
+        as a fan-out step does.
         """
         if wire not in WIRES:
             raise ConfigurationError(f"wire must be one of {WIRES}, got {wire!r}")
+        limited = max_in_flight is not None or tolerate is not None or tolerate_percent is not None
+        if limited and not itemized:
+            raise ConfigurationError("max_in_flight and tolerate are for itemized awaits")
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ConfigurationError(f"max_in_flight must be 1 or more, got {max_in_flight}")
+        if tolerate is not None and tolerate_percent is not None:
+            raise ConfigurationError("tolerate a count or a percentage of items, not both")
+        tolerance = None
+        if tolerate is not None or tolerate_percent is not None:
+            tolerance = Tolerance(tolerate, tolerate_percent)
         timeout_ms = int(timeout_s * 1000)
-        awaits = AwaitSpec(target, timeout_ms, itemized, on_timeout, "await", wire)
+        awaits = AwaitSpec(
+            target, timeout_ms, itemized, on_timeout, "await", wire, max_in_flight, tolerance
+        )
         step_timeout_ms = int(step_timeout_s * 1000)
 
         def register(function: StepFunction) -> StepFunction:

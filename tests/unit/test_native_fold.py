@@ -34,6 +34,7 @@ from processor.facts.models import (
     BoundaryCompletionAdmitted,
     BoundaryDispatchCompleted,
     BoundaryInteractionDispatched,
+    BoundaryInteractionQueued,
     CatchDecided,
     CompensationAttemptFailed,
     CompensationAttemptStarted,
@@ -93,6 +94,7 @@ PYTHON_ONLY = frozenset(
         CatchDecided,
         GraphSettled,
         FanOutItemSettled,
+        BoundaryInteractionQueued,
     }
 )
 
