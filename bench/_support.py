@@ -115,6 +115,42 @@ def engine(data_dir: Path, workers: int, group: str | None = None) -> Iterator[E
         raise host.errors[0]
 
 
+@contextmanager
+def app_host(data_dir: Path, application: Any, app_ref: str) -> Iterator[tuple[Deployment, Client]]:
+    """``application`` run as ``processor run`` runs it (2 workers at the default
+    concurrency, in their child process, which imports ``app_ref``) on a fresh embedded
+    log, and a client of it; the child's start is not part of a figure."""
+    settings = Settings(data_dir=data_dir, group=f"bench-{uuid.uuid4().hex[:8]}")
+    deployment = Deployment.from_settings(settings)
+    host = Host(deployment, application, app_ref=app_ref)
+    host.start()
+    try:
+        host.workers_ready(60)
+        client = Client(deployment.transport, deployment.topology, settings.state_dir)
+        try:
+            yield deployment, client
+        finally:
+            client.close()
+    finally:
+        host.stop()
+    if host.errors:
+        raise host.errors[0]
+
+
+def timed_run(client: Client, deployment: Deployment, pipeline: str, timeout_s: float) -> float:
+    """Submit one run of ``pipeline`` and wait for it: its submit-to-terminal ms."""
+    outcomes = Outcomes(deployment)
+    try:
+        client.send(new_submit(pipeline, {"x": 1}))
+        client.flush()
+        [outcome] = outcomes.collect(1, timeout_s)
+    finally:
+        outcomes.close()
+    if outcome.status != "succeeded":
+        raise RuntimeError(f"a {pipeline} run ended {outcome.status}: {outcome.error}")
+    return float(outcome.finished_ms - outcome.submitted_ms)
+
+
 class Outcomes:
     """Reads RunOutcomes from runs.results, from the end it had when created."""
 

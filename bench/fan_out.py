@@ -29,17 +29,12 @@ import shutil
 import statistics
 import sys
 import tempfile
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _support import Outcomes, command_line, cpus, proc_status
+from _support import app_host, command_line, cpus, proc_status, timed_run
 
-from processor.clients.client import Client, new_submit
-from processor.config.settings import Settings
-from processor.engine.host import Host
-from processor.transport.deployment import Deployment
 from processor.worker.pipeline import Application, Pipeline
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -63,42 +58,15 @@ app = build_app(
 )
 
 
-def timed_run(client: Client, deployment: Deployment, pipeline: str, timeout_s: float) -> float:
-    """Submit one run of ``pipeline`` and wait for it: its submit-to-terminal ms."""
-    outcomes = Outcomes(deployment)
-    try:
-        client.send(new_submit(pipeline, {"x": 1}))
-        client.flush()
-        [outcome] = outcomes.collect(1, timeout_s)
-    finally:
-        outcomes.close()
-    if outcome.status != "succeeded":
-        raise RuntimeError(f"a {pipeline} run ended {outcome.status}: {outcome.error}")
-    return float(outcome.finished_ms - outcome.submitted_ms)
-
-
 def measure(root: Path, application: Application, repeat: int, timeout_s: float) -> dict[str, Any]:
-    settings = Settings(data_dir=root, group=f"bench-{uuid.uuid4().hex[:8]}")
-    deployment = Deployment.from_settings(settings)
-    host = Host(deployment, application, app_ref="fan_out:app")
     times: dict[str, list[float]] = {"one": [], "fan": []}
-    host.start()
-    try:
-        host.workers_ready(60)
+    with app_host(root, application, "fan_out:app") as (deployment, client):
         start_rss = proc_status(os.getpid())["VmRSS"]
-        client = Client(deployment.transport, deployment.topology, settings.state_dir)
-        try:
-            for _ in range(repeat):
-                times["one"].append(timed_run(client, deployment, "one", timeout_s))
-                times["fan"].append(timed_run(client, deployment, "fan", timeout_s))
-        finally:
-            client.close()
+        for _ in range(repeat):
+            times["one"].append(timed_run(client, deployment, "one", timeout_s))
+            times["fan"].append(timed_run(client, deployment, "fan", timeout_s))
         peak_rss = proc_status(os.getpid())["VmHWM"]
         child_peak = max((proc_status(pid)["VmHWM"] for pid in _children()), default=0)
-    finally:
-        host.stop()
-    if host.errors:
-        raise host.errors[0]
     return {**times, "start_rss": start_rss, "peak_rss": peak_rss, "child_peak": child_peak}
 
 

@@ -27,17 +27,12 @@ import shutil
 import statistics
 import sys
 import tempfile
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _support import Outcomes, command_line, cpus
+from _support import app_host, command_line, cpus, timed_run
 
-from processor.clients.client import Client, new_submit
-from processor.config.settings import Settings
-from processor.engine.host import Host
-from processor.transport.deployment import Deployment
 from processor.worker.pipeline import Application, Pipeline
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -66,44 +61,16 @@ app = build_app(
 )
 
 
-def timed_run(client: Client, outcomes: Outcomes, pipeline: str, timeout_s: float) -> float:
-    """Submit one run of ``pipeline`` and wait for it: its submit-to-terminal ms."""
-    client.send(new_submit(pipeline, {"x": 1}))
-    client.flush()
-    [outcome] = outcomes.collect(1, timeout_s)
-    if outcome.status != "succeeded":
-        raise RuntimeError(f"a {pipeline} run ended {outcome.status}: {outcome.error}")
-    return float(outcome.finished_ms - outcome.submitted_ms)
-
-
 def measure(
     root: Path, application: Application, repeat: int, timeout_s: float
 ) -> dict[str, list[float]]:
-    settings = Settings(data_dir=root, group=f"bench-{uuid.uuid4().hex[:8]}")
-    deployment = Deployment.from_settings(settings)
-    # processor run's defaults: 2 workers at the default concurrency, in a child process
-    host = Host(deployment, application, app_ref="graph_parallel:app")
     times: dict[str, list[float]] = {"one": [], "wide": []}
-    host.start()
-    try:
-        host.workers_ready(60)  # the child's start is not part of a figure
-        client = Client(deployment.transport, deployment.topology, settings.state_dir)
-        try:
-            for round_ in range(repeat + 1):  # round 0: a warm-up of each
-                for pipeline in ("one", "wide"):
-                    outcomes = Outcomes(deployment)
-                    try:
-                        ms = timed_run(client, outcomes, pipeline, timeout_s)
-                    finally:
-                        outcomes.close()
-                    if round_:
-                        times[pipeline].append(ms)
-        finally:
-            client.close()
-    finally:
-        host.stop()
-    if host.errors:
-        raise host.errors[0]
+    with app_host(root, application, "graph_parallel:app") as (deployment, client):
+        for round_ in range(repeat + 1):  # round 0: a warm-up of each
+            for pipeline in ("one", "wide"):
+                ms = timed_run(client, deployment, pipeline, timeout_s)
+                if round_:
+                    times[pipeline].append(ms)
     return times
 
 
