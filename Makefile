@@ -27,12 +27,13 @@ demo: $(STAMP)
 
 # The tests that need no broker run in two processes; the Kafka tests one at a time (some
 # restart or kill brokers that the others share). Both parts run; either failing fails.
+# The slowest tests of each part are listed at its end, to keep the CI budget in view.
 test: $(STAMP) kafka-start registry-start
 	export KAFKA_BOOTSTRAP_SERVERS=$${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:$${LOCAL_KAFKA_PORT:-9092}}; \
 	export SCHEMA_REGISTRY_URL=$${SCHEMA_REGISTRY_URL:-$$(compose/local-registry url)}; \
 	status=0; \
-	$(PY) -m pytest -m "not kafka" -n 2 || status=$$?; \
-	$(PY) -m pytest -m kafka || status=$$?; \
+	$(PY) -m pytest -m "not kafka" -n 2 --durations=15 || status=$$?; \
+	$(PY) -m pytest -m kafka --durations=40 || status=$$?; \
 	exit $$status
 
 # The tiers (README, "Set up on a fresh machine"): test-unit between edits (under a
