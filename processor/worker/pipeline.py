@@ -360,7 +360,9 @@ class Pipeline:
                 if existing.spec.name == step:
                     policy = CompensationSpec(retry or RetryPolicy(), int(timeout_s * 1000))
                     spec = replace(existing.spec, compensation=policy)
-                    self.steps[index] = Step(spec, existing.function, function)
+                    # Only the spec and the compensator change: the step keeps its
+                    # place in the graph (needs, rule, routes, catch) and its guard.
+                    self.steps[index] = replace(existing, spec=spec, compensator=function)
                     return function
             raise ConfigurationError(f"pipeline {self.name!r} has no step named {step!r}")
 

@@ -432,6 +432,27 @@ def test_compensation_undoes_every_branch_in_reverse_order_of_completion() -> No
     assert compensated == list(reversed(completed)) == _undone
 
 
+def test_a_compensator_keeps_its_steps_place_in_the_graph() -> None:
+    """Registering a compensator keeps the step's needs and guard: the sibling declared
+    after it still needs only the first step and gets that step's output."""
+    kept = Pipeline("kept")
+    kept.step("first")(lambda value: {"n": value["n"]})
+    kept.step("left", needs=["first"], when=lambda value: value["n"] > 0)(lambda v: "left")
+    kept.step("right", needs=["first"])(lambda value: value["n"] * 2)
+    kept.step("join", needs=["left", "right"])(lambda outputs: outputs)
+    kept.compensate("left")(lambda output: None)
+    kept.compensate("right")(lambda output: None)
+    assert [s.node.needs if s.node else None for s in kept.steps[1:3]] == [("first",)] * 2
+    with LocalEnvironment(Application([kept])) as env:
+        result = env.wait(env.submit("kept", {"n": 3}))
+        guarded = env.submit("kept", {"n": 0})
+        env.wait(guarded)
+        facts = env.history(guarded)
+    assert result.status == "succeeded"
+    assert result.output == {"left": "left", "right": 6}
+    assert _names(kept, facts, NodeSkipped) == ["left", "join"]  # the guard held
+
+
 # --- checked when defined --------------------------------------------------------------------
 
 
