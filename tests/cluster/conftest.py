@@ -67,11 +67,8 @@ class Cluster:
         return {p: meta.leader for p, meta in described.partitions.items()}
 
 
-@pytest.fixture(scope="session")
-def cluster() -> Cluster:
-    configured = os.environ.get("KAFKA_CLUSTER_BOOTSTRAP_SERVERS", "").strip()
-    if configured:
-        return Cluster(configured, managed=False)
+def start_cluster() -> Cluster:
+    """Start the launcher's cluster (idempotent) and return it; RuntimeError if it fails."""
     started = subprocess.run(
         [str(LOCAL_KAFKA), "cluster", "start"],
         cwd=REPO_ROOT,
@@ -81,12 +78,22 @@ def cluster() -> Cluster:
         check=False,
     )
     if started.returncode != 0:
-        reason = f"the three-broker cluster did not start: {started.stderr[-1500:]}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
+        raise RuntimeError(f"the three-broker cluster did not start: {started.stderr[-1500:]}")
     url = started.stdout.strip().splitlines()[-1]
     return Cluster(url.removeprefix("kafka://"), managed=True)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Cluster:
+    configured = os.environ.get("KAFKA_CLUSTER_BOOTSTRAP_SERVERS", "").strip()
+    if configured:
+        return Cluster(configured, managed=False)
+    try:
+        return start_cluster()
+    except RuntimeError as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
 
 
 @pytest.fixture

@@ -1,0 +1,485 @@
+"""The chaos soak: a mixed workload on the three-broker cluster while processes and
+brokers are killed, paused and restarted at random moments (issue 30, item 3).
+
+Run the long form from the repository root (it starts ``compose/local-kafka
+cluster`` when ``--bootstrap`` is not given):
+
+    .venv/bin/python -m tests.soak.chaos --minutes 30 --seed 1 [--rate 8] [--json]
+
+``tests/soak/test_chaos_soak.py`` runs the short form in CI.
+
+The deployment, in one ``KafkaSpace`` on the cluster (replication 3,
+``min.insync.replicas`` 2): two ``processor run`` instances sharing the partitions
+(``--workers 0``), two ``processor worker`` processes, and the responder (the demo's
+payment system, ``bench/kafka_responder.py``). The app is ``tests.soak.soak_app``.
+
+This process submits runs at ``--rate`` runs/s, a seeded mix: ``orders`` (the standard
+workload; some with a deadline of a second or two), ``fanned`` (a fan-out under a
+limit with a tolerated failure), ``branchy`` (branches, a caught failure, a route,
+compensations, a finally step) and ``mend`` (fails until its gate file exists: once
+it failed, the soak opens its gate and redrives it). It cancels some runs soon after
+submitting them. Meanwhile, one fault at a time: kill -9 a processor, SIGSTOP it for a
+few seconds, kill -9 a worker or the responder, or kill -9 a broker (every other time
+the leader of most ``runs.facts`` partitions); each is restarted after a short pause.
+
+At the end, with every process back: each acknowledged submit reached exactly one
+terminal fact and one ``runs.results`` outcome per generation (two for a redriven
+run), no fact key appears twice in ``runs.facts`` and each run's sequence numbers are
+gapless, and ``replay --verify`` passes on both processors' stores. The report counts
+runs, outcomes, faults by kind, lost (0), duplicated (0) and the longest stall (the
+longest time without a new outcome while runs were open).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from processor.clients.client import Client, new_submit
+from processor.config.settings import default_of
+from processor.errors import TransportError
+from processor.facts.codec import codec
+from processor.facts.models import (
+    CancelRun,
+    FactHeader,
+    RedriveRun,
+    RunFailed,
+    RunOutcome,
+    RunRedriven,
+    RunStopped,
+    RunSucceeded,
+)
+from processor.facts.topics import TopicName
+from processor.transport.base import Reader, TopicPartition
+from processor.transport.topology import Topology
+from tests.apps.support import REPO_ROOT, wait_until
+from tests.cluster.conftest import Cluster, start_cluster
+from tests.kafka.support import KafkaProcessorProcess, KafkaSpace, read_facts
+
+APP = "tests.soak.soak_app:app"
+PARTITIONS = 6
+TERMINAL = (RunSucceeded, RunFailed, RunStopped)
+#: The workload's mix: pipeline (with a deadline for "orders!") and its weight.
+MIX = {"orders": 45, "orders!": 5, "fanned": 15, "branchy": 20, "mend": 15}
+CANCEL_SHARE = 0.05
+FAULTS = ("processor_kill", "processor_pause", "worker_kill", "responder_kill", "broker_kill")
+
+
+@dataclass
+class Tally:
+    """What the soak did and saw; the report is made of it."""
+
+    submitted: Counter[str] = field(default_factory=Counter)
+    cancels: int = 0
+    redrives: int = 0
+    faults: Counter[str] = field(default_factory=Counter)
+    longest_stall_s: float = 0.0
+
+
+class Responder:
+    """The demo's payment system (``bench/kafka_responder.py``) as a child process."""
+
+    def __init__(self, space: KafkaSpace, data_dir: Path, log_path: Path) -> None:
+        self._space, self._data_dir, self._log_path = space, data_dir, log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        argv = [
+            sys.executable,
+            str(REPO_ROOT / "bench" / "kafka_responder.py"),
+            *("--broker", f"kafka://{self._space.bootstrap}"),
+            *("--topic-prefix", self._space.prefix),
+            *("--group", f"{self._space.tag}-responders"),
+        ]
+        with self._log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                argv,
+                cwd=REPO_ROOT,
+                env=self._space.env(self._data_dir),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(30)
+        self.proc = None
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.proc = None
+
+
+@dataclass
+class Fleet:
+    """The deployment's processes."""
+
+    processors: list[KafkaProcessorProcess]
+    workers: list[KafkaProcessorProcess]
+    responder: Responder
+
+    def start(self) -> None:
+        for process in [*self.processors, *self.workers]:
+            process.start()
+        self.responder.start()
+
+    def check_alive(self) -> None:
+        for process in [*self.processors, *self.workers]:
+            if process.proc is not None:
+                process.check_alive()
+
+    def close(self) -> None:
+        for process in [*self.processors, *self.workers]:
+            process.close()
+        self.responder.close()
+
+
+class Faults(threading.Thread):
+    """One fault at a time, at seeded random moments, until ``stop`` is set."""
+
+    def __init__(self, fleet: Fleet, cluster: Cluster, facts_topic: str, rng: random.Random):
+        super().__init__(name="chaos-faults", daemon=True)
+        self._fleet, self._cluster, self._facts_topic, self._rng = fleet, cluster, facts_topic, rng
+        # A cluster that is not the launcher's keeps its brokers: they are not ours to kill.
+        self._kinds = FAULTS if cluster.managed else FAULTS[:-1]
+        self.stop = threading.Event()
+        self.done: Counter[str] = Counter()
+        self.error: BaseException | None = None
+        self._broker_kills = 0
+
+    def run(self) -> None:
+        try:
+            while not self.stop.wait(self._rng.uniform(3.0, 9.0)):
+                kind = self._rng.choice(self._kinds)
+                getattr(self, f"_{kind}")()
+                self.done[kind] += 1
+        except BaseException as exc:  # reported by the soak, which then fails
+            self.error = exc
+
+    def _pause(self, low: float, high: float) -> None:
+        self.stop.wait(self._rng.uniform(low, high))
+
+    def _processor_kill(self) -> None:
+        victim = self._rng.choice(self._fleet.processors)
+        victim.kill()
+        self._pause(0.5, 3.0)
+        victim.start()
+
+    def _processor_pause(self) -> None:
+        victim = self._rng.choice(self._fleet.processors)
+        victim.pause()
+        time.sleep(self._rng.uniform(2.0, 9.0))  # past the session timeout, sometimes
+        victim.resume()
+
+    def _worker_kill(self) -> None:
+        victim = self._rng.choice(self._fleet.workers)
+        victim.kill()
+        self._pause(0.5, 3.0)
+        victim.start()
+
+    def _responder_kill(self) -> None:
+        self._fleet.responder.kill()
+        self._pause(0.5, 5.0)
+        self._fleet.responder.start()
+
+    def _broker_kill(self) -> None:
+        self._broker_kills += 1
+        if self._broker_kills % 2:
+            leaders = list(self._cluster.leaders(self._facts_topic).values())
+            node = max(set(leaders), key=leaders.count)
+        else:
+            node = self._rng.choice([1, 2, 3])
+        self._cluster.kill(node)
+        time.sleep(self._rng.uniform(3.0, 10.0))
+        self._cluster.start_node(node)
+
+
+class Outcomes:
+    """``runs.results`` as it grows: outcomes per run, and the longest stall."""
+
+    def __init__(self, reader: Reader, topology: Topology) -> None:
+        name = topology.name(TopicName.OUTCOMES)
+        self._reader = reader
+        self._positions = {TopicPartition(name, p): 0 for p in range(topology.partitions)}
+        self.by_run: dict[str, list[RunOutcome]] = defaultdict(list)
+        self._last_new = time.monotonic()
+        self.longest_stall_s = 0.0
+
+    def refresh(self, open_runs: int) -> list[RunOutcome]:
+        new: list[RunOutcome] = []
+        try:
+            for tp, position in self._positions.items():
+                for batch in self._reader.read(tp, position):
+                    new.extend(codec().decode_as(r.value, RunOutcome) for r in batch)
+                    self._positions[tp] = batch[-1].offset + 1
+        except TransportError:  # this process's own reader, while a broker is down:
+            pass  # what it read is kept; the rest is read next time
+        now = time.monotonic()
+        if new or not open_runs:
+            self._last_new = now
+        self.longest_stall_s = max(self.longest_stall_s, now - self._last_new)
+        for outcome in new:
+            self.by_run[outcome.run_id].append(outcome)
+        return new
+
+
+class Workload:
+    """Submits the mix, cancels some runs, redrives the failed ``mend`` runs."""
+
+    def __init__(self, client: Client, gates: Path, rng: random.Random) -> None:
+        self._client, self._gates, self._rng = client, gates, rng
+        self.pipelines: dict[str, str] = {}  # run id -> pipeline
+        self.gates: dict[str, Path] = {}  # run id -> gate file, of the mend runs
+        self.redriven: set[str] = set()
+        self.tally = Tally()
+        self._to_cancel: list[tuple[float, str]] = []
+
+    def submit(self, count: int) -> None:
+        kinds, weights = zip(*MIX.items(), strict=True)
+        for kind in self._rng.choices(kinds, weights, k=count):
+            n = len(self.pipelines)
+            pipeline = kind.rstrip("!")
+            value: dict[str, Any] = {"n": n}
+            deadline_ms = None
+            if pipeline == "orders":
+                value = {"order_id": f"o-{n}", "amount": 10 + n % 90}
+            if kind == "orders!":
+                deadline_ms = int(time.time() * 1000) + self._rng.randint(500, 2_500)
+            if pipeline == "mend":
+                value["gate"] = str(self._gates / f"gate-{n}")
+            command = new_submit(pipeline, value, deadline_ms=deadline_ms)
+            if pipeline == "mend":
+                self.gates[command.run_id] = Path(value["gate"])
+            self._client.send(command)
+            self.pipelines[command.run_id] = pipeline
+            self.tally.submitted[kind] += 1
+            if self._rng.random() < CANCEL_SHARE:
+                self._to_cancel.append((time.monotonic() + self._rng.uniform(0, 2), command.run_id))
+        self._client.flush()  # acknowledged from here on
+
+    def cancel_due(self) -> None:
+        now = time.monotonic()
+        due = [run_id for when, run_id in self._to_cancel if when <= now]
+        self._to_cancel = [(when, run_id) for when, run_id in self._to_cancel if when > now]
+        for run_id in due:
+            self._client.send(
+                CancelRun(command_id=str(uuid.uuid4()), run_id=run_id, requested_ms=_now_ms())
+            )
+            self.tally.cancels += 1
+        if due:
+            self._client.flush()
+
+    def redrive_failed(self, new: list[RunOutcome]) -> None:
+        failed = [
+            o.run_id
+            for o in new
+            if o.pipeline == "mend" and o.status == "failed" and o.run_id not in self.redriven
+        ]
+        for run_id in failed:
+            self.gates[run_id].touch()  # the redriven attempt finds its gate open
+            self._client.send(
+                RedriveRun(command_id=str(uuid.uuid4()), run_id=run_id, requested_ms=_now_ms())
+            )
+            self.redriven.add(run_id)
+            self.tally.redrives += 1
+        if failed:
+            self._client.flush()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def check(
+    workload: Workload, facts: list[FactHeader], outcomes: dict[str, list[RunOutcome]]
+) -> dict[str, Any]:
+    """The end state's verdict: lost and duplicated runs, facts and outcomes."""
+    by_run: dict[str, list[FactHeader]] = defaultdict(list)
+    for fact in facts:
+        by_run[fact.run_id].append(fact)
+    keys = Counter((f.run_id, f.fact_key) for f in facts)
+    duplicated_keys = [key for key, count in keys.items() if count > 1]
+    lost: list[str] = []
+    duplicated: list[str] = []
+    gaps: list[str] = []
+    statuses: Counter[str] = Counter()
+    for run_id, pipeline in workload.pipelines.items():
+        run = by_run.get(run_id, [])
+        if [f.seq for f in run] != list(range(1, len(run) + 1)):
+            gaps.append(run_id)
+        generations = 1 + sum(isinstance(f, RunRedriven) for f in run)
+        terminal = sum(isinstance(f, TERMINAL) for f in run)
+        published = outcomes.get(run_id, [])
+        if terminal < generations or len(published) < generations:
+            lost.append(run_id)
+        elif terminal > generations or len(published) > generations:
+            duplicated.append(run_id)
+        for outcome in published[-1:]:
+            statuses[f"{pipeline}:{outcome.status}"] += 1
+    unknown = sorted(set(by_run) - set(workload.pipelines))
+    return {
+        "runs": len(workload.pipelines),
+        "facts": len(facts),
+        "outcomes": dict(sorted(statuses.items())),
+        "lost": len(lost),
+        "duplicated": len(duplicated),
+        "duplicated_fact_keys": len(duplicated_keys),
+        "sequence_gaps": len(gaps),
+        "unknown_runs": len(unknown),
+        "examples": {"lost": lost[:5], "duplicated": duplicated[:5], "gaps": gaps[:5]},
+    }
+
+
+def replay_verifies(space: KafkaSpace, data_dir: Path) -> dict[str, Any]:
+    done = space.cli(data_dir, "replay", "--verify", "--json", timeout_s=600)
+    report: dict[str, Any] = (
+        json.loads(done.stdout) if done.returncode == 0 else {"error": done.stderr[-2000:]}
+    )
+    return report
+
+
+@contextmanager
+def deployed(cluster: Cluster, root: Path) -> Iterator[tuple[KafkaSpace, Fleet]]:
+    space = replace(
+        KafkaSpace.new(cluster.bootstrap, partitions=PARTITIONS),
+        transaction_timeout_ms=default_of("kafka_transaction_timeout_ms"),
+    )
+    processors = [
+        KafkaProcessorProcess(space, root / f"p{i}", root / f"processor{i}.log", workers=0)
+        for i in range(2)
+    ]
+    workers = [
+        KafkaProcessorProcess(
+            space, root / f"w{i}", root / f"worker{i}.log", workers=1, command="worker"
+        )
+        for i in range(2)
+    ]
+    for process in [*processors, *workers]:
+        process.app = APP
+    fleet = Fleet(processors, workers, Responder(space, root / "r", root / "responder.log"))
+    try:
+        yield space, fleet
+    finally:
+        fleet.close()
+        space.delete_topics()
+
+
+def soak(cluster: Cluster, root: Path, minutes: float, seed: int, rate: float) -> dict[str, Any]:
+    """Run the soak for ``minutes`` and return its report (``report["passed"]``)."""
+    rng = random.Random(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    gates = root / "gates"
+    gates.mkdir(exist_ok=True)
+    cluster.wait_all_brokers()
+    with deployed(cluster, root) as (space, fleet):
+        deployment = space.deployment(root / "client")
+        topology = deployment.topology
+        client = Client(deployment.transport, topology, deployment.settings.state_dir)
+        reader = deployment.transport.reader()
+        outcomes = Outcomes(reader, topology)
+        workload = Workload(client, gates, rng)
+        faults = Faults(fleet, cluster, topology.name(TopicName.FACTS), random.Random(seed + 1))
+        fleet.start()
+        for process in fleet.processors:
+            process.wait_running(120)
+        started = time.monotonic()
+        faults.start()
+        try:
+            owed = 0.0
+            while time.monotonic() - started < minutes * 60:
+                owed += rate * 0.2
+                if int(owed):
+                    workload.submit(int(owed))
+                    owed -= int(owed)
+                workload.cancel_due()
+                open_runs = len(workload.pipelines) - len(outcomes.by_run)
+                workload.redrive_failed(outcomes.refresh(open_runs))
+                if faults.error is not None:
+                    raise faults.error
+                time.sleep(0.2)
+        finally:
+            faults.stop.set()
+            faults.join(120)
+        if faults.error is not None:
+            raise faults.error
+        soak_s = time.monotonic() - started
+
+        def settled() -> bool:
+            fleet.check_alive()
+            pending = [
+                r
+                for r in workload.pipelines
+                if not outcomes.by_run.get(r)
+                or (r in workload.redriven and len(outcomes.by_run[r]) < 2)
+            ]
+            workload.redrive_failed(outcomes.refresh(len(pending)))
+            return not pending
+
+        wait_until(settled, 300, "every run to end", max_pause_s=0.5)
+        client.close()
+        facts = read_facts(reader, topology)
+        outcomes.refresh(0)
+        reader.close()
+        verdict = check(workload, facts, outcomes.by_run)
+        replays = [replay_verifies(space, p.data_dir) for p in fleet.processors]
+        report = {
+            "seed": seed,
+            "minutes": minutes,
+            "soak_s": round(soak_s, 1),
+            "submitted": dict(workload.tally.submitted),
+            "cancels_sent": workload.tally.cancels,
+            "redrives_sent": workload.tally.redrives,
+            "faults": dict(faults.done),
+            "longest_stall_s": round(outcomes.longest_stall_s, 1),
+            **verdict,
+            "replay_verified": [r.get("verified") is True for r in replays],
+        }
+        report["passed"] = (
+            verdict["lost"] == 0
+            and verdict["duplicated"] == 0
+            and verdict["duplicated_fact_keys"] == 0
+            and verdict["sequence_gaps"] == 0
+            and verdict["unknown_runs"] == 0
+            and all(report["replay_verified"])
+        )
+        return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--rate", type=float, default=8.0, help="runs submitted per second")
+    parser.add_argument("--bootstrap", help="a running cluster's host:port,... (no broker kills)")
+    parser.add_argument("--dir", type=Path, help="where the processes keep state and logs")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    cluster = Cluster(args.bootstrap, managed=False) if args.bootstrap else start_cluster()
+    root = args.dir or Path(f"/tmp/chaos-soak-{uuid.uuid4().hex[:6]}")
+    report = soak(cluster, root, args.minutes, args.seed, args.rate)
+    print(json.dumps(report) if args.json else json.dumps(report, indent=2))
+    sys.exit(0 if report["passed"] else 1)
+
+
+if __name__ == "__main__":
+    main()
