@@ -360,7 +360,8 @@ class Pipeline:
                 if existing.spec.name == step:
                     policy = CompensationSpec(retry or RetryPolicy(), int(timeout_s * 1000))
                     spec = replace(existing.spec, compensation=policy)
-                    self.steps[index] = Step(spec, existing.function, function)
+                    # replace, not a new Step: the step keeps its node and predicate
+                    self.steps[index] = replace(existing, spec=spec, compensator=function)
                     return function
             raise ConfigurationError(f"pipeline {self.name!r} has no step named {step!r}")
 

@@ -427,6 +427,8 @@ def test_compensation_undoes_every_branch_in_reverse_order_of_completion() -> No
         facts = env.history(run_id)
     completed = _names(unwind, facts, StepCompleted)
     assert sorted(completed) == ["book_a", "book_b", "open_order"]
+    ready = [f for f in facts if isinstance(f, NodeReady)]
+    assert ready[1].cause_id == ready[2].cause_id  # compensated steps still run in parallel
     steps = [s.spec.name for s in unwind.steps]
     compensated = [steps[f.step] for f in facts if isinstance(f, CompensationStepCompleted)]
     assert compensated == list(reversed(completed)) == _undone
