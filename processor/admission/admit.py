@@ -67,7 +67,7 @@ def admit(arrival: Arrival, state: RunState | None, ctx: Context) -> Decision:
         detail = f"pipeline {state.pipeline!r} v{state.pipeline_version} is not loaded"
         return Decision.refuse("unknown_pipeline", detail)
     # A graph run's await step waits in its lane, whose boundary its segment numbers.
-    lane = interaction.boundary if interaction.boundary in state.lanes else None
+    lane = state.lane_of(interaction.boundary)
     maker = FactMaker(
         state, state.run_id, ctx.now, arrival.cause_id, live=ctx.live_versions, lane=lane
     )

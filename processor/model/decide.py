@@ -185,7 +185,8 @@ def decide_result(result: SegmentResult, state: RunState | None, ctx: Context) -
     """Accept the current attempt's result; refuse stale or malformed ones untouched."""
     if state is None:
         return Decision.refuse("unknown_run", f"no run {result.run_id}")
-    run, lane = state, _lane_of(result, state)
+    # a forward result about a live lane of a graph run is that lane's
+    run, lane = state, None if result.kind == "compensate" else state.lane_of(result.segment)
     state = state if lane is None else state.lane_view(lane)  # a graph step's: its lane's
     if state.terminal or not _is_current(result, state):
         return Decision.refuse("stale_attempt", _stale_detail(result, state))
@@ -242,13 +243,6 @@ def decide_result(result: SegmentResult, state: RunState | None, ctx: Context) -
             retryable=result.retryable,
         )
     return maker.decision()
-
-
-def _lane_of(result: SegmentResult, state: RunState) -> int | None:
-    """The lane of a graph run that a forward result is about, if it is live."""
-    if result.kind == "compensate" or result.segment not in state.lanes:
-        return None
-    return result.segment
 
 
 def _switch_choice(
@@ -508,7 +502,7 @@ def _timer_lane(state: RunState, entry: DueEntry) -> int | None:
     """The lane of a graph run a due row is about, if any: an attempt's, a boundary's
     and a sleep's rows name its segment (a lane's boundary is numbered by it). A
     compensator's rows name its step, but no lane is live once the unwind begins."""
-    return entry.scope if entry.scope in state.lanes else None
+    return state.lane_of(entry.scope)
 
 
 #: What a due timer decides: its run is in ``maker.current``, the time in ``maker.now``.

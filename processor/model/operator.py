@@ -68,7 +68,7 @@ def decide_resolve(command: ResolveAttempt, state: RunState | None, ctx: Context
     if state is None:
         return refuse(reply, "unknown_run", f"no run {command.run_id}")
     run = state
-    lane = command.segment if command.kind == "forward" and command.segment in run.lanes else None
+    lane = run.lane_of(command.segment) if command.kind == "forward" else None
     if lane is not None:
         state = run.lane_view(lane)  # a graph run's step: the Unknown attempt is its lane's
     fingerprint = _resolution_fingerprint(command, output)

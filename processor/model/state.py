@@ -602,6 +602,11 @@ class RunState(BaseModel, Evolvable[RunChanges]):
             }
         )
 
+    def lane_of(self, segment: int) -> int | None:
+        """``segment`` if it is a live lane of this graph run, else None (a chain, or a
+        lane that has settled): the lane a decision about that segment addresses."""
+        return segment if segment in self.lanes else None
+
     def lane_views(self) -> list[RunState]:
         """The view of each live lane, in segment order (none for a chain)."""
         return [self.lane_view(segment) for segment in sorted(self.lanes)]

@@ -3,7 +3,8 @@ load them with ``--app tests.apps.graph_pipelines:app``.
 
 Every behaviour is chosen by the run input, so a process killed and restarted needs
 no shared state. A ``gate`` in the input names a file: the step waits for it to exist
-(up to ``GATE_WAIT_S``), so a test holds a step running while it cancels or kills.
+(up to ``GATE_WAIT_S``), so a test holds a step running while it cancels or kills; a
+``began`` names a file the step creates first, so a test knows the step runs.
 
 - ``parallel``: ``begin``, then ``charge`` and ``reserve`` at the same time (each
   waits at a barrier for the other: one after the other, the first would give up
@@ -29,6 +30,24 @@ no shared state. A ``gate`` in the input names a file: the step waits for it to 
 - ``answered``: ``ask``, then the await ``approve`` (target ``GRAPH_APPROVALS``,
   requesting ``{"n"}``) beside the step ``compute``; ``conclude`` joins both by name,
   and the finally step ``wrap`` runs.
+- ``rules``: ``work`` (failing when the input says ``fail``), ``after_work`` and
+  ``after_after`` after it (a failure skips both: two levels), the error branch
+  ``on_failure`` (``one_failed``) and ``always_report`` (``all_done``).
+- ``tolerant``: ``numbers`` lists ``range(n)`` (plus the input's ``more``); the fan-out
+  ``square`` (``TOLERANT_LIMIT`` in flight, ``TOLERANT_PERCENT`` % of failed items
+  tolerated) fails every item ending in 3; ``summarize`` gets its output.
+- ``unwind``: ``open_order``, then ``book_a`` (held at the input's ``gate``) and
+  ``book_b`` in parallel, then ``settle`` fails: the compensators of the three run.
+- ``guarded``: ``notify_manager`` runs only for a ``total`` over 100 (``when``), and
+  ``after_notify`` after it; ``finish`` (``none_failed``) joins.
+- ``effects``: ``place``, then the effectful ``charge_card`` (held at the input's
+  ``gate``, timed out after ``EFFECT_TIMEOUT_S``: Unknown) beside ``email``; ``receipt``
+  joins both.
+- ``redrivable``: ``start_order``, then ``bill`` beside ``stock_up`` (failing until the
+  file the input names as ``fixed`` exists), then ``ship_it`` joins them.
+- ``batched``: the itemized await ``print_labels`` (target ``GRAPH_LABELS``, one item
+  per parcel, ``BATCH_LIMIT`` in flight, ``BATCH_TOLERATE`` failure tolerated), then
+  ``labelled``.
 """
 
 from __future__ import annotations
@@ -42,10 +61,16 @@ from processor.model.pipeline_spec import RetryPolicy
 from processor.worker.pipeline import Application, NonRetryableError, Pipeline
 
 __all__ = [
+    "BATCH_LIMIT",
+    "BATCH_TOLERATE",
+    "EFFECT_TIMEOUT_S",
     "FAN_LIMIT",
     "FAN_TOLERATE",
     "GATE_WAIT_S",
     "GRAPH_APPROVALS",
+    "GRAPH_LABELS",
+    "TOLERANT_LIMIT",
+    "TOLERANT_PERCENT",
     "app",
     "expected_answered_result",
     "expected_fanned_result",
@@ -58,6 +83,9 @@ GATE_WAIT_S = 30.0
 
 
 def _wait_for_gate(value: dict[str, Any]) -> None:
+    began = value.get("began")
+    if began is not None:
+        Path(began).touch()  # the step runs: a stop notice now cannot keep it from running
     gate = value.get("gate")
     if gate is None:
         return
@@ -327,4 +355,222 @@ def expected_answered_result(value: dict[str, Any], answer: Any) -> dict[str, An
     return {"concluded": {"approve": answer, "compute": int(value["n"]) * 10}}
 
 
-app = Application([parallel, handled, routes, held, mixed, fanned, answered])
+# --- rules: a failure's skip through two levels, and its error branches ----------------------
+
+rules = Pipeline("rules")
+
+
+@rules.step(retry=ONCE)
+def work(value: dict[str, Any]) -> dict[str, Any]:
+    if value.get("fail"):
+        raise NonRetryableError("work failed")
+    return {"worked": True}
+
+
+@rules.step(needs=["work"])
+def after_work(value: dict[str, Any]) -> dict[str, Any]:
+    return value
+
+
+@rules.step(needs=["after_work"])
+def after_after(value: dict[str, Any]) -> dict[str, Any]:
+    return value
+
+
+@rules.step(needs=["work"], rule="one_failed")
+def on_failure(value: Any) -> str:
+    return "alerted"
+
+
+@rules.step(needs=["work"], rule="all_done")
+def always_report(value: Any) -> str:
+    return "reported"
+
+
+# --- tolerant: a fan-out under a percentage tolerance --------------------------------------
+
+#: ``tolerant``'s fan-out: its limit and its tolerance (a percentage, inclusive).
+TOLERANT_LIMIT = 5
+TOLERANT_PERCENT = 10
+tolerant = Pipeline("tolerant")
+
+
+@tolerant.step()
+def numbers(value: dict[str, Any]) -> Any:
+    return list(range(value["n"])) + value.get("more", [])
+
+
+@tolerant.fan_out(
+    needs=["numbers"],
+    max_in_flight=TOLERANT_LIMIT,
+    tolerate_percent=TOLERANT_PERCENT,
+    retry=ONCE,
+)
+def square(item: int) -> int:
+    if item % 10 == 3:
+        raise NonRetryableError(f"bad item {item}")
+    return item * item
+
+
+@tolerant.step(needs=["square"])
+def summarize(output: dict[str, Any]) -> dict[str, Any]:
+    return output
+
+
+# --- unwind: compensation across branches ---------------------------------------------------
+
+unwind = Pipeline("unwind")
+
+
+@unwind.step()
+def open_order(value: dict[str, Any]) -> dict[str, Any]:
+    return value
+
+
+@unwind.step(needs=["open_order"])
+def book_a(value: dict[str, Any]) -> str:
+    _wait_for_gate(value)  # held until book_b completed: the order of completion is b, a
+    return "a"
+
+
+@unwind.step(needs=["open_order"])
+def book_b(value: dict[str, Any]) -> str:
+    return "b"
+
+
+@unwind.step(needs=["book_a", "book_b"], retry=ONCE)
+def settle(value: Any) -> Any:
+    raise NonRetryableError("settlement refused")
+
+
+def _undo(value: Any) -> None:
+    return None
+
+
+for _name in ("open_order", "book_a", "book_b"):
+    unwind.compensate(_name)(_undo)
+
+
+# --- guarded: a predicate -------------------------------------------------------------------
+
+guarded = Pipeline("guarded")
+
+
+@guarded.step()
+def receive(order: dict[str, Any]) -> dict[str, Any]:
+    return order
+
+
+@guarded.step(needs=["receive"], when=lambda order: order["total"] > 100)
+def notify_manager(order: dict[str, Any]) -> str:
+    return "notified"
+
+
+@guarded.step(needs=["notify_manager"])
+def after_notify(value: Any) -> Any:
+    return value
+
+
+@guarded.step(needs=["receive", "notify_manager"], rule="none_failed")
+def finish(outputs: dict[str, Any]) -> dict[str, Any]:
+    return outputs
+
+
+# --- effects: an effectful step whose outcome becomes Unknown --------------------------------
+
+#: ``charge_card``'s attempt timeout: it waits for its gate longer, so it turns Unknown.
+EFFECT_TIMEOUT_S = 1.0
+effects = Pipeline("effects")
+
+
+@effects.step()
+def place(order: dict[str, Any]) -> dict[str, Any]:
+    return order
+
+
+@effects.step(needs=["place"], effectful=True, timeout_s=EFFECT_TIMEOUT_S)
+def charge_card(order: dict[str, Any]) -> dict[str, Any]:
+    _wait_for_gate(order)  # the worker hangs: its outcome becomes Unknown
+    return {"charged": order["total"]}
+
+
+@effects.step(needs=["place"])
+def email(order: dict[str, Any]) -> str:
+    return "sent"
+
+
+@effects.step(needs=["charge_card", "email"])
+def receipt(outputs: dict[str, Any]) -> dict[str, Any]:
+    return outputs
+
+
+# --- redrivable: a failed branch, redriven once its cause is gone ----------------------------
+
+redrivable = Pipeline("redrivable")
+
+
+@redrivable.step()
+def start_order(order: dict[str, Any]) -> dict[str, Any]:
+    return order
+
+
+@redrivable.step(needs=["start_order"])
+def bill(order: dict[str, Any]) -> dict[str, Any]:
+    return {"billed": True}
+
+
+@redrivable.step(needs=["start_order"], retry=ONCE)
+def stock_up(order: dict[str, Any]) -> dict[str, Any]:
+    if not Path(order["fixed"]).exists():
+        raise NonRetryableError("warehouse offline")
+    return {"stocked": True}
+
+
+@redrivable.step(needs=["bill", "stock_up"])
+def ship_it(outputs: dict[str, Any]) -> dict[str, Any]:
+    return outputs
+
+
+# --- batched: an itemized await under a limit and a tolerance --------------------------------
+
+#: ``batched``'s await: its target, its limit in flight and its tolerance (failed items).
+GRAPH_LABELS = "graph-labels"
+BATCH_LIMIT = 3
+BATCH_TOLERATE = 1
+batched = Pipeline("batched")
+
+
+@batched.await_step(
+    target=GRAPH_LABELS,
+    timeout_s=600,
+    itemized=True,
+    max_in_flight=BATCH_LIMIT,
+    tolerate=BATCH_TOLERATE,
+)
+def print_labels(order: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"parcel": parcel} for parcel in range(order["parcels"])]
+
+
+@batched.step()
+def labelled(outputs: dict[str, Any]) -> dict[str, Any]:
+    return outputs
+
+
+app = Application(
+    [
+        parallel,
+        handled,
+        routes,
+        held,
+        mixed,
+        fanned,
+        answered,
+        rules,
+        tolerant,
+        unwind,
+        guarded,
+        effects,
+        redrivable,
+        batched,
+    ]
+)

@@ -17,6 +17,10 @@ needs a step that hangs; the test sets ``RELEASE`` when it is done with it.
 - ``e2e_slow``: ``linger`` (one attempt, ``SLOW_TIMEOUT_S``) waits for ``RELEASE``,
   at most 95 % of its timeout: a test releases it once it saw the deadline warning.
 - ``e2e_quick``: one step that returns its input (the warm-up run).
+- ``e2e_branches``: a graph: after ``split``, ``steady`` heartbeats for twice
+  ``BEAT_TIMEOUT_S`` (its heartbeat timeout) and returns, while ``falls_silent``
+  beside it does what ``beat`` does (heartbeats, then hangs; its retry returns);
+  ``both`` joins them.
 - ``e2e_mixed`` (the kill -9 test, in a ``processor run`` child process): ``fetch``
   (async, heartbeats, ``MIXED_STEP_S``), a sleep of ``MIXED_SLEEP_S``, then ``tally``
   (sync, heartbeats); the result is a function of the input alone.
@@ -192,4 +196,43 @@ def expected_mixed_result(n: int) -> dict[str, Any]:
     return {"n": n, "fetched": True, "total": n * 2}
 
 
-app = Application([beating, queued, cancellable, effectful, keyed, slow, quick, mixed])
+# --- a graph: one branch heartbeats past its heartbeat timeout, the other stops ----------
+
+branches = Pipeline("e2e_branches", version=1)
+
+
+@branches.step()
+def split(value: dict[str, Any]) -> dict[str, Any]:
+    return value
+
+
+@branches.step(
+    needs=["split"],
+    retry=RetryPolicy(max_attempts=1),
+    timeout_s=LONG_TIMEOUT_S,
+    heartbeat_timeout_s=BEAT_TIMEOUT_S,
+)
+def steady(value: dict[str, Any], ctx: StepContext) -> dict[str, Any]:
+    until = time.monotonic() + BEAT_TIMEOUT_S * 2  # outlives its heartbeat timeout
+    while time.monotonic() < until:
+        ctx.heartbeat({"alive": True})
+        time.sleep(0.02)  # the step's own work between heartbeats
+    return {"steady": ctx.generation}
+
+
+@branches.step(
+    needs=["split"],
+    retry=RetryPolicy(max_attempts=1),
+    timeout_s=LONG_TIMEOUT_S,
+    heartbeat_timeout_s=BEAT_TIMEOUT_S,
+)
+def falls_silent(value: dict[str, Any], ctx: StepContext) -> dict[str, Any]:
+    return beat(value, ctx)
+
+
+@branches.step(needs=["steady", "falls_silent"])
+def both(outputs: dict[str, Any]) -> dict[str, Any]:
+    return outputs
+
+
+app = Application([beating, queued, cancellable, effectful, keyed, slow, quick, mixed, branches])

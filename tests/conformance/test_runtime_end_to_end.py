@@ -171,6 +171,38 @@ def test_a_step_that_stops_heartbeating_is_retried_within_its_heartbeat_timeout(
     assert first["operation_key"] == retry["operation_key"]
 
 
+def test_graph_branches_heartbeat_in_their_own_lanes(stack: Stack) -> None:
+    """Two branches of a graph run, each with a heartbeat timeout: ``steady`` heartbeats
+    for twice its heartbeat timeout and is never lost; ``falls_silent`` stops
+    heartbeating and its lane alone is lost and retried (generation 2); the join gets
+    both."""
+    value = {"id": _id()}
+    run_id = stack.submit("e2e_branches", value)
+    result = stack.wait(run_id)
+    assert result.status == "succeeded", result
+    assert result.output == {
+        "falls_silent": {"id": value["id"], "generation": 2},
+        "steady": {"steady": 1},
+    }
+    steps = [s.spec.name for s in rp.branches.steps]
+    lane = {f.first_step: f.segment for f in stack.of(run_id, SegmentAttemptStarted)}
+    steady, silent = lane[steps.index("steady")], lane[steps.index("falls_silent")]
+    beats = stack.of(run_id, AttemptHeartbeatRecorded)
+    steady_beats = [b for b in beats if b.segment == steady]
+    assert steady_beats and all(b.generation == 1 for b in steady_beats)
+    started = {s.segment: s.time_ms for s in stack.of(run_id, AttemptStepStarted)}
+    # heartbeats recorded past its heartbeat timeout: without them it would be lost
+    assert steady_beats[-1].time_ms - started[steady] > int(rp.BEAT_TIMEOUT_S * 1000)
+    (lost,) = stack.of(run_id, AttemptLost)
+    assert (lost.segment, lost.cause, lost.generation) == (silent, "heartbeat_timeout", 1)
+    silent_beats = [b for b in beats if b.segment == silent]
+    assert silent_beats and all(b.generation == 1 for b in silent_beats)
+    timeout_ms = int(rp.BEAT_TIMEOUT_S * 1000)
+    silence_ms = lost.time_ms - silent_beats[-1].time_ms
+    assert timeout_ms <= silence_ms < timeout_ms + 2_000, silence_ms
+    assert not stack.of(run_id, SegmentFailed)
+
+
 def test_fifty_runs_queued_behind_one_busy_worker_all_succeed(kind: str, tmp_path: Path) -> None:
     """One worker, one slot: the last runs wait in the queue for much longer than their
     effectful step's timeout; none is lost, Unknown or failed."""

@@ -11,14 +11,11 @@ some items failing, ``FAN_TOLERATE`` tolerated: beyond that the run fails); and 
 ``answered`` runs, whose await branch (beside a plain step) a ``Responder`` thread in
 this process answers. The processor (with its in-process workers) is killed at moments
 chosen by a seeded RNG (after a random amount of committed progress, or as soon as it
-reports running) and restarted each time. At the end, from the journal: every run ended
-exactly once, as its input implies, with its result; no step's result was admitted twice
-(one ``NodeReady``, ``NodeSettled`` and ``StepCompleted`` per step that ran); a route
-not taken never ran and was skipped once; each caught run decided its catch once; each
-fan-out item started and settled at most once (every item, when the tolerance held),
-never more than ``FAN_LIMIT`` open at once (counted from the facts); each await's
-interaction was admitted exactly once; no fact key repeats; sequence numbers are
-gapless; and ``replay --verify`` agrees with the live projections.
+reports running) and restarted each time. At the end, from the journal, every run
+shows its story (``tests.apps.graph_stories``: ended exactly once, as its input implies,
+no step's result admitted twice, no route not taken run, each fan-out item settled
+once under the limit, each await admitted once, no fact key twice), runs.results holds
+one outcome per run, and ``replay --verify`` agrees with the live projections.
 """
 
 from __future__ import annotations
@@ -27,11 +24,9 @@ import functools
 import json
 import random
 import threading
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -42,32 +37,20 @@ from processor.facts.codec import codec, decode_fact
 from processor.facts.models import (
     BoundaryCompletionAdmitted,
     BoundaryInteractionDispatched,
-    BoundaryRequest,
-    CatchDecided,
-    FactHeader,
-    FanOutItemSettled,
     NodeReady,
-    NodeSettled,
-    NodeSkipped,
-    RouteDecided,
-    RunFailed,
     RunOutcome,
-    RunStopped,
-    RunSucceeded,
-    StepCompleted,
 )
 from processor.facts.topics import TopicName
 from processor.transport.deployment import Deployment, ensure_topics
-from tests.apps.graph_pipelines import (
-    FAN_LIMIT,
-    GRAPH_APPROVALS,
-    answered,
-    expected_answered_result,
-    expected_fanned_result,
-    expected_mixed_result,
-    fanned,
-    mixed,
-    routes,
+from tests.apps.graph_pipelines import GRAPH_APPROVALS
+from tests.apps.graph_stories import (
+    PIPELINES,
+    TERMINAL,
+    Submitted,
+    answer,
+    assert_each_run_once,
+    random_run,
+    story,
 )
 from tests.apps.support import ProcessorProcess, TopicTail, cli, read_topic, wait_until
 
@@ -76,10 +59,6 @@ pytestmark = pytest.mark.slow
 SEED = 20_251_205
 RUNS = 360
 KILLS = 6
-TERMINAL = (RunSucceeded, RunFailed, RunStopped)
-PIPELINES = (mixed, routes, fanned, answered)
-STEPS = {p.name: [step.spec.name for step in p.steps] for p in PIPELINES}
-Submitted = tuple[str, dict[str, Any]]  # the pipeline and the input of a run
 
 
 @pytest.fixture
@@ -90,16 +69,6 @@ def processor_process(tmp_path: Path) -> Iterator[ProcessorProcess]:
         yield process
     finally:
         process.close()
-
-
-def answer(request: BoundaryRequest, value: Any) -> dict[str, int]:
-    """The external system's answer to an ``answered`` run's await."""
-    return approval(value)
-
-
-def approval(value: dict[str, Any]) -> dict[str, int]:
-    """What the answer to an await requesting ``value`` is: a function of it, checkable."""
-    return {"approved": int(value["n"]) * 3 + 1}
 
 
 def test_kill_9_during_graph_runs_admits_each_step_once(
@@ -123,24 +92,7 @@ def test_kill_9_during_graph_runs_admits_each_step_once(
 
     def submit(count: int) -> None:
         for _ in range(count):
-            n = len(inputs)
-            kind = rng.random()
-            if kind < 0.15:
-                choice = rng.choice(["refund", "reship", "lose"])
-                run: Submitted = ("routes", {"choose": choice, "amount": n})
-            elif kind < 0.25:
-                size, bad = rng.randint(20, 50), rng.choice([0, 1, 3, 4, 6])
-                bad_items = set(rng.sample(range(size), bad))
-                items = [
-                    {"i": i, "bad": i in bad_items, "nap_ms": rng.choice([0, 0, 5])}
-                    for i in range(size)
-                ]
-                run = ("fanned", {"items": items})
-            elif kind < 0.4:
-                run = ("answered", {"n": n, "nap_ms": rng.choice([0, 5, 20])})
-            else:
-                breaks = rng.random() < 0.3
-                run = ("mixed", {"n": n, "break": breaks, "nap_ms": rng.choice([0, 5, 20])})
+            run = random_run(rng, len(inputs))
             command = new_submit(*run)
             inputs[command.run_id] = run
             client.send(command)
@@ -215,9 +167,9 @@ def test_kill_9_during_graph_runs_admits_each_step_once(
         for r in read_topic(reader, topology.name(TopicName.OUTCOMES), topology.partitions)
     ]
     reader.close()
-    _assert_each_run_once(facts, inputs)
+    assert_each_run_once(facts, inputs)
     assert Counter(o.run_id for o in outcomes) == Counter(dict.fromkeys(inputs, 1))
-    failing = {run_id for run_id, run in inputs.items() if _story(*run).result is None}
+    failing = {run_id for run_id, run in inputs.items() if story(*run).result is None}
     assert {o.run_id for o in outcomes if o.status == "failed"} == failing
     assert {o.status for o in outcomes if o.run_id not in failing} == {"succeeded"}
     kinds = Counter(pipeline for pipeline, _ in inputs.values())
@@ -235,133 +187,3 @@ def test_kill_9_during_graph_runs_admits_each_step_once(
 def _chunks(total: int, parts: int) -> list[int]:
     base, extra = divmod(total, parts)
     return [base + (1 if i < extra else 0) for i in range(parts)]
-
-
-def _assert_each_run_once(facts: list[FactHeader], inputs: dict[str, Submitted]) -> None:
-    by_run: dict[str, list[FactHeader]] = defaultdict(list)
-    for fact in facts:
-        by_run[fact.run_id].append(fact)
-    assert by_run.keys() == inputs.keys(), "facts of unknown runs, or runs without facts"
-    keys = Counter((f.run_id, f.fact_key) for f in facts)
-    assert [key for key, count in keys.items() if count > 1] == [], "fact keys appended twice"
-    for run_id, run in by_run.items():
-        assert [f.seq for f in run] == list(range(1, len(run) + 1)), run_id
-        terminal = [f for f in run if isinstance(f, TERMINAL)]
-        assert len(terminal) == 1 and terminal[0] is run[-1], (run_id, terminal)
-        pipeline, value = inputs[run_id]
-        _assert_story(run_id, run, STEPS[pipeline], _story(pipeline, value))
-        if pipeline == "fanned":
-            _assert_items_once(run_id, run, value)
-        admitted = [f for f in run if isinstance(f, BoundaryCompletionAdmitted)]
-        assert len(admitted) == (1 if pipeline == "answered" else 0), (run_id, admitted)
-
-
-def _assert_items_once(run_id: str, run: list[FactHeader], value: dict[str, Any]) -> None:
-    """Each item started and settled once, lowest index first, never more than
-    ``FAN_LIMIT`` open at once; every item when the tolerance held."""
-    size = len(value["items"])
-    started = [f.item for f in run if isinstance(f, NodeReady) and f.item is not None]
-    settled = Counter(f.item for f in run if isinstance(f, FanOutItemSettled))
-    assert started == list(range(len(started))), (run_id, started)
-    assert settled == Counter(started), (run_id, settled)
-    if expected_fanned_result(value) is not None:
-        assert len(started) == size, (run_id, len(started), size)
-    open_items, most = 0, 0
-    for fact in run:
-        if isinstance(fact, NodeReady) and fact.item is not None:
-            open_items += 1
-            most = max(most, open_items)
-        elif isinstance(fact, FanOutItemSettled):
-            open_items -= 1
-    assert most == min(FAN_LIMIT, size), (run_id, most)
-
-
-@dataclass(frozen=True)
-class Story:
-    """What a run's journal must show, from its input."""
-
-    result: Any  # None: the run fails
-    ran: set[str]
-    failed: set[str]  # of ``ran``: settled failed, no StepCompleted
-    skipped: list[tuple[str, str]]
-    routes: list[tuple[str, ...]]
-    caught: list[tuple[str, str]]
-
-
-def _story(pipeline: str, value: dict[str, Any]) -> Story:
-    stories = {
-        "mixed": _mixed_story,
-        "routes": _routes_story,
-        "fanned": _fanned_story,
-        "answered": _answered_story,
-    }
-    return stories[pipeline](value)
-
-
-def _fanned_story(value: dict[str, Any]) -> Story:
-    result = expected_fanned_result(value)
-    if result is None:  # beyond the tolerance: the fan-out fails, count never runs
-        skipped = [("count", "readiness_unsatisfied")]
-        return Story(None, {"listing", "each"}, {"each"}, skipped, [], [])
-    return Story(result, {"listing", "each", "count"}, set(), [], [], [])
-
-
-def _answered_story(value: dict[str, Any]) -> Story:
-    result = expected_answered_result(value, approval(value))
-    ran = {"ask", "approve", "compute", "conclude", "wrap"}
-    return Story(result, ran, set(), [], [], [])
-
-
-def _mixed_story(value: dict[str, Any]) -> Story:
-    taken = "even" if value["n"] * 2 % 4 == 0 else "odd"
-    not_taken = "odd" if taken == "even" else "even"
-    ran = {"start", "left", "right", "pick", taken, "merge", "tidy"}
-    skipped = [(not_taken, "predicate_false")]
-    if value["break"]:
-        return Story(
-            expected_mixed_result(value),
-            ran | {"patch"},
-            {"right"},
-            skipped,
-            [(taken,)],
-            [("right", "patch")],
-        )
-    skipped.append(("patch", "readiness_unsatisfied"))
-    return Story(expected_mixed_result(value), ran, set(), skipped, [(taken,)], [])
-
-
-def _routes_story(value: dict[str, Any]) -> Story:
-    choice = value["choose"]
-    if choice == "lose":  # the switch fails; close (none_failed) and audit still run
-        skipped = [("refund", "readiness_unsatisfied"), ("reship", "readiness_unsatisfied")]
-        return Story(None, {"triage", "close", "audit"}, {"triage"}, skipped, [], [])
-    other = "reship" if choice == "refund" else "refund"
-    done = {"refund": "refunded", "reship": "reshipped"}[choice]
-    result = {choice: {done: value["amount"]}, other: None}
-    ran = {"triage", choice, "close", "audit"}
-    return Story(result, ran, set(), [(other, "predicate_false")], [(choice,)], [])
-
-
-def _assert_story(run_id: str, run: list[FactHeader], steps: list[str], story: Story) -> None:
-    if story.result is None:
-        assert isinstance(run[-1], RunFailed), (run_id, run[-1])
-    else:
-        assert isinstance(run[-1], RunSucceeded), (run_id, run[-1])
-        assert json.loads(run[-1].result) == story.result, run_id
-
-    def named(kind: type[Any]) -> Counter[str]:
-        """Steps of facts of ``kind``, not counting a fan-out's items'."""
-        return Counter(
-            steps[f.step] for f in run if isinstance(f, kind) and getattr(f, "item", None) is None
-        )
-
-    once = Counter(dict.fromkeys(story.ran, 1))
-    assert named(NodeReady) == once, (run_id, named(NodeReady))
-    assert named(NodeSettled) == once, (run_id, named(NodeSettled))
-    completed = Counter(dict.fromkeys(story.ran - story.failed, 1))
-    assert named(StepCompleted) == completed, (run_id, named(StepCompleted))
-    skipped = [(steps[f.step], f.reason) for f in run if isinstance(f, NodeSkipped)]
-    assert sorted(skipped) == sorted(story.skipped), (run_id, skipped)
-    assert [f.routes for f in run if isinstance(f, RouteDecided)] == story.routes, run_id
-    caught = [(steps[f.step], steps[f.handler]) for f in run if isinstance(f, CatchDecided)]
-    assert caught == story.caught, run_id

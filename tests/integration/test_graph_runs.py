@@ -9,6 +9,7 @@ handler that took over (``CatchDecided``).
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -32,10 +33,12 @@ from processor.facts.models import (
     RouteDecided,
     RunStopped,
     SegmentAttemptStarted,
+    SegmentSuspended,
     StepCompleted,
 )
+from processor.facts.payload import derive_run_id
 from processor.model.listing import is_unknown
-from processor.model.pipeline_spec import RetryPolicy
+from processor.model.pipeline_spec import CheckpointSpec, RetryPolicy
 from processor.worker.pipeline import Application, NonRetryableError, Pipeline
 
 ONCE = RetryPolicy(max_attempts=1)
@@ -427,6 +430,8 @@ def test_compensation_undoes_every_branch_in_reverse_order_of_completion() -> No
         facts = env.history(run_id)
     completed = _names(unwind, facts, StepCompleted)
     assert sorted(completed) == ["book_a", "book_b", "open_order"]
+    ready = [f for f in facts if isinstance(f, NodeReady)]
+    assert ready[1].cause_id == ready[2].cause_id  # compensated steps still run in parallel
     steps = [s.spec.name for s in unwind.steps]
     compensated = [steps[f.step] for f in facts if isinstance(f, CompensationStepCompleted)]
     assert compensated == list(reversed(completed)) == _undone
@@ -738,6 +743,65 @@ def test_a_cancel_reaches_every_waiting_branch_of_a_graph_run() -> None:
         facts = env.history(run_id)
     stopped = [f for f in facts if isinstance(f, NodeSettled) and f.status == "stopped"]
     assert sorted(_names(waiting, stopped, NodeSettled)) == ["cool_off", "pack", "pay"]
+
+
+# --- a checkpoint handoff in a graph --------------------------------------------------------
+
+handed = Pipeline("handed")
+_handed_gate = threading.Event()
+
+
+@handed.step()
+def prepare(value: dict[str, Any]) -> dict[str, Any]:
+    return value
+
+
+handed.await_checkpoint("go", timeout_s=600, needs=["prepare"])
+
+
+@handed.step(needs=["prepare"], timeout_s=600)
+def crunch(value: dict[str, Any]) -> int:
+    _handed_gate.wait(20)  # still running when the handoff arrives
+    return int(value["n"]) * 2
+
+
+@handed.step(needs=["await_go", "crunch"])
+def combine(outputs: dict[str, Any]) -> dict[str, Any]:
+    return outputs
+
+
+def test_a_checkpoint_handoff_answers_a_graph_await_while_another_branch_runs() -> None:
+    """``await_go`` waits in its own lane for the checkpoint ``go``, which another
+    pipeline's run hands off to this run (``run:<id>``) while ``crunch`` runs beside it;
+    the join gets the handoff's payload and crunch's output by name."""
+    _handed_gate.clear()
+    key = f"graph-handoff-{uuid.uuid4()}"
+    upstream = Pipeline("upstream", checkpoint=CheckpointSpec("go", f"run:{derive_run_id(key)}"))
+    upstream.step("ready")(lambda value: {"ready": value})
+    try:
+        with LocalEnvironment(Application([handed, upstream])) as env:
+            run_id = env.submit("handed", {"n": 4}, idempotency_key=key)
+            assert run_id == derive_run_id(key)
+            suspended = env.wait_fact(run_id, SegmentSuspended)
+            assert (suspended.kind, handed.steps[suspended.step].spec.name) == (
+                "checkpoint",
+                "await_go",
+            )
+            assert env.wait(env.submit("upstream", "up")).status == "succeeded"
+            admitted = env.wait_fact(run_id, BoundaryCompletionAdmitted)
+            assert admitted.source == "checkpoint"
+            facts = env.history(run_id)
+            assert "crunch" not in _names(handed, facts, StepCompleted)  # still running
+            _handed_gate.set()
+            result = env.wait(run_id)
+            facts = env.history(run_id)
+    finally:
+        _handed_gate.set()
+    assert result.status == "succeeded", result
+    assert result.output == {"await_go": {"ready": "up"}, "crunch": 8}
+    lanes = {f.segment for f in facts if isinstance(f, SegmentAttemptStarted)}
+    assert suspended.segment in lanes and len(lanes) == 4  # a lane per step
+    assert len([f for f in facts if isinstance(f, BoundaryCompletionAdmitted)]) == 1
 
 
 # --- redrive ---------------------------------------------------------------------------------

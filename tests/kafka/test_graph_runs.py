@@ -9,36 +9,51 @@ answered with the client (its request's resume token) while a step runs beside i
 switch's unselected route never runs, even when the processor is killed (SIGKILL) after
 the commit that recorded the choice and restarted, and ``replay --verify`` agrees with
 the live projections.
+
+The other rules of the embedded-log tests, on the broker: a failure's skip through two
+levels and its error branches; finally after the run deadline; a fan-out of 200 items
+tolerating 10 % (20 failures pass, 21 fail); compensation across branches in reverse
+order of completion; predicates; an Unknown effectful step resolved in its lane; redrive
+of only the failed branch; an itemized await under a limit and a tolerance. All share
+the module's processor; the crash test runs last (its restart would cost the next test
+the workers' group joins).
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from processor.clients.client import Client
+from processor.clients.client import Client, status_dict
 from processor.facts.codec import codec
 from processor.facts.models import (
+    AttemptOutcomeUnknown,
     BoundaryCompletionAdmitted,
+    BoundaryInteractionDispatched,
     BoundaryRequest,
     CatchDecided,
+    CompensationStepCompleted,
     FactHeader,
     FanOutItemSettled,
     NodeReady,
     NodeSettled,
     NodeSkipped,
     RouteDecided,
+    RunFailed,
+    RunRedriven,
     RunStopped,
     RunStopRequested,
     RunSucceeded,
+    SegmentAttemptStarted,
     StepCompleted,
 )
 from processor.facts.topics import TopicName
+from processor.model.listing import is_unknown
 from processor.transport.base import Reader
 from processor.transport.deployment import Deployment
 from processor.worker.pipeline import Pipeline
@@ -127,10 +142,18 @@ def _skips(pipeline: Pipeline, facts: list[FactHeader]) -> list[tuple[str, str]]
 
 def _assert_bookkeeping(facts: list[FactHeader]) -> None:
     """Gapless, no fact key twice, one NodeReady and one NodeSettled per step that ran
-    (a fan-out's items have NodeReady facts of their own)."""
+    (a fan-out's items have NodeReady facts of their own; a step whose predicate its
+    worker found false has NodeReady, then NodeSkipped instead of NodeSettled)."""
     assert [f.seq for f in facts] == list(range(1, len(facts) + 1))
     assert len({f.fact_key for f in facts}) == len(facts)
-    ready = Counter(f.step for f in facts if isinstance(f, NodeReady) and f.item is None)
+    guarded = {
+        f.step for f in facts if isinstance(f, NodeSkipped) and f.reason == "predicate_false"
+    }
+    ready = Counter(
+        f.step
+        for f in facts
+        if isinstance(f, NodeReady) and f.item is None and f.step not in guarded
+    )
     settled = Counter(f.step for f in facts if isinstance(f, NodeSettled))
     completed = Counter(f.step for f in facts if isinstance(f, StepCompleted))
     assert set(ready.values()) <= {1} and settled == ready, (ready, settled)
@@ -196,10 +219,11 @@ def test_a_caught_failure_hands_its_handler_output_to_the_join(running: Running)
 def test_finally_runs_after_a_cancel_once_the_running_step_settled(
     running: Running, tmp_path: Path
 ) -> None:
-    gate = tmp_path / "gate"
-    receipt = running.client.submit("held", {"gate": str(gate)}, wait_s=WAIT_S)
-    run_id = receipt.run_id
-    running.wait_fact(run_id, NodeReady)
+    gate, began = tmp_path / "gate", tmp_path / "began"
+    value = {"gate": str(gate), "began": str(began)}
+    run_id = running.client.submit("held", value, wait_s=WAIT_S).run_id
+    # A step its worker has not begun may never run once cancelled: wait until it runs.
+    wait_until(began.exists, WAIT_S, "slow_step to begin")
     reply = running.client.cancel(run_id, "changed my mind", wait_s=WAIT_S)
     assert reply is not None and reply.refusal is None, reply
     running.wait_fact(run_id, RunStopRequested)
@@ -263,6 +287,299 @@ def test_an_await_branch_of_a_graph_is_answered_on_the_broker(running: Running) 
         "conclude",
         "wrap",
     ]
+
+
+# --- the rules of the embedded-log tests, on the broker ---------------------------------------
+
+
+def _wait_facts(
+    running: Running, run_id: str, holds: Callable[[list[FactHeader]], bool], what: str
+) -> list[FactHeader]:
+    """Wait until the run's committed facts satisfy ``holds``; return them."""
+
+    def found() -> list[FactHeader] | None:
+        running.process.check_alive()
+        facts = running.facts(run_id)
+        return facts if holds(facts) else None
+
+    return wait_until(found, WAIT_S, what, max_pause_s=0.05)
+
+
+def test_a_failure_skips_two_levels_and_runs_its_error_branches(running: Running) -> None:
+    failing = running.client.submit("rules", {"fail": True}, wait_s=WAIT_S).run_id
+    passing = running.client.submit("rules", {}, wait_s=WAIT_S).run_id
+    failed = running.client.wait(failing, WAIT_S)
+    assert failed.status == "failed" and failed.error == "work failed", failed
+    passed = running.client.wait(passing, WAIT_S)
+    assert passed.status == "succeeded", passed
+    pipeline = graph_pipelines.rules
+    facts = running.facts(failing)
+    _assert_bookkeeping(facts)
+    assert _skips(pipeline, facts) == [
+        ("after_work", "readiness_unsatisfied"),
+        ("after_after", "readiness_unsatisfied"),  # the skip propagated a second level
+    ]
+    assert sorted(_names(pipeline, facts, StepCompleted)) == ["always_report", "on_failure"]
+    facts = running.facts(passing)
+    _assert_bookkeeping(facts)
+    assert _skips(pipeline, facts) == [("on_failure", "readiness_unsatisfied")]
+    assert sorted(_names(pipeline, facts, StepCompleted)) == [
+        "after_after",
+        "after_work",
+        "always_report",
+        "work",
+    ]
+
+
+def test_finally_runs_after_the_run_deadline(running: Running, tmp_path: Path) -> None:
+    """The deadline passes while ``slow_step`` is held at its gate: the run stops once
+    the step settled, and the finally step runs then, not fenced by the deadline.
+
+    (On a loaded machine the deadline may pass before a worker began ``slow_step``,
+    which then never runs: the finally step must run all the same.)"""
+    gate = tmp_path / "gate"
+    receipt = running.client.submit("held", {"gate": str(gate)}, deadline_s=2.0, wait_s=WAIT_S)
+    run_id = receipt.run_id
+    stop = _wait_facts(
+        running,
+        run_id,
+        lambda facts: any(isinstance(f, RunStopRequested) for f in facts),
+        "the deadline's stop",
+    )
+    assert not any(isinstance(f, StepCompleted) for f in stop)  # slow_step is held
+    gate.touch()
+    result = running.client.wait(run_id, WAIT_S)
+    assert result.status == "timed_out", result
+    facts = running.facts(run_id)
+    _assert_bookkeeping(facts)
+    pipeline = graph_pipelines.held
+    completed = _names(pipeline, facts, StepCompleted)
+    assert completed in (["slow_step", "release"], ["release"]), completed
+    assert "never_reached" not in _names(pipeline, facts, NodeReady)
+    stopped = [f for f in facts if isinstance(f, RunStopped)]
+    assert [f.execution for f in stopped] == ["TimedOut"] and facts[-1] is stopped[0]
+    stop_at = next(f.seq for f in facts if isinstance(f, RunStopRequested))
+    steps = [s.spec.name for s in pipeline.steps]
+    (release,) = [f for f in facts if isinstance(f, NodeReady) and steps[f.step] == "release"]
+    assert release.seq > stop_at  # the finally step ran after the deadline's stop
+
+
+def test_a_fan_out_of_200_items_tolerates_10_percent_failing_and_fails_beyond(
+    running: Running,
+) -> None:
+    """Items ending in 3 fail: 20 of 200 (10 %, inclusive) pass, 21 of 200 fail the
+    fan-out. Never more than ``TOLERANT_LIMIT`` open at once, counted from the facts."""
+    passing = running.client.submit("tolerant", {"n": 200}, wait_s=WAIT_S).run_id
+    failing_input = {"n": 199, "more": [1003]}  # 1003 fails too: 21 of 200
+    failing = running.client.submit("tolerant", failing_input, wait_s=WAIT_S).run_id
+    passed = running.client.wait(passing, WAIT_S)
+    assert passed.status == "succeeded", passed
+    assert passed.output["items"] == [None if i % 10 == 3 else i * i for i in range(200)]
+    assert [f["item"] for f in passed.output["failed"]] == list(range(3, 200, 10))
+    failed = running.client.wait(failing, WAIT_S)
+    assert failed.status == "failed", failed
+    assert (failed.error or "").startswith("21 of 200 items failed, more than tolerated")
+    assert failed.error_type == "FanOutFailed"
+    pipeline = graph_pipelines.tolerant
+    for run_id in (passing, failing):
+        facts = running.facts(run_id)
+        _assert_bookkeeping(facts)
+        started = [f.item for f in facts if isinstance(f, NodeReady) and f.item is not None]
+        settled = [f for f in facts if isinstance(f, FanOutItemSettled)]
+        assert started == list(range(200))
+        assert sorted(f.item for f in settled) == list(range(200))  # each item once
+        assert _most_open(facts) == graph_pipelines.TOLERANT_LIMIT
+    assert _skips(pipeline, running.facts(failing)) == [("summarize", "readiness_unsatisfied")]
+    failed_items = [
+        f.item
+        for f in running.facts(failing)
+        if isinstance(f, FanOutItemSettled) and f.status == "failed"
+    ]
+    assert len(failed_items) == 21
+
+
+def test_compensation_undoes_every_branch_in_reverse_order_of_completion(
+    running: Running, tmp_path: Path
+) -> None:
+    """``book_a`` is held until ``book_b`` completed, so the order of completion is
+    open_order, book_b, book_a (not the order of declaration); the unwind reverses it."""
+    gate = tmp_path / "gate"
+    run_id = running.client.submit("unwind", {"gate": str(gate)}, wait_s=WAIT_S).run_id
+    pipeline = graph_pipelines.unwind
+    _wait_facts(
+        running,
+        run_id,
+        lambda facts: "book_b" in _names(pipeline, facts, StepCompleted),
+        "book_b to complete",
+    )
+    gate.touch()
+    result = running.client.wait(run_id, WAIT_S)
+    assert result.status == "failed" and result.error == "settlement refused", result
+    facts = running.facts(run_id)
+    _assert_bookkeeping(facts)
+    completed = _names(pipeline, facts, StepCompleted)
+    assert completed == ["open_order", "book_b", "book_a"]
+    compensated = _names(pipeline, facts, CompensationStepCompleted)
+    assert compensated == ["book_a", "book_b", "open_order"]
+
+
+def test_a_false_predicate_skips_its_step_durably_and_a_true_one_runs_it(
+    running: Running,
+) -> None:
+    small = running.client.submit("guarded", {"total": 5}, wait_s=WAIT_S).run_id
+    big = running.client.submit("guarded", {"total": 500}, wait_s=WAIT_S).run_id
+    small_result = running.client.wait(small, WAIT_S)
+    big_result = running.client.wait(big, WAIT_S)
+    assert small_result.status == "succeeded", small_result
+    assert small_result.output == {"notify_manager": None, "receive": {"total": 5}}
+    assert big_result.output == {"notify_manager": "notified", "receive": {"total": 500}}
+    pipeline = graph_pipelines.guarded
+    small_facts, big_facts = running.facts(small), running.facts(big)
+    _assert_bookkeeping(small_facts)
+    _assert_bookkeeping(big_facts)
+    assert _skips(pipeline, small_facts) == [
+        ("notify_manager", "predicate_false"),
+        ("after_notify", "readiness_unsatisfied"),
+    ]
+    assert "notify_manager" not in _names(pipeline, small_facts, StepCompleted)
+    assert "notify_manager" not in _names(pipeline, small_facts, NodeSettled)
+    assert _skips(pipeline, big_facts) == []
+    assert "after_notify" in _names(pipeline, big_facts, StepCompleted)
+
+
+def test_an_unknown_graph_step_is_resolved_in_its_lane_and_the_graph_goes_on(
+    running: Running, tmp_path: Path
+) -> None:
+    """The effectful ``charge_card`` hangs past its timeout: its lane turns Unknown (never
+    retried blindly) while ``email`` beside it completes; the operator resolves that
+    lane, and the join gets the operator's output. The hung attempt's late result is
+    stale."""
+    gate = tmp_path / "gate"
+    run_id = running.client.submit("effects", {"total": 9, "gate": str(gate)}, wait_s=WAIT_S).run_id
+    facts = _wait_facts(
+        running,
+        run_id,
+        lambda facts: any(isinstance(f, AttemptOutcomeUnknown) for f in facts),
+        "charge_card's Unknown outcome",
+    )
+    unknown = next(f for f in facts if isinstance(f, AttemptOutcomeUnknown))
+    pipeline = graph_pipelines.effects
+    assert pipeline.steps[unknown.step].spec.name == "charge_card"
+    state = running.client.status(run_id)
+    assert state is not None and is_unknown(state)
+    lane = status_dict(state)["graph"]["lanes"][str(unknown.segment)]
+    assert lane["phase"] == "unknown", lane
+    reply = running.client.resolve(
+        run_id,
+        segment=unknown.segment,
+        attempt=unknown.attempt,
+        generation=unknown.generation,
+        idempotency_key="charge-checked-by-hand",
+        action="succeed",
+        output={"charged": 9, "by": "operator"},
+        wait_s=WAIT_S,
+    )
+    assert reply is not None and reply.refusal is None, reply
+    gate.touch()  # the hung attempt returns: stale
+    result = running.client.wait(run_id, WAIT_S)
+    assert result.status == "succeeded", result
+    assert result.output == {"charge_card": {"by": "operator", "charged": 9}, "email": "sent"}
+    facts = running.facts(run_id)
+    _assert_bookkeeping(facts)
+    assert len([f for f in facts if isinstance(f, AttemptOutcomeUnknown)]) == 1
+    attempts = [f for f in facts if isinstance(f, SegmentAttemptStarted)]
+    assert [f.segment for f in attempts].count(unknown.segment) == 1  # not retried
+
+
+def test_a_failed_graph_run_is_redriven_from_its_failed_branch_only(
+    running: Running, tmp_path: Path
+) -> None:
+    fixed = tmp_path / "fixed"
+    run_id = running.client.submit("redrivable", {"fixed": str(fixed)}, wait_s=WAIT_S).run_id
+    failed = running.client.wait(run_id, WAIT_S)
+    assert failed.status == "failed" and failed.error == "warehouse offline", failed
+    fixed.touch()
+    reply = running.client.redrive(run_id, operator="ops", reason="warehouse back", wait_s=WAIT_S)
+    assert reply is not None and reply.refusal is None, reply
+    result = running.client.wait(run_id, WAIT_S)
+    assert result.status == "succeeded", result
+    assert result.output == {"bill": {"billed": True}, "stock_up": {"stocked": True}}
+    facts = running.facts(run_id)
+    assert [f.seq for f in facts] == list(range(1, len(facts) + 1))
+    assert len({f.fact_key for f in facts}) == len(facts)
+    pipeline = graph_pipelines.redrivable
+    redriven = next(i for i, f in enumerate(facts) if isinstance(f, RunRedriven))
+    # the succeeded branch kept its output and did not run again
+    assert sorted(_names(pipeline, facts[redriven:], NodeReady)) == ["ship_it", "stock_up"]
+    assert Counter(_names(pipeline, facts, StepCompleted)) == Counter(
+        {"start_order": 1, "bill": 1, "stock_up": 1, "ship_it": 1}
+    )
+
+
+def _labels_open(facts: list[FactHeader]) -> int:
+    """The most interactions of an itemized await open at once, from the facts:
+    dispatched, not yet admitted."""
+    open_items, most = 0, 0
+    for fact in facts:
+        if isinstance(fact, BoundaryInteractionDispatched):
+            open_items += 1
+            most = max(most, open_items)
+        elif isinstance(fact, BoundaryCompletionAdmitted):
+            open_items -= 1
+    return most
+
+
+def _answer_labels(running: Running, run_ids: dict[str, set[int]]) -> None:
+    """Answer every request of the ``batched`` runs of ``run_ids`` as it opens (all that
+    are open at once), failing the items in their set, until each run ended."""
+    topology = running.deployment.topology
+    topic = topology.name(TopicName.REQUESTS)
+    answered: set[tuple[str, int]] = set()
+
+    def answer_open() -> bool:
+        running.process.check_alive()
+        records = read_topic(running.reader, topic, topology.partitions)
+        for request in (codec().decode_as(r.value, BoundaryRequest) for r in records):
+            failing = run_ids.get(request.run_id)
+            key = (request.run_id, request.item_index)
+            if failing is None or request.cancel is not None or key in answered:
+                continue
+            answered.add(key)
+            if request.item_index in failing:
+                error = f"printer jammed on {request.item_index}"
+                running.client.fail(request.resume_token, error)
+            else:
+                running.client.complete(request.resume_token, {"label": request.item_index})
+        return all(
+            any(isinstance(f, RunSucceeded | RunFailed) for f in running.facts(run_id))
+            for run_id in run_ids
+        )
+
+    wait_until(answer_open, WAIT_S, "the itemized awaits to be answered", max_pause_s=0.05)
+
+
+def test_an_itemized_await_keeps_its_limit_and_tolerates_one_failure(running: Running) -> None:
+    """8 parcels, at most ``BATCH_LIMIT`` requests open at once (counted from the facts,
+    every open request answered at once), one failure tolerated, two not."""
+    passing = running.client.submit("batched", {"parcels": 8}, wait_s=WAIT_S).run_id
+    failing = running.client.submit("batched", {"parcels": 8}, wait_s=WAIT_S).run_id
+    _answer_labels(running, {passing: {4}, failing: {2, 5}})
+    result = running.client.wait(passing, WAIT_S)
+    assert result.status == "succeeded", result
+    labels = [None if i == 4 else {"label": i} for i in range(8)]
+    assert result.output == {
+        "failed": [{"error": "printer jammed on 4", "item": 4}],
+        "items": labels,
+    }
+    failed = running.client.wait(failing, WAIT_S)
+    assert failed.status == "failed", failed
+    assert (failed.error or "").startswith("2 of 8 items failed, more than tolerated")
+    facts = running.facts(passing)
+    assert _labels_open(facts) == graph_pipelines.BATCH_LIMIT
+    dispatched = [f.item_index for f in facts if isinstance(f, BoundaryInteractionDispatched)]
+    assert dispatched == list(range(8))
+    assert len([f for f in facts if isinstance(f, BoundaryCompletionAdmitted)]) == 8
+    assert _labels_open(running.facts(failing)) <= graph_pipelines.BATCH_LIMIT
 
 
 # --- a crash after the route was decided -----------------------------------------------------

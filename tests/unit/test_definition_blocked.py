@@ -47,6 +47,7 @@ from processor.store.rocks import PartitionStore
 from processor.transport.base import Outbound
 from processor.transport.topology import Topology
 from processor.worker.announce import Announcer
+from processor.worker.pipeline import Pipeline
 from tests.apps.support import wait_until
 from tests.apps.version_pipelines import application
 
@@ -58,6 +59,18 @@ ASKING = PipelineSpec(
     1,
     (StepSpec("ask", awaits=AwaitSpec("svc", 5_000, itemized=True, wire="json")), StepSpec("end")),
 )
+
+
+def _fork() -> PipelineSpec:
+    """A graph: ``begin``, then ``left`` and ``right`` in lanes of their own, ``join``."""
+    fork = Pipeline("fork")
+    for name, needs in (("begin", None), ("left", ["begin"]), ("right", ["begin"])):
+        fork.step(name, needs=needs)(lambda v: v)
+    fork.step("join", needs=["left", "right"])(lambda v: v)
+    return fork.spec()
+
+
+FORK = _fork()
 ONLY_V1: LiveVersions = frozenset({("greet", 1), ("asking", 1)})
 BOTH: LiveVersions = ONLY_V1 | {("greet", 2)}
 
@@ -66,7 +79,7 @@ class Catalog:
     """Pins new ``greet`` runs to v2 (its latest)."""
 
     specs: ClassVar[dict[tuple[str, int], PipelineSpec]] = {
-        (s.name, s.version): s for s in (V1, V2, ASKING)
+        (s.name, s.version): s for s in (V1, V2, ASKING, FORK)
     }
 
     def latest(self, name: str) -> PipelineSpec | None:
@@ -201,6 +214,58 @@ def test_a_worker_without_the_version_charges_no_retry_and_blocks_the_run() -> N
     )
     run.take(decide_result(done, run.state, run.ctx))
     assert run.state.phase == "publishing" or run.state.status == "succeeded"
+
+
+def _completed(run: Run, item: WorkItem, output: bytes) -> Decision:
+    result = SegmentResult(
+        result_id=f"ok{len(run.facts)}",
+        run_id=run.run_id,
+        segment=item.segment,
+        attempt=item.attempt,
+        generation=item.generation,
+        steps=(StepOutput(step=item.first_step, output=output),),
+        outcome="completed",
+        worker_id="new-worker",
+    )
+    return run.take(decide_result(result, run.state, run.ctx))
+
+
+def test_a_graph_lane_a_worker_cannot_run_blocks_alone_and_is_dispatched_again() -> None:
+    """``left`` and ``right`` run in lanes of their own; a worker without the version
+    answers ``left``: that lane alone is blocked (no retry charged) while ``right``
+    completes; once a worker loads the version, only the blocked lane is dispatched
+    again, and the join runs after both."""
+    run = Run(None, pipeline="fork")  # warming up: dispatched to whoever owns it
+    _completed(run, run.work[-1], b'{"n":1}')
+    left, right = run.work[1:]
+    assert (left.first_step, right.first_step) == (1, 2)
+    run.answer(left)
+    _completed(run, right, b'"right"')
+    state = run.state
+    blocked = [lane for lane in state.lane_views() if lane.phase == "definition_blocked"]
+    assert [(b.attempt.segment, b.attempt.step_attempts) for b in blocked] == [(left.segment, 0)]
+    assert state.status == "running" and len(run.work) == 3  # join waits for left
+    assert ("blocked", ("fork", "1")) in {(e.kind, e.parts) for e in index_entries(state)}
+    run.live = ONLY_V1  # still no worker loads fork v1
+    assert decide_unblock(state, run.ctx) == Decision()
+
+    run.live = ONLY_V1 | {("fork", 1)}
+    run.take(decide_unblock(state, run.ctx))
+    again = run.work[3:]
+    assert [(w.segment, w.attempt, w.generation) for w in again] == [
+        (left.segment, 1, left.generation + 1)
+    ]
+    assert not any(e.kind == "blocked" for e in index_entries(run.state))
+    assert decide_unblock(run.state, run.ctx) == Decision()  # nothing blocked any more
+    _completed(run, again[0], b'"left"')
+    (join,) = run.work[4:]
+    assert json.loads(join.input) == {"left": "left", "right": "right"}
+    _completed(run, join, b'"joined"')
+    assert run.state.status == "succeeded"
+    blocked_facts = [f for f in run.facts if isinstance(f, RunDefinitionBlocked)]
+    assert [(f.reason, f.segment) for f in blocked_facts] == [
+        ("worker_lacks_version", left.segment)
+    ]
 
 
 def test_a_stale_unknown_pipeline_answer_is_refused() -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from processor.errors import ConfigurationError
 from processor.model.graph import FanOutLimits, Node, Tolerance, build_graph
+from processor.worker.pipeline import Pipeline
 
 
 def test_steps_without_needs_are_a_chain() -> None:
@@ -154,3 +155,21 @@ def test_tolerances_are_inclusive() -> None:
     # The percentage as written: 0.1 + 0.2 style binary error does not refuse 3 of 1000.
     assert Tolerance(percent=0.3).allows(3, 1000)
     assert not Tolerance(percent=0.3).allows(4, 1000)
+
+
+def test_a_compensator_keeps_its_steps_place_in_the_graph() -> None:
+    """Registering a compensator kept the step's spec but dropped its node and predicate:
+    a compensated step with needs became the step after the one before it."""
+    pipeline = Pipeline("unwind")
+    pipeline.step("open")(lambda v: v)
+    pipeline.step("a", needs=["open"], when=lambda v: True)(lambda v: v)
+    pipeline.step("b", needs=["open"], rule="all_done")(lambda v: v)
+    for name in ("open", "a", "b"):
+        pipeline.compensate(name)(lambda v: None)
+    graph = pipeline.spec().graph
+    assert graph is not None
+    assert [graph.needs(n) for n in ("open", "a", "b")] == [(), ("open",), ("open",)]
+    assert graph.by_name["b"].rule == "all_done"
+    assert graph.by_name["a"].when is True
+    assert all(step.compensator is not None for step in pipeline.steps)
+    assert pipeline.steps[1].predicate is not None
