@@ -170,6 +170,8 @@ def reduce_schedule(state: ScheduleState | None, fact: ScheduleRecorded) -> Sche
     replace = dataclasses.replace
     fire = fact.fire_ms if fact.fire_ms is not None else state.after_ms
     later = max(state.after_ms, fire)
+    if _repeated(state, fact, fire):
+        return state
     match fact.kind:
         case "paused":
             return replace(state, paused=True)
@@ -193,6 +195,16 @@ def reduce_schedule(state: ScheduleState | None, fact: ScheduleRecorded) -> Sche
         case "queued":
             return replace(state, last_fire_ms=later, queued_fire_ms=fire)
     return state
+
+
+def _repeated(state: ScheduleState, fact: ScheduleRecorded, fire: int) -> bool:
+    """Whether a fire fact is one the state holds already (decided fire times only
+    move forward: a queued fire is later than the last fired one)."""
+    if fact.kind == "fired":
+        return state.last_fired_ms is not None and fire <= state.last_fired_ms
+    if fact.kind in ("skipped", "queued"):
+        return state.last_fire_ms is not None and fire <= state.last_fire_ms
+    return False
 
 
 # --- what is due -----------------------------------------------------------------------
