@@ -229,6 +229,7 @@ def schedule_dict(state: ScheduleState) -> dict[str, Any]:
         "cron": spec.cron,
         "interval_s": None if spec.interval_ms is None else spec.interval_ms / 1000,
         "timezone": spec.timezone,
+        "start_ms": spec.start_ms,
         "catch_up": spec.catch_up,
         "catch_up_limit": spec.catch_up_limit,
         "overlap": spec.overlap,

@@ -361,8 +361,8 @@ def _decide_create(
     if wrong is not None:
         return Refused(*wrong)
     if state is not None and not state.deleted:
-        if state.spec == spec:
-            return None  # the same create again
+        if dataclasses.replace(spec, start_ms=state.spec.start_ms) == state.spec:
+            return None  # the same create again (a retry, later: its start differs)
         return Refused(
             "schedule_exists", f"schedule {command.schedule_id!r} exists with another spec"
         )

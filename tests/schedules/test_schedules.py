@@ -1,5 +1,8 @@
-"""Schedules through the client, on both transports: one processor host per module,
-its clock injected (``FakeClock``), so a fire time comes when the test moves it."""
+"""Schedules through the client: one processor host per module and transport, its
+clock injected (``FakeClock``), so a fire time comes when the test moves it.
+
+The Kafka run of this module (about 45 s, most of it the host's start) is marked
+``slow``; ``tests/kafka/test_schedules_on_kafka.py`` is the cheap Kafka tier."""
 
 from __future__ import annotations
 
@@ -48,7 +51,10 @@ class Env:
         self.clock.advance_to(self.clock.now_ms + ms)
 
 
-@pytest.fixture(scope="module", params=["embedded", pytest.param("kafka", marks=pytest.mark.kafka)])
+@pytest.fixture(
+    scope="module",
+    params=["embedded", pytest.param("kafka", marks=[pytest.mark.kafka, pytest.mark.slow])],
+)
 def env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     data = tmp_path_factory.mktemp("schedules")
     space = None
