@@ -3,20 +3,22 @@
 Each goes through ``Client.schedules`` (``processor/clients/schedules.py``): a
 malformed schedule (bad cron, unknown time zone, bad policy) is refused before
 anything is produced, 422; an unknown pipeline is refused by the processor, 422; an
-unknown schedule 404.
+unknown schedule 404. A schedule's input is shown with resume tokens redacted
+without the bearer token, as a run's is.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from processor.clients.schedules import ScheduleError, ScheduleReceipt
 from processor.web.context import WebContext
 from processor.web.errors import ApiError
 from processor.web.models import ErrorBody
+from processor.web.reads import shown_to
 
 __all__ = ["ScheduleBody", "schedule_routes"]
 
@@ -77,9 +79,11 @@ def schedule_routes(router: APIRouter, context: WebContext, reader: Any, writer:
         return _answer(receipt, response)
 
     @router.get("/schedules", summary="Every schedule", dependencies=[reader])
-    def listing() -> list[dict[str, Any]]:
+    def listing(request: Request) -> list[dict[str, Any]]:
         with context.client() as client:
-            return client.schedules.list()
+            listed = client.schedules.list()
+        shown: list[dict[str, Any]] = shown_to(context, request)(listed)
+        return shown
 
     @router.get(
         "/schedules/{schedule_id}",
@@ -87,12 +91,13 @@ def schedule_routes(router: APIRouter, context: WebContext, reader: Any, writer:
         responses={404: {"model": ErrorBody}},
         dependencies=[reader],
     )
-    def show(schedule_id: str) -> dict[str, Any]:
+    def show(schedule_id: str, request: Request) -> dict[str, Any]:
         with context.client() as client:
             found = client.schedules.get(schedule_id)
         if found is None:
             raise ApiError(404, "unknown_schedule", f"no schedule named {schedule_id!r}")
-        return found
+        shown: dict[str, Any] = shown_to(context, request)(found)
+        return shown
 
     for action in ("pause", "resume", "delete"):
         _action_route(router, context, writer, action, errors)
