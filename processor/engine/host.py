@@ -23,7 +23,7 @@ from processor.config.resume_secret import resume_keys
 from processor.engine.guarded import start_guarded
 from processor.engine.instance import InstanceClaim, claim_instance
 from processor.engine.loop import LoopConfig, ProcessorLoop
-from processor.engine.schedules import ScheduleStage, run_ended_reader
+from processor.engine.schedules import RunEndedReader, ScheduleStage
 from processor.engine.trigger import TriggerStage
 from processor.engine.worker_process import ChildSpec, WorkerProcess, in_process_workers
 from processor.errors import TransportError
@@ -173,15 +173,16 @@ class Host:
         )
 
     def _schedule_stage(self) -> ScheduleStage:
-        deployment, loop = self.deployment, self.loop
-        assert loop is not None
+        deployment = self.deployment
         return ScheduleStage(
             deployment.transport,
             deployment.topology,
             group=deployment.settings.group,
             instance_id=self.instance_id,
             pipelines=frozenset(self.app.names),
-            run_ended=run_ended_reader(deployment.transport, deployment.topology, loop.run_state),
+            run_ended=RunEndedReader(
+                deployment.transport, deployment.topology, deployment.settings.state_dir
+            ),
             clock=self.clock,
         )
 

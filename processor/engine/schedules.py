@@ -24,8 +24,9 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from processor.errors import FencedError, SessionLostError, TransportError
 from processor.facts.codec import codec, decode_facts, encode
@@ -49,13 +50,14 @@ from processor.model.schedules import (
     reduce_schedule,
     spec_of,
 )
+from processor.store.readers import LocalStores
 from processor.transport.base import Outbound, ProcessorSession, Record, TopicPartition, Transport
 from processor.transport.calendar import CalendarError, calendar, check_calendar
 from processor.transport.clock import Clock, wall_clock_ms
 from processor.transport.partitioner import partition_for
 from processor.transport.topology import Topology
 
-__all__ = ["RunEnded", "ScheduleStage", "schedule_group"]
+__all__ = ["RunEnded", "RunEndedReader", "ScheduleStage", "schedule_group"]
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +132,9 @@ class ScheduleStage:
 
     def close(self) -> None:
         self._drop_session()
+        closing = getattr(self._run_ended, "close", None)
+        if closing is not None:
+            closing()
 
     def schedules(self) -> list[ScheduleState]:
         """The owned schedules, as committed (tests and the status of this process)."""
@@ -372,34 +377,37 @@ def _close_quietly(session: ProcessorSession) -> None:
         logger.warning("schedules: closing the old session failed: %s", exc)
 
 
-def ended_in(states: Mapping[str, bool]) -> RunEnded:
-    """A ``RunEnded`` over a mapping (tests)."""
-    return states.get
+class RunEndedReader:
+    """Whether a run has ended, as of the end of runs.facts: the local store of its
+    partition (a secondary reader, as the HTTP API's: never the loop's own handle,
+    which another thread may close) and the run's facts after its offset, or the
+    whole partition where there is no store (another machine owns it). Asked only
+    when a fire is due under an overlap policy; used by the stage's thread alone."""
 
+    def __init__(self, transport: Transport, topology: Topology, state_dir: Path) -> None:
+        self._transport = transport
+        self._topology = topology
+        self._stores = LocalStores(state_dir)
 
-def run_ended_reader(
-    transport: Transport, topology: Topology, owned_state: Callable[[str], object]
-) -> RunEnded:
-    """A ``RunEnded`` that asks the loop's committed projection first (``owned_state``:
-    the run's ``RunState``, None if unknown or not owned here), then runs.facts."""
-
-    def ended(run_id: str) -> bool | None:
-        try:
-            state = owned_state(run_id)
-        except Exception:  # a store closed by a rebalance meanwhile: read the log
-            state = None
-        if state is not None:
-            return bool(getattr(state, "terminal", False))
+    def __call__(self, run_id: str) -> bool | None:
         key = run_id.encode()
-        tp = TopicPartition(topology.name(TopicName.FACTS), partition_for(key, topology.partitions))
-        reader = transport.reader()
+        partition = partition_for(key, self._topology.partitions)
+        state, start = None, 0
+        for store in self._stores.refresh([partition]):
+            state, start = store.run(run_id), store.facts_offset()
+        tp = TopicPartition(self._topology.name(TopicName.FACTS), partition)
+        reader = self._transport.reader()
         try:
-            values = [
-                r.value for batch in reader.read(tp, 0) for r in batch if r.key == key and r.value
+            tail = [
+                r.value
+                for batch in reader.read(tp, start)
+                for r in batch
+                if r.key == key and r.value is not None
             ]
         finally:
             reader.close()
-        run = fold(decode_facts(values))
+        run = fold(decode_facts(tail), state)
         return None if run is None else run.terminal
 
-    return ended
+    def close(self) -> None:
+        self._stores.close()

@@ -20,12 +20,17 @@ from processor.facts.models import SubmitRun
 from processor.facts.topics import TopicName
 from processor.model.schedules import fire_run_id
 from processor.transport.deployment import Deployment
-from tests.apps.pipelines import app, expected_steps3_result
+from processor.worker.pipeline import Application
+from tests.apps.pipelines import expected_steps3_result, steps3
+from tests.apps.sleep_pipelines import alarm
 from tests.apps.support import FakeClock, read_topic, transport_settings, wait_until
 from tests.kafka.support import KafkaSpace
 from tests.kafka_broker import kafka_bootstrap, unavailable_reason
 
 MINUTE = 60_000
+DAY = 86_400_000
+#: ``steps3`` ends at once; ``alarm`` sleeps until its input's ``wake_ms`` (a day on).
+app = Application([steps3, alarm])
 
 
 class Env:
@@ -180,3 +185,76 @@ def test_a_bad_schedule_id_is_refused(env: Env, tmp_path: Path) -> None:
     with pytest.raises(ScheduleError) as refused:
         env.client.schedules.create("has space", "steps3", 1, interval_s=60)
     assert refused.value.reason == "bad_schedule_id"
+
+
+def _sleeper(env: Env, sid: str, overlap: str) -> int:
+    """A schedule of ``alarm`` runs that sleep a day (they overlap); its start."""
+    start = env.clock.now_ms
+    wake = {"wake_ms": start + DAY}
+    env.client.schedules.create(sid, "alarm", wake, interval_s=60, start_ms=start, overlap=overlap)
+    return start
+
+
+def _decided(env: Env, sid: str, what: str, count: int) -> dict[str, object]:
+    def reached() -> dict[str, object] | None:
+        found = env.client.schedules.get(sid)
+        return found if found is not None and found[what] == count else None
+
+    return wait_until(reached, 30, f"{what} of {sid} to reach {count}")
+
+
+def _end(env: Env, run_id: str) -> None:
+    wait_until(lambda: env.client.status(run_id), 30, f"run {run_id}")
+    env.client.cancel(run_id, "test")
+    wait_until(lambda: env.client.status(run_id).terminal, 30, f"run {run_id} to end")  # type: ignore[union-attr]
+
+
+def test_overlap_skip_skips_a_fire_while_the_last_run_runs(env: Env) -> None:
+    sid = _id()
+    start = _sleeper(env, sid, "skip")
+    env.advance(MINUTE)
+    first = fire_run_id(sid, start + MINUTE)
+    _decided(env, sid, "fired", 1)
+    wait_until(lambda: env.client.status(first), 30, "the first run")
+    env.advance(MINUTE)
+    _decided(env, sid, "skipped", 1)
+    assert env.submits(sid) == [first]
+    _end(env, first)
+    env.advance(MINUTE)
+    _decided(env, sid, "fired", 2)
+    assert env.submits(sid) == [first, fire_run_id(sid, start + 3 * MINUTE)]
+    env.client.schedules.delete(sid)
+    _end(env, fire_run_id(sid, start + 3 * MINUTE))
+
+
+def test_overlap_queue_keeps_one_fire_until_the_last_run_ends(env: Env) -> None:
+    sid = _id()
+    start = _sleeper(env, sid, "queue")
+    env.advance(MINUTE)
+    first = fire_run_id(sid, start + MINUTE)
+    _decided(env, sid, "fired", 1)
+    wait_until(lambda: env.client.status(first), 30, "the first run")
+    env.advance(MINUTE)
+    assert _decided(env, sid, "queued_fire_ms", start + 2 * MINUTE)
+    env.advance(MINUTE)
+    _decided(env, sid, "skipped", 1)  # one queued at most
+    assert env.submits(sid) == [first]
+    _end(env, first)
+    listed = _decided(env, sid, "fired", 2)
+    assert listed["queued_fire_ms"] is None
+    queued = fire_run_id(sid, start + 2 * MINUTE)
+    assert env.submits(sid) == [first, queued]
+    env.client.schedules.delete(sid)
+    _end(env, queued)
+
+
+def test_catch_up_all_fires_every_missed_time_in_order(env: Env) -> None:
+    sid, start = _id(), env.clock.now_ms
+    env.client.schedules.create(
+        sid, "steps3", {"n": 1}, interval_s=60, start_ms=start, catch_up="all", catch_up_limit=3
+    )
+    env.advance(5 * MINUTE)  # a downtime of five fire times, as the stage sees it
+    _decided(env, sid, "fired", 3)
+    assert env.client.schedules.get(sid)["skipped"] == 2  # type: ignore[index]
+    assert env.submits(sid) == [fire_run_id(sid, start + k * MINUTE) for k in (3, 4, 5)]
+    env.client.schedules.delete(sid)
