@@ -111,6 +111,7 @@ class ScheduleStage:
         self._owned: dict[int, dict[str, ScheduleState]] = {}
         self._folded_to: dict[int, int] = {}
         self.submitted = 0  # runs submitted since the start (tests)
+        self._broken: set[str] = set()  # schedules whose planning raised (``_fire_guarded``)
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -193,7 +194,7 @@ class ScheduleStage:
             self._handle(record, staged, round_, now)
         for owned in staged.values():
             for state in list(owned.values()):
-                self._fire(state, owned, round_, now)
+                self._fire_guarded(state, owned, round_, now)
         if round_.outbound or round_.consumed:
             self._commit(session, round_, staged)
         return len(records)
@@ -217,7 +218,32 @@ class ScheduleStage:
             detail = f"expected a schedule command, got {type(message).__name__}"
             round_.outbound.append(self._rejected(record, "wrong_schema", detail, now))
             return
-        self._decide(record, message, owned, round_, now)
+        try:
+            self._decide(record, message, owned, round_, now)
+        except TransportError:
+            raise
+        except Exception as exc:  # a bug met by this command: refuse it, go on
+            logger.exception("schedule %s: deciding a command raised", message.schedule_id)
+            detail = f"{type(exc).__name__}: {exc}"[:2000]
+            round_.outbound.append(self._rejected(record, "internal_error", detail, now))
+            self._reply(round_, message, False, "internal_error", detail)
+
+    def _fire_guarded(
+        self, state: ScheduleState, owned: dict[str, ScheduleState], round_: _Round, now: int
+    ) -> None:
+        """``_fire``; a schedule whose planning raises (a bug) is left alone until this
+        process restarts, so that no schedule stops the others."""
+        if state.schedule_id in self._broken:
+            return
+        try:
+            self._fire(state, owned, round_, now)
+        except TransportError:
+            raise
+        except Exception:
+            logger.exception(
+                "schedule %s: planning raised; skipped until restart", state.schedule_id
+            )
+            self._broken.add(state.schedule_id)
 
     def _decide(
         self,

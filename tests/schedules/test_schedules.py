@@ -15,10 +15,11 @@ import pytest
 from processor.clients.client import Client
 from processor.clients.schedules import ScheduleError
 from processor.engine.host import Host
-from processor.facts.codec import codec
-from processor.facts.models import SubmitRun
+from processor.facts.codec import codec, encode
+from processor.facts.models import Rejected, ScheduleCommand, SubmitRun
 from processor.facts.topics import TopicName
 from processor.model.schedules import fire_run_id
+from processor.transport.base import Outbound
 from processor.transport.deployment import Deployment
 from processor.worker.pipeline import Application
 from tests.apps.pipelines import expected_steps3_result, steps3
@@ -258,3 +259,53 @@ def test_catch_up_all_fires_every_missed_time_in_order(env: Env) -> None:
     assert env.client.schedules.get(sid)["skipped"] == 2  # type: ignore[index]
     assert env.submits(sid) == [fire_run_id(sid, start + k * MINUTE) for k in (3, 4, 5)]
     env.client.schedules.delete(sid)
+
+
+def _rejected_from_schedules(env: Env) -> list[Rejected]:
+    topology = env.host.deployment.topology
+    reader = env.host.deployment.transport.reader()
+    try:
+        records = read_topic(reader, topology.name(TopicName.REJECTED), topology.partitions)
+        found = [codec().decode_as(r.value, Rejected) for r in records]
+    finally:
+        reader.close()
+    return [r for r in found if r.source_topic == topology.name(TopicName.SCHEDULES)]
+
+
+def test_garbage_and_unchecked_commands_on_the_topic_are_refused_and_kept(env: Env) -> None:
+    """Another producer than the client: nothing is checked before the stage."""
+    topology = env.host.deployment.topology
+    topic = topology.name(TopicName.SCHEDULES)
+    sid = _id()
+    unchecked = ScheduleCommand(
+        command_id="c-1", schedule_id=sid, action="create", requested_ms=env.clock.now_ms,
+        pipeline="steps3", input=b"1", cron="0 0 31 2 *", timezone="Mars/Base",
+    )  # fmt: skip
+    other = ScheduleCommand(
+        command_id="c-2", schedule_id=sid, action="explode", requested_ms=env.clock.now_ms
+    )
+    producer = env.host.deployment.transport.producer()
+    try:
+        for key, value in ((b"junk", b"\x00not a record"), (sid.encode(), encode(unchecked))):
+            producer.produce(Outbound(topic, key, value))
+        producer.produce(Outbound(topic, sid.encode(), encode(other)))
+        producer.flush()
+    finally:
+        producer.close()
+    reasons = wait_until(
+        lambda: (
+            sorted(r.reason for r in _rejected_from_schedules(env))
+            if len(_rejected_from_schedules(env)) >= 3
+            else None
+        ),
+        30,
+        "three rejections",
+    )
+    assert reasons == ["undecodable", "unknown_schedule", "unknown_time_zone"]
+    assert all(r.original_value for r in _rejected_from_schedules(env))
+    # The stage goes on: a good schedule still fires
+    good, start = _id(), env.clock.now_ms
+    env.client.schedules.create(good, "steps3", {"n": 1}, interval_s=60, start_ms=start)
+    env.advance(MINUTE)
+    wait_until(lambda: env.submits(good), 30, "the good schedule to fire")
+    env.client.schedules.delete(good)
