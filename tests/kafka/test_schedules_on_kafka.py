@@ -61,7 +61,7 @@ def _scenario(
     deployment = space.deployment(tmp_path / "client")
     client = Client(deployment.transport, deployment.topology, deployment.settings.state_dir)
     processor.start()
-    processor.wait_running()
+    processor.wait_running(180)
     start = wall_clock_ms() // SECOND * SECOND
     for sid, catch_up in (("every", "all"), ("latest", "last")):
         receipt = client.schedules.create(
@@ -75,7 +75,7 @@ def _scenario(
         processor.kill()
         _stay_down(wall_clock_ms() + round(downtime_s * SECOND))
         processor.start()
-        processor.wait_running()
+        processor.wait_running(180)
     _fire_until(processor, deployment, fires)
     for sid in ("every", "latest"):
         client.schedules.delete(sid)
@@ -151,3 +151,50 @@ def test_thirty_seconds_of_fires_with_two_kills_and_ten_seconds_down(
     space: KafkaSpace, processes: ProcessFactory, tmp_path: Path
 ) -> None:
     _scenario(space, processes, tmp_path, downtimes_s=[2.0, 10.0], fires=30)
+
+
+@pytest.mark.slow
+def test_a_rebalance_moves_schedules_without_a_fire_time_twice_or_lost(
+    space: KafkaSpace, processes: ProcessFactory, tmp_path: Path
+) -> None:
+    """Two processors share the schedules' partitions; one is killed (the other takes
+    its schedules once its session expires) and started again (they are shared
+    again): every schedule still has one fired fact and one run per fire time."""
+    first, second = processes("first", workers=1), processes("second", workers=1)
+    deployment = space.deployment(tmp_path / "client")
+    client = Client(deployment.transport, deployment.topology, deployment.settings.state_dir)
+    for process in (first, second):
+        process.start()
+    for process in (first, second):
+        process.wait_running(180)
+    start = wall_clock_ms() // SECOND * SECOND
+    ids = [f"moved-{n}" for n in range(6)]  # spread over the 4 partitions
+    for sid in ids:
+        client.schedules.create(
+            sid, "steps3", {"n": 1}, interval_s=1, start_ms=start, catch_up="all",
+            catch_up_limit=1_000,
+        )  # fmt: skip
+    for count in (4, 12):
+        _all_fired(first if count == 12 else second, deployment, ids, count)
+        if count == 4:
+            first.kill()
+            _all_fired(second, deployment, ids, count + 4)
+            first.start()
+            first.wait_running(180)
+    for sid in ids:
+        client.schedules.delete(sid)
+    client.close()
+    for sid in ids:
+        fired = sorted(f.fire_ms or 0 for f in _recorded(deployment, sid) if f.kind == "fired")
+        assert fired == list(range(start + SECOND, fired[-1] + 1, SECOND)), sid
+        _assert_one_run_each(deployment, sid, fired)
+
+
+def _all_fired(
+    alive: KafkaProcessorProcess, deployment: Deployment, ids: list[str], count: int
+) -> None:
+    def fired() -> bool:
+        alive.check_alive()
+        return all(len(_fired(deployment, sid)) >= count for sid in ids)
+
+    wait_until(fired, count + 90, f"{count} fire times of each schedule", max_pause_s=0.5)
