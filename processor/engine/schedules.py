@@ -21,6 +21,7 @@ id with the same fields: the run's partition answers it as a repeat, starting no
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import uuid
@@ -41,6 +42,7 @@ from processor.facts.rejection import rejected
 from processor.facts.topics import TopicName
 from processor.model.reduce import fold
 from processor.model.schedules import (
+    NextFire,
     Refused,
     ScheduleSpec,
     ScheduleState,
@@ -76,7 +78,6 @@ def schedule_group(group: str) -> str:
 class _Round:
     outbound: list[Outbound] = field(default_factory=list)
     consumed: dict[TopicPartition, int] = field(default_factory=dict)
-    facts: list[ScheduleRecorded] = field(default_factory=list)
 
 
 class ScheduleStage:
@@ -273,7 +274,7 @@ class ScheduleStage:
         if state.paused or state.deleted:
             return
         try:
-            next_fire = calendar(state.spec)
+            next_fire = _calendar(state.spec)
         except CalendarError:  # validated on create; a zone gone from this machine
             logger.warning("schedule %s: its calendar is unusable here", state.schedule_id)
             return
@@ -294,7 +295,6 @@ class ScheduleStage:
         self, round_: _Round, owned: dict[str, ScheduleState], fact: ScheduleRecorded
     ) -> None:
         _fold_into(owned, fact)
-        round_.facts.append(fact)
         round_.outbound.append(self._outbound(self._topic, fact.schedule_id, fact))
 
     def _submit(self, spec: ScheduleSpec, run_id: str, fire_ms: int) -> Outbound:
@@ -384,6 +384,13 @@ class ScheduleStage:
         self._folded_to.clear()
         if session is not None:
             _close_quietly(session)
+
+
+@functools.lru_cache(maxsize=4096)
+def _calendar(spec: ScheduleSpec) -> NextFire:
+    """The schedule's calendar, its answers kept: each round asks every schedule for
+    its next fire time after the same time until it fires."""
+    return functools.lru_cache(maxsize=8)(calendar(spec))
 
 
 def _decoded(record: Record) -> object:
