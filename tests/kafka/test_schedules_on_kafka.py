@@ -8,8 +8,9 @@ is caught up as each schedule's policy says.
   ones are recorded as skipped and only the latest fires; fired and skipped times
   together cover the grid, each once.
 
-The cheap test fires for about 8 s with one kill (3 s down); the ``slow`` one is the
-issue's: 30 s with two kills, the second 10 s down.
+The cheap test fires for about 8 s with one kill (3 s down); the ``slow`` ones are the
+issue's, 30 s with two kills, the second 10 s down, and a rebalance: two processors
+share six schedules, one is killed (the other takes its schedules) and comes back.
 """
 
 from __future__ import annotations
