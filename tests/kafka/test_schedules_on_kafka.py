@@ -58,7 +58,7 @@ def _scenario(
     downtimes_s: list[float],
     fires: int,
 ) -> None:
-    processor = processes("processor", workers=1)
+    processor = processes("processor", workers=0)
     deployment = space.deployment(tmp_path / "client")
     client = Client(deployment.transport, deployment.topology, deployment.settings.state_dir)
     processor.start()
@@ -161,7 +161,7 @@ def test_a_rebalance_moves_schedules_without_a_fire_time_twice_or_lost(
     """Two processors share the schedules' partitions; one is killed (the other takes
     its schedules once its session expires) and started again (they are shared
     again): every schedule still has one fired fact and one run per fire time."""
-    first, second = processes("first", workers=1), processes("second", workers=1)
+    first, second = processes("first", workers=0), processes("second", workers=0)
     deployment = space.deployment(tmp_path / "client")
     client = Client(deployment.transport, deployment.topology, deployment.settings.state_dir)
     for process in (first, second):
