@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -61,6 +62,8 @@ topics_cli = typer.Typer(help="Topics as code: create what is missing, report dr
 cli.add_typer(topics_cli, name="topics")
 schemas_cli = typer.Typer(help="Record schemas in the Schema Registry (Confluent wire format).")
 cli.add_typer(schemas_cli, name="schemas")
+schedule_cli = typer.Typer(help="Schedules: start runs of a pipeline on a cron or an interval.")
+cli.add_typer(schedule_cli, name="schedule")
 
 EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_DIFFERENT = 1, 2, 3, 4
 READY_WAIT_S = 60.0  # how long ``run`` waits for its first partitions before saying ready
@@ -1118,6 +1121,131 @@ def schemas_apply(ctx: typer.Context) -> None:
     ]
     text = "\n".join(f"{a.subject}: id {a.schema_id} ({a.compatibility})" for a in applied)
     inv.emit(shown, text)
+
+
+# --- schedules (processor/clients/schedules.py) -------------------------------------------
+
+ScheduleIdArgument = Annotated[str, typer.Argument(help="Schedule id")]
+WaitOption = Annotated[float, typer.Option(help="Seconds to wait for the processor")]
+
+
+@_command(schedule_cli, "create")
+def schedule_create(
+    ctx: typer.Context,
+    schedule_id: ScheduleIdArgument,
+    pipeline: Annotated[str, typer.Option(help="Pipeline the schedule starts")],
+    input_json: Annotated[str, typer.Option("--input", help="Run input as JSON")] = "null",
+    cron: Annotated[str | None, typer.Option(help="Cron expression (5 or 6 fields)")] = None,
+    every_s: Annotated[float | None, typer.Option("--every", help="Interval, seconds")] = None,
+    timezone: Annotated[str, typer.Option("--tz", help="IANA time zone of --cron")] = "UTC",
+    catch_up: Annotated[str, typer.Option(help="After downtime: skip, last or all")] = "skip",
+    catch_up_limit: Annotated[int, typer.Option(help="Most missed fires --catch-up all runs")] = 10,
+    overlap: Annotated[str, typer.Option(help="While the last run runs: skip, queue, allow")] = (
+        "allow"
+    ),
+    jitter_s: Annotated[float, typer.Option("--jitter", help="Largest delay, seconds")] = 0.0,
+    wait: WaitOption = 30.0,
+) -> None:
+    """Create a schedule; refused with a reason if malformed or its pipeline is unknown."""
+    from processor.clients.schedules import ScheduleError
+
+    inv = _inv(ctx)
+    try:
+        value = loads(input_json.encode())
+    except InvalidPayloadError as exc:
+        inv.fail(f"--input: {exc}", code=EXIT_USAGE)
+    ensure_topics(inv.deployment())
+    try:
+        receipt = inv.client().schedules.create(
+            schedule_id,
+            pipeline,
+            value,
+            cron=cron,
+            interval_s=every_s,
+            timezone=timezone,
+            catch_up=catch_up,
+            catch_up_limit=catch_up_limit,
+            overlap=overlap,
+            jitter_s=jitter_s,
+            wait_s=wait,
+        )
+    except ScheduleError as exc:
+        inv.fail(str(exc), EXIT_USAGE, refusal=exc.reason, detail=exc.detail)
+    _schedule_answer(inv, receipt, wait, "created")
+
+
+def _schedule_answer(inv: Invocation, receipt: Any, wait: float, done: str) -> None:
+    shown = receipt.as_dict()
+    if receipt.refusal:
+        inv.refuse(receipt.refusal, receipt.detail, **shown)
+    if receipt.changed is None:
+        inv.fail(f"no processor answered in {wait}s", EXIT_NOT_FOUND, **shown)
+    inv.emit(shown, f"{receipt.schedule_id} {done if receipt.changed else 'unchanged'}")
+
+
+def _schedule_action(ctx: typer.Context, schedule_id: str, action: str, wait: float) -> None:
+    from processor.clients.schedules import ScheduleError
+
+    inv = _inv(ctx)
+    ensure_topics(inv.deployment())
+    schedules = inv.client().schedules
+    try:
+        receipt = getattr(schedules, action)(schedule_id, wait_s=wait)
+    except ScheduleError as exc:
+        inv.fail(str(exc), EXIT_USAGE, refusal=exc.reason, detail=exc.detail)
+    _schedule_answer(inv, receipt, wait, _DONE[action])
+
+
+_DONE = {"pause": "paused", "resume": "resumed", "delete": "deleted"}
+
+
+def _schedule_line(shown: dict[str, Any]) -> str:
+    """One schedule as a line: id, pipeline, when, state, last and next fire."""
+    when = shown["cron"] or f"every {shown['interval_s']}s"
+    state = "paused" if shown["paused"] else f"next {_moment(shown['next_fire_ms'])}"
+    last = _moment(shown["last_fire_ms"])
+    named = f"{shown['schedule_id']} {shown['pipeline']}"
+    return f"{named} {when} ({shown['timezone']}) {state}, last {last}"
+
+
+def _moment(epoch_ms: int | None) -> str:
+    if epoch_ms is None:
+        return "-"
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="seconds")
+
+
+@_command(schedule_cli, "pause")
+def schedule_pause(
+    ctx: typer.Context, schedule_id: ScheduleIdArgument, wait: WaitOption = 30.0
+) -> None:
+    """Pause a schedule: nothing fires until it is resumed."""
+    _schedule_action(ctx, schedule_id, "pause", wait)
+
+
+@_command(schedule_cli, "resume")
+def schedule_resume(
+    ctx: typer.Context, schedule_id: ScheduleIdArgument, wait: WaitOption = 30.0
+) -> None:
+    """Resume a schedule from the next fire time after now."""
+    _schedule_action(ctx, schedule_id, "resume", wait)
+
+
+@_command(schedule_cli, "delete")
+def schedule_delete(
+    ctx: typer.Context, schedule_id: ScheduleIdArgument, wait: WaitOption = 30.0
+) -> None:
+    """Delete a schedule (the runs it started stay)."""
+    _schedule_action(ctx, schedule_id, "delete", wait)
+
+
+@_command(schedule_cli, "list")
+def schedule_list(ctx: typer.Context) -> None:
+    """List the schedules: next fire, last fire and run, paused."""
+    inv = _inv(ctx)
+    ensure_topics(inv.deployment())
+    listed = inv.client().schedules.list()
+    lines = [_schedule_line(s) for s in listed]
+    inv.emit(listed, "\n".join(lines) or "no schedules")
 
 
 def main() -> None:

@@ -34,6 +34,7 @@ from processor.clients.completion_receipt import AdmissionWatch, CompletionRecei
 from processor.clients.external import CompletionClient
 from processor.clients.outcome import RunResult, terminal_result
 from processor.clients.polling import poll_until
+from processor.clients.schedules import Schedules
 from processor.config.settings import Settings, default_of
 from processor.errors import (
     ConfigurationError,
@@ -254,13 +255,21 @@ class Client(Closeable):
 
     def send(self, command: Command) -> None:
         """Produce a command without waiting (call ``flush`` to make it durable)."""
+        topic = self._topology.name(TopicName.COMMANDS)
+        self._command_producer().produce(Outbound(topic, command.run_id.encode(), encode(command)))
+
+    def _command_producer(self) -> Producer:
         if self._producer is None:
             if self._deployment is not None:
                 # A client built from settings may be the first to use the log.
                 ensure_topics(self._deployment)
             self._producer = self._transport.producer()
-        topic = self._topology.name(TopicName.COMMANDS)
-        self._producer.produce(Outbound(topic, command.run_id.encode(), encode(command)))
+        return self._producer
+
+    @property
+    def schedules(self) -> Schedules:
+        """Create, pause, resume, delete and list schedules (``clients/schedules.py``)."""
+        return Schedules(self._transport, self._topology, self._command_producer)
 
     def flush(self) -> None:
         """Wait until every command sent is durable in runs.commands."""

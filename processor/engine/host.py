@@ -23,6 +23,7 @@ from processor.config.resume_secret import resume_keys
 from processor.engine.guarded import start_guarded
 from processor.engine.instance import InstanceClaim, claim_instance
 from processor.engine.loop import LoopConfig, ProcessorLoop
+from processor.engine.schedules import RunEndedReader, ScheduleStage
 from processor.engine.trigger import TriggerStage
 from processor.engine.worker_process import ChildSpec, WorkerProcess, in_process_workers
 from processor.errors import TransportError
@@ -59,6 +60,7 @@ class Host:
     _gate: JoinGate | None = None  # when the workers run as threads: opens once all joined
     loop: ProcessorLoop | None = None
     triggers: TriggerStage | None = None  # when the application declares triggers
+    schedules: ScheduleStage | None = None  # the schedule stage (engine/schedules.py)
     errors: list[BaseException] = field(default_factory=list)
     _claim: InstanceClaim | None = None
     _ownership: OwnershipPublisher | None = None  # what the loop owns, for local readers
@@ -98,6 +100,8 @@ class Host:
         if self.triggers is not None:
             logger.info("triggers on %s", ", ".join(self.triggers.topics))
             self._spawn("triggers", _runner(self.triggers, self.stop_event))
+        self.schedules = self._schedule_stage()
+        self._spawn("schedules", _runner(self.schedules, self.stop_event))
         self._start_workers()
 
     def _start_workers(self) -> None:
@@ -168,6 +172,20 @@ class Host:
             clock=self.clock,
         )
 
+    def _schedule_stage(self) -> ScheduleStage:
+        deployment = self.deployment
+        return ScheduleStage(
+            deployment.transport,
+            deployment.topology,
+            group=deployment.settings.group,
+            instance_id=self.instance_id,
+            pipelines=frozenset(self.app.names),
+            run_ended=RunEndedReader(
+                deployment.transport, deployment.topology, deployment.settings.state_dir
+            ),
+            clock=self.clock,
+        )
+
     def _run_loop(self) -> None:
         assert self.loop is not None
         pause = 0.1
@@ -213,5 +231,7 @@ class Host:
             pass
 
 
-def _runner(service: Worker | TriggerStage, stop: threading.Event) -> Callable[[], None]:
+def _runner(
+    service: Worker | TriggerStage | ScheduleStage, stop: threading.Event
+) -> Callable[[], None]:
     return lambda: service.run(stop)

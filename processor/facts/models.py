@@ -64,6 +64,8 @@ __all__ = [
     "RunStopped",
     "RunSubmitted",
     "RunSucceeded",
+    "ScheduleCommand",
+    "ScheduleRecorded",
     "SegmentAttemptStarted",
     "SegmentCompleted",
     "SegmentFailed",
@@ -744,6 +746,58 @@ class ReleaseRun(AvroModel):
     requested_ms: int
 
 
+# Schedules (processor/model/schedules.py): on runs.schedules, keyed by schedule id.
+
+
+# Schedules (processor/model/schedules.py): on runs.schedules, keyed by schedule id.
+
+
+class ScheduleCommand(AvroModel):
+    """Create, pause, resume or delete a schedule (``action``); the spec on create."""
+
+    command_id: str
+    schedule_id: str
+    action: str
+    requested_ms: int
+    pipeline: str | None = None
+    input: bytes | None = None
+    cron: str | None = None
+    interval_ms: int | None = None
+    timezone: str | None = None
+    start_ms: int | None = None
+    catch_up: str | None = None
+    catch_up_limit: int | None = None
+    overlap: str | None = None
+    jitter_ms: int | None = None
+
+
+class ScheduleRecorded(AvroModel):
+    """Something that happened to a schedule: ``kind`` is created, paused, resumed,
+    deleted, fired (a run submitted), skipped (``count`` fire times, ``reason``) or
+    queued; ``fire_ms`` the fire time (or the resume time). A fact of the schedule's
+    own partition of runs.schedules, not of a run: listed with the messages."""
+
+    schedule_id: str
+    fact_key: str
+    kind: str
+    time_ms: int
+    cause_id: str
+    fire_ms: int | None = None
+    run_id: str | None = None
+    reason: str | None = None
+    count: int | None = None
+    pipeline: str | None = None
+    input: bytes | None = None
+    cron: str | None = None
+    interval_ms: int | None = None
+    timezone: str | None = None
+    start_ms: int | None = None
+    catch_up: str | None = None
+    catch_up_limit: int | None = None
+    overlap: str | None = None
+    jitter_ms: int | None = None
+
+
 MESSAGE_TYPES: tuple[type[AvroModel], ...] = (
     SubmitRun,
     WorkItem,
@@ -763,4 +817,6 @@ MESSAGE_TYPES: tuple[type[AvroModel], ...] = (
     WorkerAnnouncement,
     StopNotice,
     ClaimReply,
+    ScheduleCommand,
+    ScheduleRecorded,
 )

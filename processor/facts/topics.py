@@ -20,6 +20,7 @@ class TopicName(StrEnum):
     REQUESTS = "boundary.requests"
     COMPLETIONS = "boundary.completions"
     CHECKPOINTS = "boundary.checkpoints"
+    SCHEDULES = "runs.schedules"  # keyed by schedule id (processor/engine/schedules.py)
 
 
 # Inputs of the processor; all keyed by run id and co-partitioned with runs.facts.

@@ -256,7 +256,9 @@ def test_the_readme_examples_import_only_the_public_api_and_run(
         # Of ours, only the public API; an example may call out with a well-known client.
         assert "processor" in imports and set(imports) <= {"processor", *_THIRD_PARTY}, imports
     definitions = [code for code in examples if "with Client(" not in code]
-    (submitting,) = [code for code in examples if "with Client(" in code]
+    using = [code for code in examples if "with Client(" in code]
+    (submitting,) = [code for code in using if "client.submit(" in code]
+    (scheduling,) = [code for code in using if "client.schedules." in code]
     spaces: list[dict[str, Any]] = [{} for _ in definitions]
     for code, space in zip(definitions, spaces, strict=True):
         exec(compile(code, "README.md", "exec"), space)
@@ -266,8 +268,15 @@ def test_the_readme_examples_import_only_the_public_api_and_run(
     host.start()
     try:
         exec(compile(submitting, "README.md", "exec"), {})
+        printed = capsys.readouterr().out.splitlines()
+        exec(compile(scheduling, "README.md", "exec"), {})
+        scheduled = capsys.readouterr().out.splitlines()
     finally:
         host.stop()
-    printed = capsys.readouterr().out.splitlines()
     assert printed[0].startswith("succeeded {"), printed
     assert printed[-1].endswith(" RunSucceeded"), printed
+    assert scheduled[0] == "created True", scheduled
+    assert sorted(line.split()[:2] for line in scheduled[1:]) == [
+        ["each-minute", "True"],
+        ["weekday-order", "False"],
+    ], scheduled

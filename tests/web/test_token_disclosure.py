@@ -34,6 +34,8 @@ LIMIT = 2048
 REFUSED = 3
 #: The idempotency key of the oversized Avro completion (the JSON one's is the token).
 OVERSIZED_KEY = "tok-oversized"
+#: A schedule whose input holds the token.
+SCHEDULE = "tok-schedule"
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,9 @@ class Exposed:
             "/api/requests": ["/api/requests", f"/api/requests?run={self.waiting}"],
             "/api/rejected": ["/api/rejected?limit=1000"],
             "/api/dlq": ["/api/dlq?limit=1000"],
+            # A schedule (paused) whose input holds the token.
+            "/api/schedules": ["/api/schedules"],
+            "/api/schedules/{schedule_id}": [f"/api/schedules/{SCHEDULE}"],
             "/api/completions/{run_id}/{idempotency_key}": [
                 f"/api/completions/{self.waiting}/{OVERSIZED_KEY}",
                 # A sender that took the token for its idempotency key: the answer shows it.
@@ -110,6 +115,9 @@ def _expose(served: Served) -> Exposed:
     finally:
         sender.close()
     failed = submit(http, "non_retryable", {"note": token})["run_id"]
+    schedule = {"schedule_id": SCHEDULE, "pipeline": "fulfil", "input": {"note": token}}
+    assert http.post("/api/schedules", json={**schedule, "interval_s": 3600}).status_code == 201
+    assert http.post(f"/api/schedules/{SCHEDULE}/pause").status_code == 200
     exposed = Exposed(served, waiting, failed, token)
     wait_until(lambda: _kept(exposed), 90, "the refused completions and the dead letter")
     return exposed
@@ -155,6 +163,7 @@ def test_a_redacted_answer_keeps_the_claims_of_the_token(exposed: Exposed) -> No
     dead = http.get("/api/dlq", params={"limit": 1000}).json()["records"]
     (letter,) = [r for r in dead if r["run_id"] == exposed.failed]
     assert letter["input"] == {"note": exposed.redacted}
+    assert http.get(f"/api/schedules/{SCHEDULE}").json()["input"] == {"note": exposed.redacted}
     assert exposed.redacted in status_of(http, exposed.failed)["error"]
     asked = http.get(f"/api/completions/{exposed.waiting}/{exposed.token}").json()
     assert (asked["refusal"], asked["idempotency_key"]) == ("payload_too_large", exposed.redacted)
@@ -173,6 +182,7 @@ def test_the_bearer_token_shows_the_token_whole_and_it_is_live(exposed: Exposed)
     assert shown[f"/api/completions/{exposed.waiting}/{exposed.token}"] == ["text"]
     assert shown[f"/api/runs/{exposed.failed}/history?limit=1000"] == ["text"]
     assert shown[f"/api/runs/{exposed.failed}/graph"] == ["text"]
+    assert shown[f"/api/schedules/{SCHEDULE}"] == ["text"]
     # The refused completions left the interaction open: its token still answers it.
     output = {"order_id": "tok-1", "amount": 3.6, "payment_id": "pay-tok"}
     answer = http.post(
