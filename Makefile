@@ -26,14 +26,22 @@ demo: $(STAMP)
 	$(VENV)/bin/processor demo
 
 # The tests that need no broker run in two processes; the Kafka tests one at a time (some
-# restart or kill brokers that the others share). Both parts run; either failing fails.
+# restart or kill the broker that the others share), and beside them the tests of the
+# three-broker cluster (tests/cluster, tests/soak: brokers of their own), whose report is
+# printed at the end. Every part runs; any failing fails.
 # The slowest tests of each part are listed at its end, to keep the CI budget in view.
 test: $(STAMP) kafka-start registry-start
 	export KAFKA_BOOTSTRAP_SERVERS=$${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:$${LOCAL_KAFKA_PORT:-9092}}; \
 	export SCHEMA_REGISTRY_URL=$${SCHEMA_REGISTRY_URL:-$$(compose/local-registry url)}; \
 	status=0; \
 	$(PY) -m pytest -m "not kafka" -n 2 --durations=15 || status=$$?; \
-	$(PY) -m pytest -m kafka --durations=40 || status=$$?; \
+	beside=$$(mktemp -d); \
+	$(PY) -m pytest -m "kafka and cluster" --durations=10 -p no:cacheprovider \
+		--basetemp="$$beside/tmp" >"$$beside/log" 2>&1 & cluster=$$!; \
+	$(PY) -m pytest -m "kafka and not cluster" --durations=40 || status=$$?; \
+	wait $$cluster || status=$$?; \
+	echo "--- the three-broker cluster's tests, run beside the Kafka tests:"; \
+	cat "$$beside/log"; rm -rf "$$beside"; \
 	exit $$status
 
 # The tiers (README, "Set up on a fresh machine"): test-unit between edits (under a
