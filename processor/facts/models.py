@@ -40,6 +40,8 @@ __all__ = [
     "CompensationStepSkipped",
     "ContinuationSegmentCreated",
     "DeadLetter",
+    "Emission",
+    "EventEmitted",
     "FactHeader",
     "FanOutItemSettled",
     "GraphSettled",
@@ -426,6 +428,18 @@ class NodeReady(FactHeader):
     item: int | None = None
 
 
+class EventEmitted(FactHeader):
+    """A step emitted an event (``processor.model.emission``): published with this fact."""
+
+    segment: int
+    step: int
+    index: int
+    event_id: str
+    topic: str
+    key: str
+    value: bytes
+
+
 class FanOutItemSettled(FactHeader):
     """One item of a fan-out step settled: its output, or its error after its retries."""
 
@@ -520,6 +534,7 @@ FACT_TYPES: tuple[type[FactHeader], ...] = (
     GraphSettled,
     FanOutItemSettled,
     BoundaryInteractionQueued,
+    EventEmitted,
 )
 
 
@@ -583,6 +598,15 @@ class StepOutput(AvroModel):
     output: bytes
 
 
+class Emission(AvroModel):
+    """An event a step emitted (``ctx.emit``), carried by its attempt's result."""
+
+    step: int
+    topic: str
+    key: str | None = None
+    value: bytes
+
+
 class SegmentResult(AvroModel):
     result_id: str
     run_id: str
@@ -598,6 +622,7 @@ class SegmentResult(AvroModel):
     worker_id: str
     requests: tuple[bytes, ...] = ()
     kind: str = "forward"
+    emits: tuple[Emission, ...] = ()
 
 
 class AttemptProgress(AvroModel):

@@ -25,7 +25,7 @@ from processor.facts.models import (
 )
 from processor.facts.payload import InvalidPayloadError, canonical_json, derive_run_id
 from processor.facts.traceparent import is_traceparent
-from processor.model import attempts, control, graph_run, progress, sleeps, waits
+from processor.model import attempts, control, emission, graph_run, progress, sleeps, waits
 from processor.model.boundaries import apply_plan, continue_boundary, suspend, timeout_interaction
 from processor.model.claims import decide_claim
 from processor.model.decision import (
@@ -201,8 +201,10 @@ def decide_result(result: SegmentResult, state: RunState | None, ctx: Context) -
     routes: tuple[str, ...] = ()
     if spec.graph is not None:
         routes, result = _switch_choice(spec, result)
+    result = emission.checked(spec, state, result, ctx.emit_topics)
     maker = FactMaker(run, run.run_id, ctx.now, result.result_id, live=ctx.live_versions, lane=lane)
     control.deadline_first(maker, spec)
+    emission.record(maker, spec, state, result)
     item = None if lane is None else item_of(lane)
     if item is not None and result.outcome == "completed":  # a fan-out item's output
         step = graph_run.step_of(result.segment)

@@ -71,6 +71,8 @@ class Context:
     # loaded. A forward attempt of a version no live worker loads is not dispatched: the
     # run waits in phase ``definition_blocked``.
     live_versions: LiveVersions | None = None
+    # Topics any pipeline's steps may emit to (``PROCESSOR_EMIT_TOPICS``; model/emission.py).
+    emit_topics: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

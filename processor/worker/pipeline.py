@@ -61,6 +61,7 @@ from processor.model.pipeline_spec import (
     StepSpec,
 )
 from processor.model.readiness import Rule
+from processor.worker.emitting import checked_topics
 from processor.worker.trigger import Trigger, TriggerRecord
 
 __all__ = ["Application", "NonRetryableError", "Pipeline", "Step", "load_application"]
@@ -97,7 +98,9 @@ class Pipeline:
         checkpoint: CheckpointSpec | None = None,
         deadline_s: float | None = None,
         trigger: Trigger | None = None,
+        emits: Iterable[str] = (),
     ) -> None:
+        """``emits``: the topics its steps may emit events to (``ctx.emit``)."""
         if not name or version < 1:
             raise ConfigurationError("a pipeline needs a name and a version >= 1")
         if checkpoint is not None and not checkpoint.target.startswith(("pipeline:", "run:")):
@@ -109,6 +112,7 @@ class Pipeline:
         self.deadline_ms = None if deadline_s is None else int(deadline_s * 1000)
         self.steps: list[Step] = []
         self.triggers: list[Trigger] = [] if trigger is None else [trigger]
+        self.emit_topics = checked_topics(emits)
 
     def step(
         self,
@@ -401,6 +405,7 @@ class Pipeline:
             self.checkpoint,
             self.deadline_ms,
             self._graph(),
+            self.emit_topics,
         )
 
     def _graph(self) -> Graph | None:
@@ -460,8 +465,9 @@ class Application:
 
     @property
     def output_topics(self) -> list[str]:
-        """User topics that terminal publication writes to."""
-        return sorted({s.output_topic for s in self._specs.values() if s.output_topic})
+        """User topics that terminal publication and emission write to."""
+        emitted = {topic for s in self._specs.values() for topic in s.emit_topics}
+        return sorted({s.output_topic for s in self._specs.values() if s.output_topic} | emitted)
 
 
 def _graph_node(name: str, needs: Iterable[str] | None, catch: str | None = None) -> Node | None:

@@ -42,6 +42,7 @@ from processor.facts.models import (
     CompensationStepCompleted,
     CompensationStepSkipped,
     ContinuationSegmentCreated,
+    EventEmitted,
     FactHeader,
     FanOutItemSettled,
     GraphSettled,
@@ -95,6 +96,7 @@ PYTHON_ONLY = frozenset(
         GraphSettled,
         FanOutItemSettled,
         BoundaryInteractionQueued,
+        EventEmitted,
     }
 )
 
