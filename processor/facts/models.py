@@ -31,6 +31,7 @@ __all__ = [
     "CancelRun",
     "CatchDecided",
     "CheckpointHandoff",
+    "ChildRunLinked",
     "ClaimReply",
     "CommandReply",
     "CompensationAttemptFailed",
@@ -428,6 +429,15 @@ class NodeReady(FactHeader):
     item: int | None = None
 
 
+class ChildRunLinked(FactHeader):
+    """This run is a child run (``processor.model.children``): its outcome completes
+    its parent's interaction."""
+
+    parent_run_id: str
+    parent_token: str
+    depth: int
+
+
 class EventEmitted(FactHeader):
     """A step emitted an event (``processor.model.emission``): published with this fact."""
 
@@ -535,6 +545,7 @@ FACT_TYPES: tuple[type[FactHeader], ...] = (
     FanOutItemSettled,
     BoundaryInteractionQueued,
     EventEmitted,
+    ChildRunLinked,
 )
 
 
@@ -548,6 +559,9 @@ class SubmitRun(AvroModel):
     deadline_ms: int | None = None
     deadline_after_ms: int | None = None
     traceparent: str | None = None
+    parent_run_id: str | None = None
+    parent_token: str | None = None
+    depth: int = 0
 
 
 class CancelRun(AvroModel):

@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 OnTimeout = Literal["fail", "continue"]
-AwaitKind = Literal["await", "checkpoint"]
+AwaitKind = Literal["await", "checkpoint", "child"]
 
 
 @dataclass(frozen=True, slots=True)

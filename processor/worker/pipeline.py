@@ -293,6 +293,52 @@ class Pipeline:
 
         return register
 
+    def child(
+        self,
+        pipeline: str,
+        *,
+        timeout_s: float,
+        name: str | None = None,
+        itemized: bool = False,
+        on_timeout: OnTimeout = "fail",
+        retry: RetryPolicy | None = None,
+        step_timeout_s: float = 30.0,
+        needs: Iterable[str] | None = None,
+        catch: str | None = None,
+        max_in_flight: int | None = None,
+        tolerate: int | None = None,
+        tolerate_percent: float | None = None,
+    ) -> Callable[[StepFunction], StepFunction]:
+        """Decorator appending a child step: the function returns the input of one run of
+        ``pipeline`` (a list of inputs, one run each, when ``itemized``); the step waits
+        for their outcomes, as an await step waits for completions, and returns the
+        child's result (the list of results, in item order). ``timeout_s`` bounds the wait
+        and each child's deadline (model/children.py; README: "Child runs")."""
+        register = self.await_step(
+            name,
+            target=pipeline,
+            timeout_s=timeout_s,
+            itemized=itemized,
+            on_timeout=on_timeout,
+            retry=retry,
+            step_timeout_s=step_timeout_s,
+            needs=needs,
+            catch=catch,
+            max_in_flight=max_in_flight,
+            tolerate=tolerate,
+            tolerate_percent=tolerate_percent,
+        )
+
+        def register_child(function: StepFunction) -> StepFunction:
+            register(function)
+            step = self.steps[-1]
+            assert step.spec.awaits is not None
+            awaits = replace(step.spec.awaits, kind="child")
+            self.steps[-1] = replace(step, spec=replace(step.spec, awaits=awaits))
+            return function
+
+        return register_child
+
     def await_checkpoint(
         self,
         checkpoint: str,

@@ -36,6 +36,7 @@ from processor.facts.models import (
     BoundaryInteractionDispatched,
     BoundaryInteractionQueued,
     CatchDecided,
+    ChildRunLinked,
     CompensationAttemptFailed,
     CompensationAttemptStarted,
     CompensationStarted,
@@ -97,6 +98,7 @@ PYTHON_ONLY = frozenset(
         FanOutItemSettled,
         BoundaryInteractionQueued,
         EventEmitted,
+        ChildRunLinked,
     }
 )
 

@@ -1,0 +1,173 @@
+"""Child runs on both transports: a processor loop driven by hand (``LoopHarness``), a
+fake clock, the worker played by the test.
+
+A child step starts runs of another pipeline under ids derived from the parent, step
+and item; their outcomes come back through admission; a stale parent attempt or a
+redelivered submit starts no second child; a cancelled parent cancels its children;
+nesting deeper than the limit is refused with a reason.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+
+from processor.facts import payload
+from processor.facts.models import (
+    CancelRun,
+    ChildRunLinked,
+    FactHeader,
+    RunSubmitted,
+    SegmentFailed,
+    SubmitRun,
+)
+from processor.facts.topics import TopicName
+from processor.model.children import CHILD_DEPTH_EXCEEDED, MAX_CHILD_DEPTH, child_run_id
+from processor.model.state import RunState
+from processor.transport.base import TopicPartition
+from processor.transport.partitioner import partition_for
+from tests.apps.child_pipelines import app
+from tests.apps.support import FakeClock, LoopHarness, decode_records, transport_settings
+
+T = TypeVar("T")
+
+
+@pytest.fixture(scope="module", params=["embedded", pytest.param("kafka", marks=pytest.mark.kafka)])
+def harness(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LoopHarness]:
+    settings = transport_settings(str(request.param), tmp_path_factory.mktemp("children"))
+    h = LoopHarness(settings.data_dir, app, FakeClock(), settings=settings)
+    try:
+        yield h
+    finally:
+        h.close()
+
+
+def _working(h: LoopHarness, condition: Callable[[], T], what: str) -> T:
+    """Drive the loop, running every work item as a worker would, until ``condition``."""
+
+    def step() -> T:
+        for item in h.new_work():
+            h.complete(item)
+        return condition()
+
+    return h.drive(step, what)
+
+
+def _state(h: LoopHarness, run_id: str) -> RunState | None:
+    return h.loop_state(run_id)
+
+
+def _ended(h: LoopHarness, run_id: str) -> RunState:
+    def ended() -> RunState | None:
+        state = _state(h, run_id)
+        return state if state is not None and state.terminal else None
+
+    return _working(h, ended, f"{run_id} terminal")
+
+
+def _count(facts: list[FactHeader], kind: type[FactHeader]) -> int:
+    return sum(isinstance(f, kind) for f in facts)
+
+
+def _submits(h: LoopHarness, child: str) -> list[SubmitRun]:
+    """The SubmitRun commands of ``child`` on runs.commands."""
+    topology = h.deployment.topology
+    tp = TopicPartition(
+        topology.name(TopicName.COMMANDS), partition_for(child.encode(), topology.partitions)
+    )
+    records = [r for batch in h.reader.read(tp, 0) for r in batch if r.key == child.encode()]
+    commands = [r for r in records if b"child/" in (r.value or b"")]
+    return decode_records(commands, SubmitRun)
+
+
+def _unique() -> int:
+    return uuid.uuid4().int % 1_000_000
+
+
+def test_a_child_runs_once_and_its_result_reaches_the_parent(harness: LoopHarness) -> None:
+    h, n = harness, _unique()
+    run_id = h.submit("parent", n)
+    parent = _ended(h, run_id)
+    assert parent.status == "succeeded", parent.error
+    assert payload.loads(parent.result or b"") == {"got": 2 * n}
+
+    child = child_run_id(run_id, 0, 0, 0)
+    kid = _state(h, child)
+    assert kid is not None and kid.status == "succeeded"
+    assert kid.parent is not None and (kid.parent.run_id, kid.parent.depth) == (run_id, 1)
+    facts = h.facts(child)
+    assert _count(facts, RunSubmitted) == 1 and _count(facts, ChildRunLinked) == 1
+
+    # The submit delivered again starts nothing: the same command, the same child.
+    (submit,) = _submits(h, child)
+    again = h.produce_model(TopicName.COMMANDS, child, submit)
+    h.drive(lambda: h.loop.input_positions.get(again.position, 0) > again.offset, "redelivery")
+    assert _count(h.facts(child), RunSubmitted) == 1
+
+
+def test_a_stale_parent_attempt_starts_no_second_child(harness: LoopHarness) -> None:
+    h, n = harness, _unique()
+    run_id = h.submit("parent", n)
+    (first,) = h.drive(lambda: [i for i in h.new_work() if i.run_id == run_id], "parent work")
+    expires_ms = h.started(first)
+    h.clock.advance_to(expires_ms)  # the parent's attempt times out and is retried
+    (second,) = h.drive(lambda: [i for i in h.new_work() if i.run_id == run_id], "the retry")
+    assert second.attempt == 2
+    late = h.complete(first)  # the first attempt answers late: refused, no child
+    assert h.drive(lambda: h.rejected.find(late), "the late result").reason == "stale_attempt"
+    h.complete(second)
+    parent = _ended(h, run_id)
+    assert parent.status == "succeeded", parent.error
+    child = child_run_id(run_id, 0, 0, 0)
+    assert len(_submits(h, child)) == 1
+    assert _count(h.facts(child), RunSubmitted) == 1
+
+
+def test_a_fan_out_of_children_keeps_item_order_and_its_tolerance(harness: LoopHarness) -> None:
+    h, n = harness, _unique()
+    run_id = h.submit("many", [n, "boom", n + 1])
+    parent = _ended(h, run_id)
+    assert parent.status == "succeeded", parent.error
+    output: Any = payload.loads(parent.result or b"")
+    assert output["items"] == [2 * n, None, 2 * (n + 1)]
+    assert output["failed"][0]["item"] == 1
+    assert "the kid failed" in str(output["failed"][0])
+    kids = [child_run_id(run_id, 0, 0, item) for item in range(3)]
+    assert [(_state(h, k) or parent).status for k in kids] == ["succeeded", "failed", "succeeded"]
+
+
+def test_cancelling_a_parent_cancels_its_child(harness: LoopHarness) -> None:
+    h = harness
+    run_id = h.submit("waiting_parent", {"x": _unique()})
+    child = child_run_id(run_id, 0, 0, 0)
+    _working(h, lambda: h.suspended(child), "the child waits")
+    cancel = CancelRun(
+        command_id=str(uuid.uuid4()), run_id=run_id, reason="test", requested_ms=h.clock()
+    )
+    h.produce_model(TopicName.COMMANDS, run_id, cancel)
+    assert _ended(h, run_id).status == "cancelled"
+    kid = _ended(h, child)
+    assert kid.status == "cancelled"
+    assert f"parent run {run_id} stopped" in (kid.stop.detail or kid.error or "")
+
+
+def test_nesting_deeper_than_the_limit_is_refused_with_a_reason(harness: LoopHarness) -> None:
+    h = harness
+    run_id = h.submit("nest", 0)
+    root = _ended(h, run_id)
+    assert root.status == "failed"
+    chain, run = [run_id], run_id
+    for _ in range(MAX_CHILD_DEPTH):
+        run = child_run_id(run, 0, 0, 0)
+        chain.append(run)
+    deepest = _state(h, chain[-1])
+    assert deepest is not None and deepest.parent is not None
+    assert deepest.parent.depth == MAX_CHILD_DEPTH
+    assert _state(h, child_run_id(chain[-1], 0, 0, 0)) is None  # never started
+    (failed,) = [f for f in h.facts(chain[-1]) if isinstance(f, SegmentFailed)]
+    assert CHILD_DEPTH_EXCEEDED in failed.error
