@@ -169,7 +169,14 @@ def _dispatch_interaction(
         )
     elif awaits.kind == "child":  # a run of another pipeline (model/children.py)
         children.start_child(
-            maker, awaits, ctx, index=index, request=canonical, token=token, deadline_ms=deadline
+            maker,
+            awaits,
+            ctx,
+            boundary=boundary,
+            index=index,
+            request=canonical,
+            token=token,
+            deadline_ms=deadline,
         )
 
 

@@ -40,7 +40,9 @@ __all__ = [
     "MAX_CHILD_DEPTH",
     "cancel_children",
     "child_run_id",
+    "children_of",
     "link",
+    "parent_of",
     "start_child",
     "submit_refusal",
 ]
@@ -53,10 +55,11 @@ CHILD_DEPTH_EXCEEDED = "child_depth_exceeded"
 UNKNOWN_CHILD_PIPELINE = "unknown_pipeline"
 
 
-def child_run_id(parent_run_id: str, redrives: int, step: int, item: int) -> str:
-    """The id of the child started for ``item`` of ``step`` (after ``redrives`` redrives)
-    of a run: the same for every attempt, redo and redelivery; shaped like a UUID."""
-    text = f"child|{len(parent_run_id)}:{parent_run_id}|{redrives}|{step}|{item}"
+def child_run_id(parent_run_id: str, boundary: int, item: int) -> str:
+    """The id of the child started for ``item`` of the child step that suspended at
+    ``boundary`` (its segment: the same for every attempt of the step, and new after a
+    redrive) of a run: the same for every retry, redo and redelivery; UUID-shaped."""
+    text = f"child|{len(parent_run_id)}:{parent_run_id}|{boundary}|{item}"
     h = hashlib.sha256(text.encode()).hexdigest()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
@@ -66,6 +69,7 @@ def start_child(
     awaits: AwaitSpec,
     ctx: Context,
     *,
+    boundary: int,
     index: int,
     request: bytes,
     token: str,
@@ -73,9 +77,8 @@ def start_child(
 ) -> None:
     """Submit the child run of interaction ``index`` (its input ``request``), or fail the
     interaction through admission if it may not start."""
-    run, step = maker.run, maker.current.boundary.step
-    assert step is not None, "a child is started at its step's boundary"
-    child = child_run_id(run.run_id, len(run.redrives), step, index)
+    run = maker.run
+    child = child_run_id(run.run_id, boundary, index)
     depth = (run.parent.depth if run.parent is not None else 0) + 1
     spec = ctx.catalog.latest(awaits.target)
     if depth > MAX_CHILD_DEPTH:
@@ -141,15 +144,38 @@ def link(maker: FactMaker, command: SubmitRun) -> None:
     )
 
 
+def children_of(state: RunState) -> list[dict[str, object]]:
+    """The children a run started (status, API): id, item, and their interaction's state."""
+    started = [
+        (interaction.boundary, interaction.item_index, interaction.status)
+        for interaction in state.interactions.values()
+        if interaction.kind == "child" and interaction.status != "queued"
+    ]
+    return [
+        {
+            "run_id": child_run_id(state.run_id, boundary, item),
+            "boundary": boundary,
+            "item": item,
+            "interaction": status,
+        }
+        for boundary, item, status in sorted(started)
+    ]
+
+
+def parent_of(state: RunState) -> dict[str, object] | None:
+    """Whose child the run is (status, API): the parent run and the depth."""
+    if state.parent is None:
+        return None
+    return {"run_id": state.parent.run_id, "depth": state.parent.depth}
+
+
 def cancel_children(maker: FactMaker, before: RunState, reason: str) -> None:
     """A ``CancelRun`` to each child still open at ``before``'s boundary: the parent stops."""
-    run, step = maker.run, before.boundary.step
-    if step is None:
-        return
+    run = maker.run
     for interaction in sorted(before.interactions.values(), key=lambda i: i.item_index):
         if interaction.boundary != before.boundary.number or interaction.status != "open":
             continue
-        child = child_run_id(run.run_id, len(run.redrives), step, interaction.item_index)
+        child = child_run_id(run.run_id, interaction.boundary, interaction.item_index)
         cancel = CancelRun(
             command_id=f"parent-stop/{child}",
             run_id=child,

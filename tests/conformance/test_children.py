@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from processor.clients.client import status_dict
 from processor.facts import payload
 from processor.facts.models import (
     CancelRun,
@@ -96,12 +97,16 @@ def test_a_child_runs_once_and_its_result_reaches_the_parent(harness: LoopHarnes
     assert parent.status == "succeeded", parent.error
     assert payload.loads(parent.result or b"") == {"got": 2 * n}
 
-    child = child_run_id(run_id, 0, 0, 0)
+    child = child_run_id(run_id, 1, 0)
     kid = _state(h, child)
     assert kid is not None and kid.status == "succeeded"
     assert kid.parent is not None and (kid.parent.run_id, kid.parent.depth) == (run_id, 1)
     facts = h.facts(child)
     assert _count(facts, RunSubmitted) == 1 and _count(facts, ChildRunLinked) == 1
+    # Status (CLI, API) links them both ways.
+    assert [c["run_id"] for c in status_dict(parent)["children"]] == [child]
+    assert status_dict(kid)["parent"] == {"run_id": run_id, "depth": 1}
+    assert status_dict(parent)["parent"] is None
 
     # The submit delivered again starts nothing: the same command, the same child.
     (submit,) = _submits(h, child)
@@ -123,7 +128,7 @@ def test_a_stale_parent_attempt_starts_no_second_child(harness: LoopHarness) -> 
     h.complete(second)
     parent = _ended(h, run_id)
     assert parent.status == "succeeded", parent.error
-    child = child_run_id(run_id, 0, 0, 0)
+    child = child_run_id(run_id, 1, 0)
     assert len(_submits(h, child)) == 1
     assert _count(h.facts(child), RunSubmitted) == 1
 
@@ -137,14 +142,14 @@ def test_a_fan_out_of_children_keeps_item_order_and_its_tolerance(harness: LoopH
     assert output["items"] == [2 * n, None, 2 * (n + 1)]
     assert output["failed"][0]["item"] == 1
     assert "the kid failed" in str(output["failed"][0])
-    kids = [child_run_id(run_id, 0, 0, item) for item in range(3)]
+    kids = [child_run_id(run_id, 1, item) for item in range(3)]
     assert [(_state(h, k) or parent).status for k in kids] == ["succeeded", "failed", "succeeded"]
 
 
 def test_cancelling_a_parent_cancels_its_child(harness: LoopHarness) -> None:
     h = harness
     run_id = h.submit("waiting_parent", {"x": _unique()})
-    child = child_run_id(run_id, 0, 0, 0)
+    child = child_run_id(run_id, 1, 0)
     _working(h, lambda: h.suspended(child), "the child waits")
     cancel = CancelRun(
         command_id=str(uuid.uuid4()), run_id=run_id, reason="test", requested_ms=h.clock()
@@ -163,11 +168,11 @@ def test_nesting_deeper_than_the_limit_is_refused_with_a_reason(harness: LoopHar
     assert root.status == "failed"
     chain, run = [run_id], run_id
     for _ in range(MAX_CHILD_DEPTH):
-        run = child_run_id(run, 0, 0, 0)
+        run = child_run_id(run, 1, 0)
         chain.append(run)
     deepest = _state(h, chain[-1])
     assert deepest is not None and deepest.parent is not None
     assert deepest.parent.depth == MAX_CHILD_DEPTH
-    assert _state(h, child_run_id(chain[-1], 0, 0, 0)) is None  # never started
+    assert _state(h, child_run_id(chain[-1], 1, 0)) is None  # never started
     (failed,) = [f for f in h.facts(chain[-1]) if isinstance(f, SegmentFailed)]
     assert CHILD_DEPTH_EXCEEDED in failed.error

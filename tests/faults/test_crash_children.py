@@ -43,7 +43,7 @@ def test_kill_9_between_submitting_a_child_and_the_commit(crash_env: CrashEnv) -
     try:
         process.start()
         run_id = client.submit("parent", 21).run_id
-        child = child_run_id(run_id, 0, 0, 0)
+        child = child_run_id(run_id, 1, 0)
         proc = process.proc
         assert proc is not None
         wait_until(lambda: proc.poll() is not None, 90, "the crash after the child's submit")
