@@ -83,7 +83,25 @@ def call_self(value: Any) -> Any:
     return value + 1
 
 
-app = Application([parent, kid, many, waiting_parent, waiting_kid, nest])
+graph_parent = Pipeline("graph_parent")
+
+
+@graph_parent.step(needs=[])
+def start(value: Any) -> Any:
+    return value
+
+
+@graph_parent.child("kid", timeout_s=60, needs=["start"])
+def call_kid_in_graph(value: Any) -> Any:
+    return {"n": value}
+
+
+@graph_parent.step(needs=["call_kid_in_graph"])
+def finish(value: Any) -> Any:
+    return {"graph_got": value}
+
+
+app = Application([parent, kid, many, waiting_parent, waiting_kid, nest, graph_parent])
 
 
 def _install() -> None:

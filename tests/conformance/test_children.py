@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from processor.clients.client import status_dict
+from processor.clients.client import new_submit, status_dict
 from processor.facts import payload
 from processor.facts.models import (
     CancelRun,
@@ -23,6 +23,7 @@ from processor.facts.models import (
     FactHeader,
     RunSubmitted,
     SegmentFailed,
+    SegmentSuspended,
     SubmitRun,
 )
 from processor.facts.topics import TopicName
@@ -176,3 +177,49 @@ def test_nesting_deeper_than_the_limit_is_refused_with_a_reason(harness: LoopHar
     assert _state(h, child_run_id(chain[-1], 1, 0)) is None  # never started
     (failed,) = [f for f in h.facts(chain[-1]) if isinstance(f, SegmentFailed)]
     assert CHILD_DEPTH_EXCEEDED in failed.error
+
+
+def _deadline(h: LoopHarness, run_id: str) -> int | None:
+    state = _state(h, run_id)
+    assert state is not None, run_id
+    return state.deadline_ms
+
+
+def test_a_childs_deadline_is_the_tighter_of_its_own_and_its_parents(
+    harness: LoopHarness,
+) -> None:
+    h = harness
+    # No parent deadline: the child step's timeout (600 s) from the dispatch bounds it.
+    free = h.submit("waiting_parent", {"free": _unique()})
+    free_child = child_run_id(free, 1, 0)
+    _working(h, lambda: h.suspended(free_child), "the free child waits")
+    (suspended,) = [f for f in h.facts(free) if isinstance(f, SegmentSuspended)]
+    assert _deadline(h, free_child) == suspended.time_ms + 600_000
+
+    # A parent deadline in 5 s, tighter: the child gets it too.
+    command = new_submit("waiting_parent", {"bound": _unique()}, deadline_ms=h.clock() + 5_000)
+    h.produce_model(TopicName.COMMANDS, command.run_id, command)
+    bound_child = child_run_id(command.run_id, 1, 0)
+    _working(h, lambda: h.suspended(bound_child), "the bound child waits")
+    assert _deadline(h, bound_child) == _deadline(h, command.run_id) == command.deadline_ms
+
+    # At that deadline the parent times out, and the child with it.
+    h.clock.advance_to(h.clock() + 5_000)
+    assert _ended(h, command.run_id).status == "timed_out"
+    assert _ended(h, bound_child).status in ("timed_out", "cancelled")
+    cancel = CancelRun(
+        command_id=str(uuid.uuid4()), run_id=free, reason="end", requested_ms=h.clock()
+    )
+    h.produce_model(TopicName.COMMANDS, free, cancel)
+    assert _ended(h, free_child).status == "cancelled"
+
+
+def test_a_child_step_in_a_graph(harness: LoopHarness) -> None:
+    h, n = harness, _unique()
+    run_id = h.submit("graph_parent", n)
+    parent = _ended(h, run_id)
+    assert parent.status == "succeeded", parent.error
+    assert payload.loads(parent.result or b"") == {"graph_got": 2 * n}
+    (child,) = [c["run_id"] for c in status_dict(parent)["children"]]
+    kid = _state(h, str(child))
+    assert kid is not None and kid.parent is not None and kid.parent.run_id == run_id
