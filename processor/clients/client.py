@@ -56,7 +56,7 @@ from processor.facts.models import (
 )
 from processor.facts.topics import TopicName
 from processor.facts.traceparent import is_traceparent
-from processor.model import waits
+from processor.model import children, waits
 from processor.model.due import due_entries
 from processor.model.reduce import fold
 from processor.model.state import RunState
@@ -725,6 +725,8 @@ def status_dict(state: RunState) -> dict[str, Any]:
         "unknown_attempt": state.unknown.model_dump() if state.unknown else None,
         "compensation": _compensation(state),
         "graph": _graph(state),
+        "parent": children.parent_of(state),  # a child run's parent (model/children.py)
+        "children": children.children_of(state),
         "version": state.version,
         "created_ms": state.created_ms,
         "updated_ms": state.updated_ms,

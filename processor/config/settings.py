@@ -68,6 +68,11 @@ class Settings(BaseSettings):
         "replication is (default: topics.toml's, 2)",
     )
     max_batch: int = Field(default=500, ge=1, description="Input records per transaction")
+    emit_topics: str = Field(
+        default="",
+        description="Comma-separated topics any pipeline's steps may emit events to "
+        "(ctx.emit), besides those a pipeline declares (emits=[...]); created at start",
+    )
     max_payload_bytes: int = Field(
         default=512 * 1024,
         ge=1,
@@ -241,6 +246,11 @@ class Settings(BaseSettings):
     @classmethod
     def _registry_url(cls, value: str | None) -> str | None:
         return (value.rstrip("/") or None) if value else None
+
+    @property
+    def declared_emit_topics(self) -> tuple[str, ...]:
+        """``emit_topics`` as a sorted tuple of names."""
+        return tuple(sorted({t.strip() for t in self.emit_topics.split(",") if t.strip()}))
 
     @property
     def log_dir(self) -> Path:

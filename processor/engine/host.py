@@ -77,7 +77,8 @@ class Host:
         self.instance_id = self._claim.instance_id
         try:
             self._ownership = OwnershipPublisher(settings.state_dir, self.instance_id)
-            ensure_topics(self.deployment, self.app.output_topics)
+            user_topics = [*self.app.output_topics, *settings.declared_emit_topics]
+            ensure_topics(self.deployment, user_topics)
             self.durability = journal_durability(self.deployment)
             logger.info("%s", self.durability.describe())
             self.triggers = self._trigger_stage()  # before the loop: a bad decoder name fails

@@ -108,6 +108,8 @@ class LoopConfig:
     max_infrastructure_losses: int
     # How often workers announce themselves (engine/fleet.py: expiry and warm-up).
     announce_interval_ms: int
+    # Topics any pipeline's steps may emit to (PROCESSOR_EMIT_TOPICS; model/emission.py).
+    emit_topics: frozenset[str] = frozenset()
 
     @staticmethod
     def from_settings(settings: Settings, *, instance_id: str, resume_keys: KeyRing) -> LoopConfig:
@@ -128,6 +130,7 @@ class LoopConfig:
             max_payload_bytes=settings.max_payload_bytes,
             max_infrastructure_losses=settings.max_infrastructure_losses,
             announce_interval_ms=settings.worker_announce_interval_ms,
+            emit_topics=frozenset(settings.declared_emit_topics),
         )
 
     @property
@@ -338,6 +341,7 @@ class ProcessorLoop:
             config.max_payload_bytes,
             max_infrastructure_losses=config.max_infrastructure_losses,
             live_versions=self._live,
+            emit_topics=config.emit_topics,
         )
 
     def _wake_blocked(self, now: int) -> None:

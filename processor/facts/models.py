@@ -31,6 +31,7 @@ __all__ = [
     "CancelRun",
     "CatchDecided",
     "CheckpointHandoff",
+    "ChildRunLinked",
     "ClaimReply",
     "CommandReply",
     "CompensationAttemptFailed",
@@ -40,6 +41,8 @@ __all__ = [
     "CompensationStepSkipped",
     "ContinuationSegmentCreated",
     "DeadLetter",
+    "Emission",
+    "EventEmitted",
     "FactHeader",
     "FanOutItemSettled",
     "GraphSettled",
@@ -428,6 +431,27 @@ class NodeReady(FactHeader):
     item: int | None = None
 
 
+class ChildRunLinked(FactHeader):
+    """This run is a child run (``processor.model.children``): its outcome completes
+    its parent's interaction."""
+
+    parent_run_id: str
+    parent_token: str
+    depth: int
+
+
+class EventEmitted(FactHeader):
+    """A step emitted an event (``processor.model.emission``): published with this fact."""
+
+    segment: int
+    step: int
+    index: int
+    event_id: str
+    topic: str
+    key: str
+    value: bytes
+
+
 class FanOutItemSettled(FactHeader):
     """One item of a fan-out step settled: its output, or its error after its retries."""
 
@@ -522,6 +546,8 @@ FACT_TYPES: tuple[type[FactHeader], ...] = (
     GraphSettled,
     FanOutItemSettled,
     BoundaryInteractionQueued,
+    EventEmitted,
+    ChildRunLinked,
 )
 
 
@@ -535,6 +561,9 @@ class SubmitRun(AvroModel):
     deadline_ms: int | None = None
     deadline_after_ms: int | None = None
     traceparent: str | None = None
+    parent_run_id: str | None = None
+    parent_token: str | None = None
+    depth: int = 0
 
 
 class CancelRun(AvroModel):
@@ -585,6 +614,15 @@ class StepOutput(AvroModel):
     output: bytes
 
 
+class Emission(AvroModel):
+    """An event a step emitted (``ctx.emit``), carried by its attempt's result."""
+
+    step: int
+    topic: str
+    key: str | None = None
+    value: bytes
+
+
 class SegmentResult(AvroModel):
     result_id: str
     run_id: str
@@ -600,6 +638,7 @@ class SegmentResult(AvroModel):
     worker_id: str
     requests: tuple[bytes, ...] = ()
     kind: str = "forward"
+    emits: tuple[Emission, ...] = ()
 
 
 class AttemptProgress(AvroModel):

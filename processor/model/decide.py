@@ -25,7 +25,16 @@ from processor.facts.models import (
 )
 from processor.facts.payload import InvalidPayloadError, canonical_json, derive_run_id
 from processor.facts.traceparent import is_traceparent
-from processor.model import attempts, control, graph_run, progress, sleeps, waits
+from processor.model import (
+    attempts,
+    children,
+    control,
+    emission,
+    graph_run,
+    progress,
+    sleeps,
+    waits,
+)
 from processor.model.boundaries import apply_plan, continue_boundary, suspend, timeout_interaction
 from processor.model.claims import decide_claim
 from processor.model.decision import (
@@ -108,6 +117,8 @@ def decide_submit(command: SubmitRun, existing: RunState | None, ctx: Context) -
     too_large = payload.oversize(canonical_input, ctx.max_payload_bytes, "run input")
     if too_large is not None:
         return refuse(reply, "payload_too_large", too_large)
+    if (refused := children.submit_refusal(command)) is not None:
+        return refuse(reply, *refused)
     deadline_ms = _run_deadline(command)
     if deadline_ms is not None and not 0 <= deadline_ms <= _LATEST_MS:
         detail = f"the run deadline {deadline_ms} is not a time in epoch milliseconds"
@@ -131,6 +142,7 @@ def decide_submit(command: SubmitRun, existing: RunState | None, ctx: Context) -
         deadline_ms=deadline_ms,
         traceparent=_trace_context(command.traceparent),
     )
+    children.link(maker, command)
     if spec.graph is not None:
         graph_run.advance(maker, spec)  # its first steps, each in a lane of its own
     else:
@@ -202,8 +214,10 @@ def decide_result(result: SegmentResult, state: RunState | None, ctx: Context) -
     routes: tuple[str, ...] = ()
     if spec.graph is not None:
         routes, result = _switch_choice(spec, result)
+    result = emission.checked(spec, state, result, ctx.emit_topics)
     maker = FactMaker(run, run.run_id, ctx.now, result.result_id, live=ctx.live_versions, lane=lane)
     control.deadline_first(maker, spec)
+    emission.record(maker, spec, state, result)
     item = None if lane is None else item_of(lane)
     if item is not None and result.outcome == "completed":  # a fan-out item's output
         step = graph_run.step_of(result.segment)
@@ -426,7 +440,7 @@ def _suspension_problem(result: SegmentResult, spec: PipelineSpec, reached: int,
         return f"suspended at step {reached}, but the segment's await step is {end}"
     if awaits.kind == "checkpoint" and result.requests:
         return "a checkpoint await sends no requests"
-    if awaits.kind == "await" and not awaits.itemized and len(result.requests) != 1:
+    if awaits.kind != "checkpoint" and not awaits.itemized and len(result.requests) != 1:
         return f"a scalar await needs exactly one request, got {len(result.requests)}"
     for index, request in enumerate(result.requests):
         try:

@@ -16,6 +16,7 @@ from processor.facts.keyring import KeyRing
 from processor.facts.models import AvroModel, CommandReply, FactHeader, RunOutcome
 from processor.facts.topics import TopicName
 from processor.model.due import DueEntry
+from processor.model.parent_link import parent_completion
 from processor.model.pipeline_spec import PipelineSpec
 from processor.model.reduce import reduce
 from processor.model.state import RunState
@@ -71,6 +72,8 @@ class Context:
     # loaded. A forward attempt of a version no live worker loads is not dispatched: the
     # run waits in phase ``definition_blocked``.
     live_versions: LiveVersions | None = None
+    # Topics any pipeline's steps may emit to (``PROCESSOR_EMIT_TOPICS``; model/emission.py).
+    emit_topics: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +222,9 @@ class FactMaker:
             finished_ms=self.now,
         )
         self.emit(TopicName.OUTCOMES, outcome)
+        if state.parent is not None:  # a child run: its outcome completes its parent's wait
+            reported = parent_completion(state.run_id, state.parent, status, result, error)
+            self.emits.append(Emit(TopicName.COMPLETIONS, state.parent.run_id, reported))
 
     def decision(self, refusal: str | None = None, detail: str = "") -> Decision:
         return Decision(

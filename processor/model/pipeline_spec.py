@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 OnTimeout = Literal["fail", "continue"]
-AwaitKind = Literal["await", "checkpoint"]
+AwaitKind = Literal["await", "checkpoint", "child"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +132,8 @@ class PipelineSpec:
     # The steps as a graph (``model/graph.py``), when any step declares needs, a rule,
     # routes, a catch handler or is a finally step; None: a chain, run as a list.
     graph: Graph | None = None
+    # Topics its steps may emit events to (``model/emission.py``), besides the settings'.
+    emit_topics: tuple[str, ...] = ()
 
     @property
     def last_step(self) -> int:

@@ -22,6 +22,7 @@ from processor.facts.models import (
     BoundaryInteractionDispatched,
     BoundaryInteractionQueued,
     CatchDecided,
+    ChildRunLinked,
     CompensationAttemptFailed,
     CompensationAttemptStarted,
     CompensationStarted,
@@ -58,6 +59,7 @@ from processor.facts.models import (
 )
 from processor.model import waits
 from processor.model.lanes import items_of_step, segment_of
+from processor.model.parent_link import ParentLink
 from processor.model.state import (
     COMPENSATE,
     FAILED,
@@ -356,6 +358,13 @@ def _(fact: RunDefinitionBlocked, state: RunState) -> RunChanges:
         },
     )
     return {"phase": "definition_blocked", "attempt": attempt, "unknown": None}
+
+
+@_changes.register
+def _(fact: ChildRunLinked, state: RunState) -> RunChanges:
+    return {
+        "parent": ParentLink(run_id=fact.parent_run_id, token=fact.parent_token, depth=fact.depth)
+    }
 
 
 @_changes.register

@@ -14,6 +14,7 @@ from typing import Literal, TypedDict
 from pydantic import BaseModel, ConfigDict
 
 from processor.facts.trusted import Evolvable
+from processor.model.parent_link import ParentLink
 
 __all__ = [
     "COMPENSATE",
@@ -482,6 +483,7 @@ class RunChanges(TypedDict, total=False):
     quarantine: Quarantine | None
     lanes: dict[int, Lane]
     nodes: dict[int, NodeRun]
+    parent: ParentLink | None
 
 
 class RunState(BaseModel, Evolvable[RunChanges]):
@@ -537,6 +539,8 @@ class RunState(BaseModel, Evolvable[RunChanges]):
     # (both empty for a chain: its one lane is the flat fields above).
     lanes: dict[int, Lane] = {}
     nodes: dict[int, NodeRun] = {}
+    # A child run's parent (``model/children.py``); None for a run nobody started.
+    parent: ParentLink | None = None
 
     @property
     def terminal(self) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from processor.facts.models import BoundaryRequest, StopNotice
 from processor.facts.topics import TopicName
-from processor.model import waits
+from processor.model import children, waits
 from processor.model.decision import FactMaker
 from processor.model.pipeline_spec import PipelineSpec
 from processor.model.state import FORWARD, Attempt, RunState
@@ -60,6 +60,9 @@ def _cancel_interactions(
 ) -> None:
     step = before.boundary.step
     awaits = spec.steps[step].awaits if step is not None and step <= spec.last_step else None
+    if awaits is not None and awaits.kind == "child":
+        children.cancel_children(maker, before, reason)  # model/children.py
+        return
     if awaits is None or awaits.kind != "await":
         return  # a checkpoint handoff sent no request: there is no one to tell
     for interaction_id, interaction in sorted(before.interactions.items()):

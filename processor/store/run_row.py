@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from processor.facts.trusted import builder
+from processor.model.parent_link import ParentLink
 from processor.model.state import (
     RUNNING,
     Boundary,
@@ -119,6 +120,9 @@ class RunRow(BaseModel):
     # declines its batches, Python folds them (store/native_fold.py).
     lanes: dict[int, Lane] = {}
     nodes: dict[int, NodeRun] = {}
+    # Not in native/src/state.rs either: a child run's link to its parent; the compiled
+    # fold declines its batches, Python folds them (store/native_fold.py).
+    parent: ParentLink | None = None
 
 
 #: Each part of RunState: its model and (row field, part field) of each of its fields.

@@ -96,6 +96,8 @@ class StopFlag:
 
 
 HeartbeatSink = Callable[[bytes | None], None]
+#: Where ``emit`` puts an event: (step index, topic, value, key).
+EmitSink = Callable[[int, str, Any, "str | None"], None]
 
 
 class StepContext:
@@ -116,6 +118,7 @@ class StepContext:
     """
 
     __slots__ = (
+        "_emit",
         "_heartbeat",
         "_stop",
         "attempt",
@@ -145,6 +148,7 @@ class StepContext:
         deadline_ms: int | None = None,
         stop: StopFlag | None = None,
         heartbeat: HeartbeatSink | None = None,
+        emit: EmitSink | None = None,
     ) -> None:
         self.run_id = run_id
         self.pipeline = pipeline
@@ -161,6 +165,7 @@ class StepContext:
         )
         self._stop = stop if stop is not None else StopFlag()
         self._heartbeat = heartbeat
+        self._emit = emit
 
     @property
     def stop_requested(self) -> bool:
@@ -177,6 +182,18 @@ class StepContext:
         if self._heartbeat is not None:
             encoded = None if details is None else json.dumps(details).encode()
             self._heartbeat(encoded)
+
+    def emit(self, topic: str, value: Any, *, key: str | None = None) -> None:
+        """Emit ``value`` (JSON-serializable) as an event to ``topic``, a declared topic
+        (``Pipeline(..., emits=[...])`` or ``PROCESSOR_EMIT_TOPICS``).
+
+        The event is published once, in the transaction that records the step's result,
+        and only if the step returns and its attempt's result is accepted. Its record is
+        keyed by ``key`` (default: the run id) and carries an ``event-id`` header derived
+        from the run, the step and the event's position among the step's emissions."""
+        if self._emit is None or self.kind != "forward":
+            raise RuntimeError("only a step of a running attempt can emit (not a compensator)")
+        self._emit(self.step_index, topic, value, key)
 
     def __repr__(self) -> str:
         return (

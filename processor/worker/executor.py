@@ -18,11 +18,12 @@ from functools import lru_cache, partial
 from typing import Any
 
 from processor.facts import payload
-from processor.facts.models import SegmentResult, StepOutput, WorkItem
+from processor.facts.models import Emission, SegmentResult, StepOutput, WorkItem
 from processor.telemetry import logs, tracing
 from processor.telemetry.metrics import observe_step
 from processor.worker.attempts import RunningAttempt
 from processor.worker.context import StepContext, StopFlag, is_async, wants_context
+from processor.worker.emitting import EmissionBuffer
 from processor.worker.pipeline import Application, NonRetryableError, Pipeline, Step
 
 __all__ = ["NOT_RUN", "SyncRunner", "execute", "execute_async", "needs_loop", "not_run"]
@@ -223,6 +224,7 @@ class _Attempt:
         self._max_payload_bytes = max_payload_bytes
         self._attempt = attempt
         self._stop = attempt.stop if attempt is not None else StopFlag()
+        self.emissions = EmissionBuffer(max_payload_bytes)
 
     @classmethod
     def of(
@@ -297,6 +299,7 @@ class _Attempt:
             deadline_ms=item.run_deadline_ms,
             stop=self._stop,
             heartbeat=None if self._attempt is None else self._attempt.heartbeat,
+            emit=self.emissions.add,
         )
 
     @contextmanager
@@ -347,23 +350,35 @@ class _Attempt:
         """Record a step's output; the suspended result of an await or a sleep step."""
         if step.spec.sleeps is not None:  # the processor keeps the timer
             wake = () if step.spec.sleeps.duration_ms is not None else _wake(value)
-            return SegmentResult(
-                **self.common, steps=tuple(self.outputs), outcome="suspended", requests=wake
-            )
+            return self._suspended(wake)
         if step.spec.awaits is not None:
             requests = _requests(value, step.spec.awaits.kind, step.spec.awaits.itemized)
             for request in requests:
                 payload.check_size(request, self._max_payload_bytes, _what(step, "request"))
-            return SegmentResult(
-                **self.common, steps=tuple(self.outputs), outcome="suspended", requests=requests
-            )
+            return self._suspended(requests)
         encoded = payload.dumps(value)
         payload.check_size(encoded, self._max_payload_bytes, _what(step, "output"))
         self.outputs.append(StepOutput(step=index, output=encoded))
+        self.emissions.step_returned()
         return None
 
+    def _suspended(self, requests: tuple[bytes, ...]) -> SegmentResult:
+        self.emissions.step_returned()  # the await (or sleep) step returned
+        return SegmentResult(
+            **self.common,
+            steps=tuple(self.outputs),
+            outcome="suspended",
+            requests=requests,
+            emits=self._emits(),
+        )
+
+    def _emits(self) -> tuple[Emission, ...]:
+        return tuple(self.emissions.kept)
+
     def completed(self) -> SegmentResult:
-        return SegmentResult(**self.common, steps=tuple(self.outputs), outcome="completed")
+        return SegmentResult(
+            **self.common, steps=tuple(self.outputs), outcome="completed", emits=self._emits()
+        )
 
     def guard_holds(self, step: Step, value: Any) -> bool:
         """Whether a graph step may run: its ``when`` predicate, if any, on its input."""
@@ -371,16 +386,20 @@ class _Attempt:
 
     def skipped(self) -> SegmentResult:
         """A graph step whose predicate was false: it did not run."""
-        return SegmentResult(**self.common, steps=tuple(self.outputs), outcome="skipped")
+        return SegmentResult(
+            **self.common, steps=tuple(self.outputs), outcome="skipped", emits=self._emits()
+        )
 
     def failure(self, index: int, exc: Exception, span: tracing.SpanHandle) -> SegmentResult:
         """The failed result of a step (or compensator) that raised ``exc``."""
         what = "compensator of step" if self.item.kind == "compensate" else "step"  # logs
         logger.info("%s %s of run %s failed: %r", what, index, self.item.run_id, exc)
         span.fail(type(exc).__name__, str(exc) or repr(exc))
+        self.emissions.step_raised()
         return SegmentResult(
             **self.common,
             kind=self.item.kind,
+            emits=self._emits(),
             steps=tuple(self.outputs),
             outcome="failed",
             failed_step=index,

@@ -61,6 +61,7 @@ from processor.model.pipeline_spec import (
     StepSpec,
 )
 from processor.model.readiness import Rule
+from processor.worker.emitting import checked_topics
 from processor.worker.trigger import Trigger, TriggerRecord
 
 __all__ = ["Application", "NonRetryableError", "Pipeline", "Step", "load_application"]
@@ -97,7 +98,9 @@ class Pipeline:
         checkpoint: CheckpointSpec | None = None,
         deadline_s: float | None = None,
         trigger: Trigger | None = None,
+        emits: Iterable[str] = (),
     ) -> None:
+        """``emits``: the topics its steps may emit events to (``ctx.emit``)."""
         if not name or version < 1:
             raise ConfigurationError("a pipeline needs a name and a version >= 1")
         if checkpoint is not None and not checkpoint.target.startswith(("pipeline:", "run:")):
@@ -109,6 +112,7 @@ class Pipeline:
         self.deadline_ms = None if deadline_s is None else int(deadline_s * 1000)
         self.steps: list[Step] = []
         self.triggers: list[Trigger] = [] if trigger is None else [trigger]
+        self.emit_topics = checked_topics(emits)
 
     def step(
         self,
@@ -289,6 +293,52 @@ class Pipeline:
 
         return register
 
+    def child(
+        self,
+        pipeline: str,
+        *,
+        timeout_s: float,
+        name: str | None = None,
+        itemized: bool = False,
+        on_timeout: OnTimeout = "fail",
+        retry: RetryPolicy | None = None,
+        step_timeout_s: float = 30.0,
+        needs: Iterable[str] | None = None,
+        catch: str | None = None,
+        max_in_flight: int | None = None,
+        tolerate: int | None = None,
+        tolerate_percent: float | None = None,
+    ) -> Callable[[StepFunction], StepFunction]:
+        """Decorator appending a child step: the function returns the input of one run of
+        ``pipeline`` (a list of inputs, one run each, when ``itemized``); the step waits
+        for their outcomes, as an await step waits for completions, and returns the
+        child's result (the list of results, in item order). ``timeout_s`` bounds the wait
+        and each child's deadline (model/children.py; README: "Child runs")."""
+        register = self.await_step(
+            name,
+            target=pipeline,
+            timeout_s=timeout_s,
+            itemized=itemized,
+            on_timeout=on_timeout,
+            retry=retry,
+            step_timeout_s=step_timeout_s,
+            needs=needs,
+            catch=catch,
+            max_in_flight=max_in_flight,
+            tolerate=tolerate,
+            tolerate_percent=tolerate_percent,
+        )
+
+        def register_child(function: StepFunction) -> StepFunction:
+            register(function)
+            step = self.steps[-1]
+            assert step.spec.awaits is not None
+            awaits = replace(step.spec.awaits, kind="child")
+            self.steps[-1] = replace(step, spec=replace(step.spec, awaits=awaits))
+            return function
+
+        return register_child
+
     def await_checkpoint(
         self,
         checkpoint: str,
@@ -403,6 +453,7 @@ class Pipeline:
             self.checkpoint,
             self.deadline_ms,
             self._graph(),
+            self.emit_topics,
         )
 
     def _graph(self) -> Graph | None:
@@ -462,8 +513,9 @@ class Application:
 
     @property
     def output_topics(self) -> list[str]:
-        """User topics that terminal publication writes to."""
-        return sorted({s.output_topic for s in self._specs.values() if s.output_topic})
+        """User topics that terminal publication and emission write to."""
+        emitted = {topic for s in self._specs.values() for topic in s.emit_topics}
+        return sorted({s.output_topic for s in self._specs.values() if s.output_topic} | emitted)
 
 
 def _graph_node(name: str, needs: Iterable[str] | None, catch: str | None = None) -> Node | None:

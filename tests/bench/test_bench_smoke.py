@@ -155,6 +155,13 @@ def test_fan_out(tmp_path: Path) -> None:
     assert out["rss_peak_mib"] >= out["rss_start_mib"] > 0
 
 
+def test_children(tmp_path: Path) -> None:
+    out = bench("children.py", tmp_path, "--children", "5", "--repeat", "1")
+    assert (out["children"], out["rounds"]) == (5, 1)
+    assert out["independent_ms"] >= 0 and out["as_children_ms"] > 0
+    assert len(out["ratio_rounds"]) == 1
+
+
 def test_http_overhead(tmp_path: Path) -> None:
     out = bench(
         "http_overhead.py", tmp_path, "--runs", "20", "--rounds", "2", "--scrape-interval", "0.05"

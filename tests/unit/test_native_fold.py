@@ -36,12 +36,14 @@ from processor.facts.models import (
     BoundaryInteractionDispatched,
     BoundaryInteractionQueued,
     CatchDecided,
+    ChildRunLinked,
     CompensationAttemptFailed,
     CompensationAttemptStarted,
     CompensationStarted,
     CompensationStepCompleted,
     CompensationStepSkipped,
     ContinuationSegmentCreated,
+    EventEmitted,
     FactHeader,
     FanOutItemSettled,
     GraphSettled,
@@ -95,6 +97,8 @@ PYTHON_ONLY = frozenset(
         GraphSettled,
         FanOutItemSettled,
         BoundaryInteractionQueued,
+        EventEmitted,
+        ChildRunLinked,
     }
 )
 

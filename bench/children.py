@@ -1,0 +1,141 @@
+"""A parent with N child runs against N independent runs, on the embedded log.
+
+Run: ``PYTHONPATH=. python bench/children.py [--children 1000] [--repeat 3] [--json]``
+
+Engine: what ``processor run`` runs with the default worker settings (a
+``processor.engine.host.Host``: the processor loop in this process, 2 workers at the
+default ``worker_concurrency`` in their child process), with this script's ``app``:
+``kid``, one no-op step; ``parent``, one child step (``Pipeline.child``, itemized, no
+limit in flight) that starts one ``kid`` run per item of its input.
+
+Each round, alternated: (a) ``--children`` independent ``kid`` runs submitted at once,
+timed from the first submit to the last outcome (``finished_ms`` of runs.results);
+(b) one ``parent`` run of ``--children`` items, timed from its submit to its outcome,
+which comes after every child's. The figure is (b) / (a): what starting runs as
+children, and bringing their outcomes back through admission, costs over the same
+runs started by a client (issue 29's target: at most 1.5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from _support import Outcomes, app_host, command_line, cpus
+
+from processor.clients.client import Client, new_submit
+from processor.transport.deployment import Deployment
+from processor.worker.pipeline import Application, Pipeline
+
+BENCH_DIR = Path(__file__).resolve().parent
+
+
+def build_app() -> Application:
+    kid = Pipeline("kid")
+    kid.step("touch")(lambda value: value)
+    parent = Pipeline("parent")
+    parent.child("kid", name="start_kids", timeout_s=3600, itemized=True)(
+        lambda value: list(range(value["children"]))
+    )
+    return Application([kid, parent])
+
+
+app = build_app()  # what the worker child loads (``children:app``)
+
+
+def independent(client: Client, deployment: Deployment, n: int, timeout_s: float) -> float:
+    """ms from the first of ``n`` kid submits to the last kid's outcome."""
+    outcomes = Outcomes(deployment)
+    try:
+        for index in range(n):
+            client.send(new_submit("kid", index))
+        client.flush()
+        found = outcomes.collect(n, timeout_s)
+    finally:
+        outcomes.close()
+    _all_succeeded(found)
+    return float(max(o.finished_ms for o in found) - min(o.submitted_ms for o in found))
+
+
+def as_children(client: Client, deployment: Deployment, n: int, timeout_s: float) -> float:
+    """ms from a parent's submit to its outcome (after its ``n`` children's)."""
+    outcomes = Outcomes(deployment)
+    try:
+        command = new_submit("parent", {"children": n})
+        client.send(command)
+        client.flush()
+        found = outcomes.collect(n + 1, timeout_s)
+    finally:
+        outcomes.close()
+    _all_succeeded(found)
+    (parent,) = [o for o in found if o.run_id == command.run_id]
+    return float(parent.finished_ms - parent.submitted_ms)
+
+
+def _all_succeeded(found: list[Any]) -> None:
+    failed = [o for o in found if o.status != "succeeded"]
+    if failed:
+        raise RuntimeError(f"{len(failed)} runs did not succeed: {failed[0]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--children", type=int, default=1000, help="runs in each round")
+    parser.add_argument("--repeat", type=int, default=3, help="alternated rounds")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds a round may take")
+    parser.add_argument("--json", action="store_true", help="print only the JSON summary")
+    args = parser.parse_args()
+    command = command_line(sys.argv)
+    paths = [str(BENCH_DIR), os.environ.get("PYTHONPATH", "")]
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
+
+    def say(text: str) -> None:
+        if not args.json:
+            print(text, flush=True)
+
+    say(command)
+    root = Path(tempfile.mkdtemp(prefix="bench-children-"))
+    alone: list[float] = []
+    nested: list[float] = []
+    try:
+        with app_host(root, build_app(), "children:app") as (deployment, client):
+            for index in range(args.repeat):
+                alone.append(independent(client, deployment, args.children, args.timeout))
+                nested.append(as_children(client, deployment, args.children, args.timeout))
+                say(
+                    f"round {index + 1}: {args.children:,} runs {alone[-1]:.0f} ms, "
+                    f"as children {nested[-1]:.0f} ms"
+                )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    ratios = [n / a for n, a in zip(nested, alone, strict=True)]
+    ratio = statistics.median(ratios)
+    say(
+        f"median: {args.children:,} runs {statistics.median(alone):.0f} ms, as children "
+        f"{statistics.median(nested):.0f} ms: {ratio:.2f}x ({cpus()} CPUs)"
+    )
+    summary = {
+        "bench": "children",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "children": args.children,
+        "rounds": args.repeat,
+        "independent_ms": round(statistics.median(alone), 1),
+        "as_children_ms": round(statistics.median(nested), 1),
+        "ratio": round(ratio, 2),
+        "ratio_rounds": [round(r, 2) for r in ratios],
+        "cpus": cpus(),
+        "command": command,
+    }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
