@@ -25,10 +25,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from processor.admission.admit import admit
 from processor.admission.arrivals import Refusal
+from processor.admission.signals import KeyedEvent
 from processor.config.settings import Settings
 from processor.engine.fleet import Fleet
-from processor.engine.inputs import INPUTS, FleetNews
+from processor.engine.inputs import INPUTS, ByKey, FleetNews
 from processor.engine.spans import Traced, record_spans
 from processor.errors import (
     AppendConflictError,
@@ -58,6 +60,7 @@ from processor.model.decide import (
 from processor.model.state import RunState
 from processor.restore.assignment import RestoreConfig, restore_assigned
 from processor.store.census import RunCensus, blocked_runs
+from processor.store.event_index import runs_waiting_on
 from processor.store.staging import Staging
 from processor.telemetry import logs, metrics, tracing
 from processor.transport.base import (
@@ -400,6 +403,10 @@ class ProcessorLoop:
             entry.hear(self.fleet, message)
             self._live = self.fleet.live_versions()
             return None
+        if isinstance(entry, ByKey):  # for the runs waiting on its key, on every partition
+            assert isinstance(message, KeyedEvent)
+            self._by_key(message, record, staging, now)
+            return None
         run_id = entry.run_id(message)
         if not self._routed_here(record, run_id):
             return None
@@ -415,6 +422,25 @@ class ProcessorLoop:
         except Exception as exc:  # a bug met by this run's input: quarantine the run
             self._quarantine(staging, record.partition, run_id, source=topic.value, exc=exc)
             return run_id, Decision.refuse(INTERNAL_ERROR, _exception_text(exc))
+
+    def _by_key(self, keyed: KeyedEvent, record: Record, staging: Staging, now: int) -> None:
+        """An event by correlation key (docs/design/signals.md): the partition that reads
+        it first copies it to every partition, itself included, in this transaction; a
+        copy is decided for each run of its partition waiting on the key, found in the
+        runs index (never a scan of the runs). A run's refusal refuses only its copy."""
+        if not keyed.event.fanned_out:
+            copy = encode(keyed.event.model_copy(update={"fanned_out": True}))
+            self._batch.outbound.extend(
+                Outbound(record.topic, keyed.key.encode(), copy, (), partition)
+                for partition in range(self._partitions)
+            )
+            return
+        for run_id in runs_waiting_on(staging.store, keyed.event.name, keyed.key):
+            if run_id in self.skipped_runs:
+                continue
+            arrival, state = keyed.arrival(run_id), _run(staging, run_id)
+            decide = functools.partial(admit, arrival, state, self._context(now))
+            self._guarded(staging, record.partition, run_id, source=record.topic, decide=decide)
 
     def _routed_here(self, record: Record, run_id: str) -> bool:
         """Forward a record produced to the wrong partition to its run's partition."""

@@ -20,6 +20,7 @@ class TopicName(StrEnum):
     REQUESTS = "boundary.requests"
     COMPLETIONS = "boundary.completions"
     CHECKPOINTS = "boundary.checkpoints"
+    EVENTS = "boundary.events"
 
 
 # Inputs of the processor; all keyed by run id and co-partitioned with runs.facts.
@@ -28,4 +29,5 @@ RUN_ADDRESSED_INPUTS: tuple[TopicName, ...] = (
     TopicName.RESULTS,
     TopicName.COMPLETIONS,
     TopicName.CHECKPOINTS,
+    TopicName.EVENTS,
 )

@@ -25,7 +25,7 @@ from processor.facts.models import (
 )
 from processor.facts.payload import InvalidPayloadError, canonical_json, derive_run_id
 from processor.facts.traceparent import is_traceparent
-from processor.model import attempts, control, graph_run, progress, sleeps, waits
+from processor.model import attempts, control, event_waits, graph_run, progress, sleeps, waits
 from processor.model.boundaries import apply_plan, continue_boundary, suspend, timeout_interaction
 from processor.model.claims import decide_claim
 from processor.model.decision import (
@@ -432,6 +432,8 @@ def _suspension_problem(result: SegmentResult, spec: PipelineSpec, reached: int,
         return f"suspended at step {reached}, but the segment's await step is {end}"
     if awaits.kind == "checkpoint" and result.requests:
         return "a checkpoint await sends no requests"
+    if awaits.kind == "event":
+        return event_waits.suspension_problem(result.requests, awaits.event_key)
     if awaits.kind == "await" and not awaits.itemized and len(result.requests) != 1:
         return f"a scalar await needs exactly one request, got {len(result.requests)}"
     for index, request in enumerate(result.requests):

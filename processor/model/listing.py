@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from processor.model import waits
+from processor.model import event_waits, waits
 from processor.model.state import RunState
 
 __all__ = [
@@ -26,7 +26,13 @@ __all__ = [
 ]
 
 IndexKind = Literal[
-    "status", "pipeline_status", "waiting", "waiting_pipeline", "blocked", "quarantined"
+    "status",
+    "pipeline_status",
+    "waiting",
+    "waiting_pipeline",
+    "blocked",
+    "quarantined",
+    "event_key",
 ]
 
 
@@ -77,9 +83,12 @@ def index_entries(state: RunState | None) -> frozenset[IndexEntry]:
         IndexEntry("status", (status,), at, run_id),
         IndexEntry("pipeline_status", (pipeline, status), at, run_id),
     ]
-    for target in waiting_targets(state):
+    targets = waiting_targets(state)
+    for target in targets:
         rows.append(IndexEntry("waiting", (target,), at, run_id))
         rows.append(IndexEntry("waiting_pipeline", (target, pipeline), at, run_id))
+    # An event wait keyed by correlation: found by (event name, key) (docs/design/signals.md).
+    rows.extend(IndexEntry("event_key", keyed, at, run_id) for keyed in event_waits.keyed(targets))
     if waits.in_wait(state, waits.DEFINITION_BLOCKED) and not state.terminal:
         rows.append(
             IndexEntry("blocked", blocked_parts(pipeline, state.pipeline_version), at, run_id)

@@ -11,6 +11,7 @@ from processor.web.context import WebContext
 from processor.web.models import ErrorBody
 from processor.web.reads import read_routes, request_routes
 from processor.web.run_graph import graph_routes
+from processor.web.signals import signal_routes
 
 __all__ = ["api_router"]
 
@@ -29,4 +30,5 @@ def api_router(context: WebContext) -> APIRouter:
     graph_routes(router, context, Depends(reader))
     request_routes(router, context, Depends(writer))
     command_routes(router, context, Depends(writer))
+    signal_routes(router, context, Depends(writer))
     return router
