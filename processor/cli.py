@@ -967,6 +967,8 @@ def send_signal(
     """Send a named event to a run (--run) or to every run waiting on a correlation key
     (--key); the processor admits it or keeps it in admission.rejected with a reason."""
     inv = _inv(ctx)
+    if (run is None) == (key is None):
+        inv.fail("give exactly one of --run and --key", code=EXIT_USAGE)
     fields: dict[str, str] = {}
     for pair in correlation or []:
         field, sep, value = pair.partition("=")
