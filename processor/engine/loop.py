@@ -60,7 +60,7 @@ from processor.model.decide import (
 from processor.model.state import RunState
 from processor.restore.assignment import RestoreConfig, restore_assigned
 from processor.store.census import RunCensus, blocked_runs
-from processor.store.event_index import runs_waiting_on
+from processor.store.event_index import candidates, waits_on
 from processor.store.staging import Staging
 from processor.telemetry import logs, metrics, tracing
 from processor.transport.base import (
@@ -435,12 +435,23 @@ class ProcessorLoop:
                 for partition in range(self._partitions)
             )
             return
-        for run_id in runs_waiting_on(staging.store, keyed.event.name, keyed.key):
-            if run_id in self.skipped_runs:
-                continue
-            arrival, state = keyed.arrival(run_id), _run(staging, run_id)
-            decide = functools.partial(admit, arrival, state, self._context(now))
-            self._guarded(staging, record.partition, run_id, source=record.topic, decide=decide)
+        admitted = 0
+        name, key = keyed.event.name, keyed.key
+        for run_id in candidates(staging.store, staging.staged_runs(), name, key):
+            state = _run(staging, run_id)
+            if run_id in self.skipped_runs or not waits_on(state, name, key):
+                continue  # its wait ended since the last commit
+            logs.bind_run(run_id)
+            try:
+                decision = admit(keyed.arrival(run_id), state, self._context(now))
+            except TransportError:
+                raise
+            except Exception as exc:  # a bug met by this run's copy: quarantine the run
+                self._quarantine(staging, record.partition, run_id, source=record.topic, exc=exc)
+                decision = Decision.refuse(INTERNAL_ERROR, _exception_text(exc))
+            admitted += decision.refusal is None and bool(decision.facts)
+            self._apply(staging, record, run_id, decision, now)  # a refusal: admission.rejected
+        metrics.KEYED_EVENT_COPIES.labels("matched" if admitted else "unmatched").inc()
 
     def _routed_here(self, record: Record, run_id: str) -> bool:
         """Forward a record produced to the wrong partition to its run's partition."""

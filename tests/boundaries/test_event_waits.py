@@ -268,9 +268,17 @@ def test_an_event_by_key_reaches_every_run_waiting_on_it_on_any_partition(h: Loo
         final = h.loop_state(run_id)
         assert final is not None and json.loads(final.result or b"") == {"shipped": {"paid": 9}}
         assert len(admitted(h, run_id)) == 1
-    # The run of the same key in another region did not match; another key was not asked.
+    # The run of the same key in another region refused its copy, with the reason; a run
+    # waiting on another key was not asked.
+    mismatch = h.drive(lambda: _rejected_for(h, other_region), "the mismatch refused")
+    assert mismatch.reason == "no_matching_wait"
     assert h.suspended(other_region) and admitted(h, other_region) == []
     assert h.suspended(other_order) and admitted(h, other_order) == []
+    assert _rejected_for(h, other_order) is None
+
+
+def _rejected_for(h: LoopHarness, run_id: str) -> Rejected | None:
+    return next((r for r in h.rejected.refresh() if r.run_id == run_id), None)
 
 
 def test_an_event_by_key_before_the_wait_registers_does_not_reach_it(h: LoopHarness) -> None:
