@@ -36,6 +36,7 @@ __all__ = [
     "find_admitted",
     "find_open",
     "keyed",
+    "listed_target",
     "matches",
     "parse_registration",
     "registration_target",
@@ -197,3 +198,10 @@ def keyed(targets: Iterable[str]) -> set[tuple[str, str]]:
         if registration is not None and registration.key is not None:
             found.add((registration.event, registration.key))
     return found
+
+
+def listed_target(target: str) -> str:
+    """How the runs index and the metrics name what a run waits on: an event wait as
+    ``event:<name>``, any other target as it is."""
+    registration = parse_registration(target)
+    return target if registration is None else f"event:{registration.event}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from processor.model import event_waits
-from processor.model.listing import waiting_targets
+from processor.model.listing import open_targets
 from processor.model.state import RunState
 from processor.store import keys
 from processor.store.rocks import PartitionStore
@@ -27,7 +27,7 @@ def runs_waiting_on(store: PartitionStore, event: str, key: str) -> list[str]:
 
 def waits_on(state: RunState | None, event: str, key: str) -> bool:
     """Whether the run has an open wait for ``event`` keyed by ``key`` now."""
-    return state is not None and (event, key) in event_waits.keyed(waiting_targets(state))
+    return state is not None and (event, key) in event_waits.keyed(open_targets(state))
 
 
 def candidates(

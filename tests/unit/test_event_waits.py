@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processor.admission.arrivals import Arrival, Refusal
@@ -22,6 +22,7 @@ fields = st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=4)
 
 
 @given(fields, fields)
+@settings(deadline=None)  # pure and fast; a loaded machine must not fail it
 def test_an_event_matches_a_wait_when_it_carries_each_declared_field(
     wanted: dict[str, str], extra: dict[str, str]
 ) -> None:
@@ -30,6 +31,7 @@ def test_an_event_matches_a_wait_when_it_carries_each_declared_field(
 
 
 @given(fields.filter(bool), st.data())
+@settings(deadline=None)  # pure and fast; a loaded machine must not fail it
 def test_a_missing_or_different_field_does_not_match(
     wanted: dict[str, str], data: st.DataObject
 ) -> None:
@@ -40,6 +42,7 @@ def test_a_missing_or_different_field_does_not_match(
 
 
 @given(st.text(min_size=1), fields, st.none() | st.text())
+@settings(deadline=None)  # pure and fast; a loaded machine must not fail it
 def test_a_registration_round_trips_through_its_target(
     event: str, correlation: dict[str, str], key: str | None
 ) -> None:
@@ -155,6 +158,9 @@ def test_a_run_waiting_by_key_has_an_index_row_by_event_and_key() -> None:
     state = _state(k=_wait(1, {"order": "1"}, "order"), u=_wait(1, {"order": "2"}))
     rows = {(e.kind, e.parts) for e in index_entries(state) if e.kind == "event_key"}
     assert rows == {("event_key", ("paid", "1"))}
+    # Listed (and counted in the metrics) by the event's name, never by its correlation.
+    waiting = {e.parts for e in index_entries(state) if e.kind == "waiting"}
+    assert waiting == {("event:paid",)}
     done = state.model_copy(update={"status": "succeeded"})
     assert not any(e.kind == "event_key" for e in index_entries(done))
     assert event_waits.keyed(
