@@ -60,7 +60,8 @@ class Registration:
     @property
     def key(self) -> str | None:
         """The correlation key the wait registers under in the index (None: by run only)."""
-        return None if self.key_field is None else self.correlation.get(self.key_field)
+        value = None if self.key_field is None else self.correlation.get(self.key_field)
+        return value if isinstance(value, str) else None
 
 
 def registration_target(event: str, correlation: Mapping[str, str], key_field: str | None) -> str:
@@ -82,7 +83,10 @@ def parse_registration(target: str) -> Registration | None:
     correlation = body.get("correlation")
     if not isinstance(correlation, dict):
         return None
-    return Registration(body["event"], correlation, body.get("key"))
+    key_field = body.get("key")
+    return Registration(
+        body["event"], correlation, key_field if isinstance(key_field, str) else None
+    )
 
 
 def correlation_problem(request: bytes, key_field: str | None) -> str:

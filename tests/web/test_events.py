@@ -109,3 +109,13 @@ def _processor(served: Served, *args: str) -> subprocess.CompletedProcess[str]:
         timeout=120,
         check=False,
     )
+
+
+def test_replay_verify_agrees_with_the_live_index_of_waiting_runs(events_served: Served) -> None:
+    http = events_served.http()
+    run_id = submit(http, "paid", {"order": f"o-{uuid.uuid4().hex[:8]}", "region": "eu"})["run_id"]
+    wait_until(lambda: _waiting_for(http, run_id), 60, "the run waits by key")
+    verify = _processor(events_served, "replay", "--verify", "--json")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    report = json.loads(verify.stdout)
+    assert report["verified"] is True, report["differences"]
