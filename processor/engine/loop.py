@@ -438,20 +438,28 @@ class ProcessorLoop:
         admitted = 0
         name, key = keyed.event.name, keyed.key
         for run_id in candidates(staging.store, staging.staged_runs(), name, key):
-            state = _run(staging, run_id)
-            if run_id in self.skipped_runs or not waits_on(state, name, key):
+            if run_id in self.skipped_runs or not waits_on(_run(staging, run_id), name, key):
                 continue  # its wait ended since the last commit
             logs.bind_run(run_id)
-            try:
-                decision = admit(keyed.arrival(run_id), state, self._context(now))
-            except TransportError:
-                raise
-            except Exception as exc:  # a bug met by this run's copy: quarantine the run
-                self._quarantine(staging, record.partition, run_id, source=record.topic, exc=exc)
-                decision = Decision.refuse(INTERNAL_ERROR, _exception_text(exc))
+            decision = self._decide_copy(keyed, run_id, record, staging, now)
             admitted += decision.refusal is None and bool(decision.facts)
             self._apply(staging, record, run_id, decision, now)  # a refusal: admission.rejected
         metrics.KEYED_EVENT_COPIES.labels("matched" if admitted else "unmatched").inc()
+
+    def _decide_copy(
+        self, keyed: KeyedEvent, run_id: str, record: Record, staging: Staging, now: int
+    ) -> Decision:
+        """The decision on a keyed event's copy for one waiting run of this partition."""
+        state = _run(staging, run_id)
+        if state is not None and state.quarantine is not None:
+            return quarantine.refused(state, None)
+        try:
+            return admit(keyed.arrival(run_id), state, self._context(now))
+        except TransportError:
+            raise
+        except Exception as exc:  # a bug met by this run's copy: quarantine the run
+            self._quarantine(staging, record.partition, run_id, source=record.topic, exc=exc)
+            return Decision.refuse(INTERNAL_ERROR, _exception_text(exc))
 
     def _routed_here(self, record: Record, run_id: str) -> bool:
         """Forward a record produced to the wrong partition to its run's partition."""
