@@ -951,6 +951,48 @@ def complete(
     _show_receipt(inv, receipt, wait)
 
 
+@_command(name="signal")
+def send_signal(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The event name a wait names (await_event)")],
+    run: Annotated[str | None, typer.Option(help="The run the event is for")] = None,
+    key: Annotated[
+        str | None, typer.Option(help="A correlation key: every run waiting on it gets it")
+    ] = None,
+    payload_json: Annotated[str, typer.Option("--payload", help="Event payload as JSON")] = "null",
+    correlation: Annotated[
+        list[str] | None, typer.Option("--field", help="A correlation field, FIELD=VALUE")
+    ] = None,
+    event_id: Annotated[
+        str | None, typer.Option(help="The event's id: the same id twice is admitted once")
+    ] = None,
+) -> None:
+    """Send a named event to a run (--run) or to every run waiting on a correlation key
+    (--key); the processor admits it or keeps it in admission.rejected with a reason."""
+    inv = _inv(ctx)
+    if (run is None) == (key is None):
+        inv.fail("give exactly one of --run and --key", code=EXIT_USAGE)
+    fields: dict[str, str] = {}
+    for pair in correlation or []:
+        field, sep, value = pair.partition("=")
+        if not sep or not field:
+            inv.fail(f"--field: FIELD=VALUE, got {pair!r}", code=EXIT_USAGE)
+        fields[field] = value
+    try:
+        value = loads(payload_json.encode())
+    except InvalidPayloadError as exc:
+        inv.fail(f"--payload: {exc}", code=EXIT_USAGE)
+    ensure_topics(inv.deployment())
+    try:
+        sent = inv.client().signal(
+            name, value, run_id=run, key=key, correlation=fields, event_id=event_id
+        )
+    except ValueError as exc:  # a bad address, or over the payload limit: nothing produced
+        inv.fail(str(exc), code=EXIT_USAGE)
+    where = f"run {run}" if run is not None else f"key {key}"
+    inv.emit(sent.as_dict(), f"sent {name} ({sent.event_id}) to {where}")
+
+
 def _show_receipt(inv: Invocation, receipt: CompletionReceipt, wait: float) -> None:
     """What became of a completion: on stdout, or an error when refused or unanswered."""
     shown = receipt.as_dict()

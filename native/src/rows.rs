@@ -177,6 +177,7 @@ const PIPELINE_STATUS: u8 = 2;
 const WAITING: u8 = 3;
 const WAITING_PIPELINE: u8 = 4;
 const BLOCKED: u8 = 5;
+const EVENT_KEY: u8 = 7;
 
 /// ``listing.index_entries``, each as ``keys.index_key`` builds it, sorted.
 pub fn index_keys(state: Option<&RunState>, out: &mut IndexKeys) {
@@ -199,9 +200,32 @@ pub fn index_keys(state: Option<&RunState>, out: &mut IndexKeys) {
     };
     push(STATUS, &[status]);
     push(PIPELINE_STATUS, &[pipeline, status]);
-    for target in waiting_targets(s) {
+    let open = open_targets(s);
+    let registrations: Vec<Option<Registration>> =
+        open.iter().map(|target| registration(target)).collect();
+    let mut listed: Vec<String> = open
+        .iter()
+        .zip(&registrations)
+        .map(|(target, found)| match found {
+            Some(r) => format!("event:{}", r.event),
+            None => (*target).to_string(),
+        })
+        .collect();
+    listed.sort_unstable();
+    listed.dedup();
+    for target in &listed {
         push(WAITING, &[target]);
         push(WAITING_PIPELINE, &[target, pipeline]);
+    }
+    let mut keyed: Vec<(String, String)> = registrations
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.key.map(|key| (r.event, key)))
+        .collect();
+    keyed.sort_unstable();
+    keyed.dedup();
+    for (event, key) in &keyed {
+        push(EVENT_KEY, &[event, key]);
     }
     if s.phase == "definition_blocked" && !s.terminal() {
         // ``listing.blocked_parts``: the pipeline and its version, as a string
@@ -212,9 +236,32 @@ pub fn index_keys(state: Option<&RunState>, out: &mut IndexKeys) {
         .sort_unstable_by(|a, b| bytes[a.clone()].cmp(&bytes[b.clone()]));
 }
 
-/// ``listing.waiting_targets``: the targets of the open interactions of the current
+/// An event wait's registration (``event_waits.parse_registration``): its event name
+/// and the value of its key field in its correlation, if it has one.
+struct Registration {
+    event: String,
+    key: Option<String>,
+}
+
+fn registration(target: &str) -> Option<Registration> {
+    if !target.starts_with('{') {
+        return None;
+    }
+    let body: serde_json::Value = serde_json::from_str(target).ok()?;
+    let event = body.get("event")?.as_str()?.to_string();
+    let correlation = body.get("correlation")?.as_object()?;
+    let key = body
+        .get("key")
+        .and_then(|field| field.as_str())
+        .and_then(|field| correlation.get(field))
+        .and_then(|value| value.as_str())
+        .map(str::to_string);
+    Some(Registration { event, key })
+}
+
+/// ``listing.open_targets``: the targets of the open interactions of the current
 /// boundary, sorted, each once (none unless suspended and not terminal).
-fn waiting_targets(s: &RunState) -> Vec<&str> {
+fn open_targets(s: &RunState) -> Vec<&str> {
     if s.terminal() || s.phase != "suspended" {
         return Vec::new();
     }

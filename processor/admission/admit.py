@@ -8,6 +8,7 @@ whichever order the two are processed: it is refused, and the timeout commits.
 
 from __future__ import annotations
 
+from processor.admission import signals
 from processor.admission.arrivals import Arrival
 from processor.facts import keys, payload, tokens
 from processor.facts.models import (
@@ -43,8 +44,11 @@ def admit(arrival: Arrival, state: RunState | None, ctx: Context) -> Decision:
     if arrival.start_pipeline is not None:
         return _admit_start(arrival, state, ctx)
     if state is None:
-        return Decision.refuse("unknown_interaction", f"no run {arrival.run_id}")
+        reason = "unknown_run" if arrival.event is not None else "unknown_interaction"
+        return Decision.refuse(reason, f"no run {arrival.run_id}")
     found = _interaction(arrival, state)
+    if found is None and arrival.event is not None:
+        return Decision.refuse(*signals.event_refusal(arrival, state))
     if found is None:
         return Decision.refuse(
             "unknown_interaction", _what(arrival) + " is not a known interaction"
@@ -85,7 +89,9 @@ def admit(arrival: Arrival, state: RunState | None, ctx: Context) -> Decision:
 
 
 def _what_payload(arrival: Arrival) -> str:
-    return "completion payload" if arrival.source == "await" else "handoff payload"
+    return {"await": "completion payload", "event": "event payload"}.get(
+        arrival.source, "handoff payload"
+    )
 
 
 def _what(arrival: Arrival) -> str:
@@ -95,6 +101,8 @@ def _what(arrival: Arrival) -> str:
 
 
 def _interaction(arrival: Arrival, state: RunState) -> tuple[str, Interaction] | None:
+    if arrival.event is not None:
+        return signals.event_interaction(arrival, state)
     if arrival.claims is not None:
         found = state.interactions.get(arrival.claims.interaction)
         return None if found is None else (arrival.claims.interaction, found)

@@ -15,10 +15,12 @@ from processor.facts.json_wire import HeaderPairs
 from processor.facts.keyring import KeyRing
 from processor.facts.models import BoundaryCompletion, CheckpointHandoff
 from processor.facts.payload import InvalidPayloadError, canonical_json, derive_run_id
+from processor.model import event_waits
 
 __all__ = [
     "Arrival",
     "Refusal",
+    "canonical_payload",
     "completion_arrival",
     "handoff_arrival",
     "record_cause",
@@ -40,7 +42,7 @@ class Refusal:
 class Arrival:
     """A correlated payload for a boundary, whatever protocol brought it."""
 
-    source: Literal["await", "checkpoint"]
+    source: Literal["await", "checkpoint", "event"]
     run_id: str
     cause_id: str
     outcome: str
@@ -52,10 +54,18 @@ class Arrival:
     claims: tokens.TokenClaims | None = None
     checkpoint: str | None = None
     start_pipeline: str | None = None
+    # An event's name, correlation fields, the wait it names, its correlation key.
+    event: str | None = None
+    correlation: tuple[tuple[str, str], ...] = ()
+    settles: str | None = None
+    key: str | None = None  # an event by correlation key: the key
 
     @property
     def digest(self) -> bytes:
-        """Identity of the completion's content: duplicates compare equal by it."""
+        """Identity of the completion's content: duplicates compare equal by it (an
+        event's: its name and id)."""
+        if self.event is not None:
+            return event_waits.event_digest(self.event, self.idempotency_key)
         digest = hashlib.sha256()
         for part in (self.outcome.encode(), self.payload, (self.error or "").encode()):
             digest.update(len(part).to_bytes(8, "big"))
@@ -104,7 +114,7 @@ def completion_arrival(
     if claims is None:
         run_id = claimed.run_id if claimed is not None else None
         return Refusal("invalid_token", _token_problem(keys, completion.token), run_id)
-    body = _canonical_payload(completion.payload, completion.content_type, claims.run_id)
+    body = canonical_payload(completion.payload, completion.content_type, claims.run_id)
     if isinstance(body, Refusal):
         return body
     return Arrival(
@@ -148,7 +158,7 @@ def handoff_arrival(value: bytes | None, keys: KeyRing, cause_id: str) -> Arriva
     if run_id is None:
         detail = f"target must be pipeline:<name> or run:<id>, got {handoff.target!r}"
         return Refusal("malformed", detail)
-    body = _canonical_payload(handoff.payload, handoff.content_type, run_id)
+    body = canonical_payload(handoff.payload, handoff.content_type, run_id)
     if isinstance(body, Refusal):
         return body
     pipeline = (
@@ -176,7 +186,7 @@ def _handoff_run_id(handoff: CheckpointHandoff) -> str | None:
     return None
 
 
-def _canonical_payload(raw: bytes, content_type: str, run_id: str) -> bytes | Refusal:
+def canonical_payload(raw: bytes, content_type: str, run_id: str) -> bytes | Refusal:
     if content_type.split(";", maxsplit=1)[0].strip() != JSON:
         return Refusal("malformed", f"unsupported content type {content_type!r}", run_id)
     if not raw:

@@ -24,7 +24,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,6 +35,7 @@ from processor.clients.external import CompletionClient
 from processor.clients.outcome import RunResult, terminal_result
 from processor.clients.polling import poll_until
 from processor.clients.schedules import Schedules
+from processor.clients.signals import SentEvent, build_event, send_event
 from processor.config.settings import Settings, default_of
 from processor.errors import (
     ConfigurationError,
@@ -398,6 +399,36 @@ class Client(Closeable):
         finally:
             reader.close()
             admin.close()
+
+    def signal(
+        self,
+        name: str,
+        value: Any = None,
+        *,
+        run_id: str | None = None,
+        key: str | None = None,
+        correlation: Mapping[str, str] | None = None,
+        event_id: str | None = None,
+    ) -> SentEvent:
+        """Send the event ``name`` with the payload ``value`` to the run ``run_id``, or by
+        correlation ``key`` to every run waiting on it (``Pipeline.await_event``). The
+        same ``event_id`` twice is admitted once (default: a fresh id). Raises ValueError
+        for a bad address or correlation, ``PayloadTooLarge`` over the payload limit."""
+        event = build_event(
+            name,
+            value,
+            run_id=run_id,
+            key=key,
+            correlation=correlation,
+            event_id=event_id,
+            max_payload_bytes=self._max_payload_bytes,
+            sent_ms=int(time.time() * 1000),
+        )
+        if self._producer is None:
+            if self._deployment is not None:
+                ensure_topics(self._deployment)
+            self._producer = self._transport.producer()
+        return send_event(self._producer, self._topology, event)
 
     def completion(self, run_id: str, idempotency_key: str) -> CompletionReceipt | None:
         """What became of a completion of ``run_id`` carrying ``idempotency_key``, asked

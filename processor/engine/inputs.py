@@ -31,6 +31,7 @@ from processor.admission.arrivals import (
     handoff_arrival,
     record_cause,
 )
+from processor.admission.signals import KeyedEvent, event_arrival
 from processor.engine.fleet import Fleet
 from processor.errors import FactDecodeError
 from processor.facts.codec import codec
@@ -64,6 +65,7 @@ from processor.transport.base import Record
 
 __all__ = [
     "INPUTS",
+    "ByKey",
     "Decoder",
     "FleetNews",
     "InputTopic",
@@ -140,7 +142,16 @@ class FleetNews(Generic[N]):
     hear: Callable[[Fleet, N], None]
 
 
-Entry = RunInput[Any] | FleetNews[Any]
+@dataclass(frozen=True, slots=True)
+class ByKey:
+    """An event by correlation key, for every run waiting on it whatever its partition:
+    the loop copies it to every partition, and each decides it for its own runs waiting
+    on the key, found in the runs index (docs/design/signals.md)."""
+
+    kind: type[KeyedEvent] = KeyedEvent
+
+
+Entry = RunInput[Any] | FleetNews[Any] | ByKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +196,10 @@ def _completion(record: Record, keys: KeyRing) -> Arrival | Refusal:
     return completion_arrival(record.value, keys, cause, record.headers)
 
 
+def _event(record: Record, keys: KeyRing) -> Arrival | KeyedEvent | Refusal:
+    return event_arrival(record.value, record_cause(record.topic, record.partition, record.offset))
+
+
 def _handoff(record: Record, keys: KeyRing) -> Arrival | Refusal:
     cause = record_cause(record.topic, record.partition, record.offset)
     return handoff_arrival(record.value, keys, cause)
@@ -213,5 +228,6 @@ INPUTS: Mapping[TopicName, InputTopic] = {
         ),
         InputTopic.of(TopicName.COMPLETIONS, "a completion", _completion, RunInput(Arrival, admit)),
         InputTopic.of(TopicName.CHECKPOINTS, "a handoff", _handoff, RunInput(Arrival, admit)),
+        InputTopic.of(TopicName.EVENTS, "an event", _event, RunInput(Arrival, admit), ByKey()),
     )
 }

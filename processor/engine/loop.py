@@ -25,10 +25,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from processor.admission.admit import admit
 from processor.admission.arrivals import Refusal
+from processor.admission.signals import KeyedEvent
 from processor.config.settings import Settings
 from processor.engine.fleet import Fleet
-from processor.engine.inputs import INPUTS, FleetNews
+from processor.engine.inputs import INPUTS, ByKey, FleetNews
 from processor.engine.spans import Traced, record_spans
 from processor.errors import (
     AppendConflictError,
@@ -58,6 +60,7 @@ from processor.model.decide import (
 from processor.model.state import RunState
 from processor.restore.assignment import RestoreConfig, restore_assigned
 from processor.store.census import RunCensus, blocked_runs
+from processor.store.event_index import candidates, waits_on
 from processor.store.staging import Staging
 from processor.telemetry import logs, metrics, tracing
 from processor.transport.base import (
@@ -404,6 +407,10 @@ class ProcessorLoop:
             entry.hear(self.fleet, message)
             self._live = self.fleet.live_versions()
             return None
+        if isinstance(entry, ByKey):  # for the runs waiting on its key, on every partition
+            assert isinstance(message, KeyedEvent)
+            self._by_key(message, record, staging, now)
+            return None
         run_id = entry.run_id(message)
         if not self._routed_here(record, run_id):
             return None
@@ -419,6 +426,44 @@ class ProcessorLoop:
         except Exception as exc:  # a bug met by this run's input: quarantine the run
             self._quarantine(staging, record.partition, run_id, source=topic.value, exc=exc)
             return run_id, Decision.refuse(INTERNAL_ERROR, _exception_text(exc))
+
+    def _by_key(self, keyed: KeyedEvent, record: Record, staging: Staging, now: int) -> None:
+        """An event by correlation key (docs/design/signals.md): the partition that reads
+        it first copies it to every partition, itself included, in this transaction; a
+        copy is decided for each run of its partition waiting on the key, found in the
+        runs index (never a scan of the runs). A run's refusal refuses only its copy."""
+        if not keyed.event.fanned_out:
+            copy = encode(keyed.event.model_copy(update={"fanned_out": True}))
+            self._batch.outbound.extend(
+                Outbound(record.topic, keyed.key.encode(), copy, (), partition)
+                for partition in range(self._partitions)
+            )
+            return
+        admitted = 0
+        name, key = keyed.event.name, keyed.key
+        for run_id in candidates(staging.store, staging.staged_runs(), name, key):
+            if run_id in self.skipped_runs or not waits_on(_run(staging, run_id), name, key):
+                continue  # its wait ended since the last commit
+            logs.bind_run(run_id)
+            decision = self._decide_copy(keyed, run_id, record, staging, now)
+            admitted += decision.refusal is None and bool(decision.facts)
+            self._apply(staging, record, run_id, decision, now)  # a refusal: admission.rejected
+        metrics.KEYED_EVENT_COPIES.labels("matched" if admitted else "unmatched").inc()
+
+    def _decide_copy(
+        self, keyed: KeyedEvent, run_id: str, record: Record, staging: Staging, now: int
+    ) -> Decision:
+        """The decision on a keyed event's copy for one waiting run of this partition."""
+        state = _run(staging, run_id)
+        if state is not None and state.quarantine is not None:
+            return quarantine.refused(state, None)
+        try:
+            return admit(keyed.arrival(run_id), state, self._context(now))
+        except TransportError:
+            raise
+        except Exception as exc:  # a bug met by this run's copy: quarantine the run
+            self._quarantine(staging, record.partition, run_id, source=record.topic, exc=exc)
+            return Decision.refuse(INTERNAL_ERROR, _exception_text(exc))
 
     def _routed_here(self, record: Record, run_id: str) -> bool:
         """Forward a record produced to the wrong partition to its run's partition."""

@@ -74,6 +74,7 @@ __all__ = [
     "SegmentFailed",
     "SegmentResult",
     "SegmentSuspended",
+    "SignalEvent",
     "SleepCompleted",
     "SleepStarted",
     "StepCompleted",
@@ -777,6 +778,21 @@ class CheckpointHandoff(AvroModel):
     signature: str | None = None  # see processor/facts/handoff_signature.py
 
 
+class SignalEvent(AvroModel):
+    """A named event for waiting runs (``docs/design/signals.md``)."""
+
+    event_id: str
+    name: str
+    run_id: str | None = None
+    correlation_key: str | None = None
+    correlation: dict[str, str] = {}
+    payload: bytes
+    content_type: str = "application/json"
+    interaction: str | None = None
+    fanned_out: bool = False
+    sent_ms: int = 0
+
+
 class ReleaseRun(AvroModel):
     command_id: str
     run_id: str
@@ -858,4 +874,5 @@ MESSAGE_TYPES: tuple[type[AvroModel], ...] = (
     ClaimReply,
     ScheduleCommand,
     ScheduleRecorded,
+    SignalEvent,
 )

@@ -21,6 +21,7 @@ class TopicName(StrEnum):
     COMPLETIONS = "boundary.completions"
     CHECKPOINTS = "boundary.checkpoints"
     SCHEDULES = "runs.schedules"  # keyed by schedule id (processor/engine/schedules.py)
+    EVENTS = "boundary.events"
 
 
 # Inputs of the processor; all keyed by run id and co-partitioned with runs.facts.
@@ -29,4 +30,5 @@ RUN_ADDRESSED_INPUTS: tuple[TopicName, ...] = (
     TopicName.RESULTS,
     TopicName.COMPLETIONS,
     TopicName.CHECKPOINTS,
+    TopicName.EVENTS,
 )

@@ -20,7 +20,7 @@ from processor.facts.models import (
 )
 from processor.facts.payload import canonical_json
 from processor.facts.topics import TopicName
-from processor.model import children, control, graph_run
+from processor.model import children, control, event_waits, graph_run
 from processor.model.continuation import (
     FailParent,
     Plan,
@@ -45,7 +45,7 @@ def suspend(maker: FactMaker, spec: PipelineSpec, result: SegmentResult, ctx: Co
     awaits = spec.steps[step].awaits
     assert awaits is not None
     boundary = state.attempt.segment
-    items = 1 if awaits.kind == "checkpoint" else len(result.requests)  # await, child
+    items = 1 if awaits.kind in ("checkpoint", "event") else len(result.requests)  # await, child
     maker.add(
         SegmentSuspended(
             **maker.header(keys.boundary_suspended(boundary)),
@@ -145,7 +145,7 @@ def _dispatch_interaction(
             boundary=boundary,
             interaction=interaction,
             item_index=index,
-            target=awaits.target,
+            target=event_waits.target_of(awaits, canonical),
             request=canonical,
             deadline_ms=deadline,
             token_digest=tokens.digest(token),

@@ -30,6 +30,7 @@ from processor.model import (
     children,
     control,
     emission,
+    event_waits,
     graph_run,
     progress,
     sleeps,
@@ -440,7 +441,9 @@ def _suspension_problem(result: SegmentResult, spec: PipelineSpec, reached: int,
         return f"suspended at step {reached}, but the segment's await step is {end}"
     if awaits.kind == "checkpoint" and result.requests:
         return "a checkpoint await sends no requests"
-    if awaits.kind != "checkpoint" and not awaits.itemized and len(result.requests) != 1:
+    if awaits.kind == "event":
+        return event_waits.suspension_problem(result.requests, awaits.event_key)
+    if awaits.kind in ("await", "child") and not awaits.itemized and len(result.requests) != 1:
         return f"a scalar await needs exactly one request, got {len(result.requests)}"
     for index, request in enumerate(result.requests):
         try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from processor.model import waits
+from processor.model import event_waits, waits
 from processor.model.state import RunState
 
 __all__ = [
@@ -22,11 +22,18 @@ __all__ = [
     "blocked_parts",
     "index_entries",
     "is_unknown",
+    "open_targets",
     "waiting_targets",
 ]
 
 IndexKind = Literal[
-    "status", "pipeline_status", "waiting", "waiting_pipeline", "blocked", "quarantined"
+    "status",
+    "pipeline_status",
+    "waiting",
+    "waiting_pipeline",
+    "blocked",
+    "quarantined",
+    "event_key",
 ]
 
 
@@ -46,19 +53,25 @@ class IndexEntry:
     run_id: str
 
 
-def waiting_targets(state: RunState) -> tuple[str, ...]:
+def open_targets(state: RunState) -> frozenset[str]:
     """The targets of the run's open interactions at its current boundary (a graph run's:
-    at each step's), sorted, each once (none unless it is suspended there and not
-    terminal)."""
+    at each step's), an event wait's registration as it is (none unless it is suspended
+    there and not terminal)."""
     if state.terminal:
-        return ()
-    open_ = {
+        return frozenset()
+    return frozenset(
         i.target
         for view in waits.in_wait(state, waits.SUSPENDED)
         for i in view.boundary_interactions()
         if i.status == "open"
-    }
-    return tuple(sorted(open_))
+    )
+
+
+def waiting_targets(state: RunState) -> tuple[str, ...]:
+    """The targets the run waits on, sorted, each once: ``open_targets``, an event wait's
+    as ``event:<name>`` (its correlation values would make a target, and a metric label,
+    per order number)."""
+    return tuple(sorted({event_waits.listed_target(t) for t in open_targets(state)}))
 
 
 def is_unknown(state: RunState | None) -> bool:
@@ -80,6 +93,9 @@ def index_entries(state: RunState | None) -> frozenset[IndexEntry]:
     for target in waiting_targets(state):
         rows.append(IndexEntry("waiting", (target,), at, run_id))
         rows.append(IndexEntry("waiting_pipeline", (target, pipeline), at, run_id))
+    # An event wait keyed by correlation: found by (event name, key) (docs/design/signals.md).
+    keyed = event_waits.keyed(open_targets(state))
+    rows.extend(IndexEntry("event_key", parts, at, run_id) for parts in keyed)
     if waits.in_wait(state, waits.DEFINITION_BLOCKED) and not state.terminal:
         rows.append(
             IndexEntry("blocked", blocked_parts(pipeline, state.pipeline_version), at, run_id)

@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 OnTimeout = Literal["fail", "continue"]
-AwaitKind = Literal["await", "checkpoint", "child"]
+AwaitKind = Literal["await", "checkpoint", "child", "event"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +71,8 @@ class AwaitSpec:
     # tolerates (None: the first failure fails the step).
     max_in_flight: int | None = None
     tolerance: Tolerance | None = None
+    # An event wait's correlation field keying it in the correlation index (event_waits.py).
+    event_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from processor.model import event_waits
 from processor.model.state import COMPENSATE, FORWARD, Attempt, AttemptKind, Phase, RunState
 from processor.model.timers import ATTEMPT_TIMERS, DueEntry, TimerKind
 
@@ -169,6 +170,7 @@ def _boundary_view(state: RunState) -> dict[str, Any]:
         "next_deadline_ms": min(
             (i.deadline_ms for i in interactions if i.status == "open"), default=None
         ),
+        **event_waits.shown(interactions),
     }
 
 

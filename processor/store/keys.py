@@ -50,6 +50,7 @@ _INDEX_KINDS: dict[IndexKind, int] = {
     "waiting_pipeline": 4,
     "blocked": 5,
     "quarantined": 6,
+    "event_key": 7,
 }
 _U64_MAX = 2**64 - 1
 

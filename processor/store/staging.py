@@ -77,6 +77,10 @@ class Staging:
         self._after[run_id] = state
         return state
 
+    def staged_runs(self) -> list[RunState]:
+        """The runs read or changed since the last flush, as staged now."""
+        return [state for state in self._after.values() if state is not None]
+
     def load(self, run_ids: Iterable[str]) -> None:
         """Stage the stored state of every run not staged yet, with one multi-get.
 

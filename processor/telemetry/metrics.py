@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 
 __all__ = [
     "DECISIONS_QUARANTINED",
+    "KEYED_EVENT_COPIES",
     "PROGRESS_REFUSED",
     "QUARANTINE_FAILED",
     "REGISTRY",
@@ -107,6 +108,13 @@ REJECTED = Counter(
     "processor_rejected_inputs",
     "Inputs refused to admission.rejected, by reason",
     ["reason"],
+    registry=REGISTRY,
+)
+KEYED_EVENT_COPIES = Counter(
+    "processor_keyed_event_copies",
+    "Copies of events by correlation key decided on a partition, by what they found: "
+    "'matched' (a waiting run admitted it) or 'unmatched' (no run here waits on the key)",
+    ["found"],
     registry=REGISTRY,
 )
 PROGRESS_REFUSED = Counter(

@@ -12,6 +12,7 @@ from processor.web.models import ErrorBody
 from processor.web.reads import read_routes, request_routes
 from processor.web.run_graph import graph_routes
 from processor.web.schedules import schedule_routes
+from processor.web.signals import signal_routes
 
 __all__ = ["api_router"]
 
@@ -31,4 +32,5 @@ def api_router(context: WebContext) -> APIRouter:
     request_routes(router, context, Depends(writer))
     command_routes(router, context, Depends(writer))
     schedule_routes(router, context, Depends(reader), Depends(writer))
+    signal_routes(router, context, Depends(writer))
     return router

@@ -352,6 +352,36 @@ class Pipeline:
         spec = StepSpec(f"await_{checkpoint}", RetryPolicy(), 30_000, awaits)
         self.steps.append(Step(spec, _unchanged, node=_graph_node(spec.name, needs)))
 
+    def await_event(
+        self,
+        event: str,
+        *,
+        timeout_s: float,
+        correlate: StepFunction | None = None,
+        key: str | None = None,
+        on_timeout: OnTimeout = "fail",
+        name: str | None = None,
+        needs: Iterable[str] | None = None,
+        catch: str | None = None,
+    ) -> None:
+        """Append a step that waits for the event named ``event`` (docs/design/signals.md).
+
+        ``correlate`` maps the step's input to the wait's correlation, an object of
+        string fields (``lambda order: {"order": order["id"]}``): an event settles the
+        wait when it carries each of them with the same value (it may carry more).
+        None: any event of that name for the run. ``key`` names the correlation field
+        that lets an event addressed by correlation key (not by run id) reach the wait.
+        The wait times out after ``timeout_s`` (0: it only times out); an event admitted
+        at or after that loses to the timeout. The next step receives the event's
+        payload (``on_timeout="continue"``: ``{"timed_out": true}`` after a timeout).
+        """
+        if timeout_s < 0:
+            raise ConfigurationError(f"an event wait's timeout is 0 s or more, got {timeout_s}")
+        awaits = AwaitSpec(event, int(timeout_s * 1000), False, on_timeout, "event", event_key=key)
+        spec = StepSpec(name or f"await_{event}", RetryPolicy(), 30_000, awaits)
+        function = correlate or _no_correlation
+        self.steps.append(Step(spec, function, node=_graph_node(spec.name, needs, catch)))
+
     def sleep(
         self, seconds: float, *, name: str | None = None, needs: Iterable[str] | None = None
     ) -> None:
@@ -527,6 +557,10 @@ def _graph_node(name: str, needs: Iterable[str] | None, catch: str | None = None
 
 def _ms(seconds: float | None) -> int | None:
     return None if seconds is None else int(seconds * 1000)
+
+
+def _no_correlation(value: Any) -> dict[str, str]:
+    return {}
 
 
 def _unchanged(value: Any) -> Any:

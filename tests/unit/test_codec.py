@@ -32,6 +32,9 @@ def strategy_for(avro_type: Any) -> st.SearchStrategy[Any]:
         kind = avro_type["type"]
         if kind == "array":
             return st.lists(strategy_for(avro_type["items"]), max_size=4)
+        if kind == "map":
+            values = strategy_for(avro_type["values"])
+            return st.dictionaries(st.text(max_size=8), values, max_size=3)
         if kind == "enum":
             return st.sampled_from(avro_type["symbols"])
         if kind == "record":

@@ -90,6 +90,7 @@ def test_every_run_addressed_input_topic_has_its_entry() -> None:
         (TopicName.RESULTS, AttemptProgress, decide_report),
         (TopicName.COMPLETIONS, Arrival, admit),
         (TopicName.CHECKPOINTS, Arrival, admit),
+        (TopicName.EVENTS, Arrival, admit),
     ],
 )
 def test_each_kind_of_message_is_decided_by_its_model_function(

@@ -72,6 +72,7 @@ from processor.facts.models import (
     TerminalPublicationCompleted,
     TerminalPublicationPrepared,
 )
+from processor.model import event_waits
 from processor.model import reduce as reduce_module
 from processor.model.due import due_entries
 from processor.model.reduce import fold
@@ -479,10 +480,51 @@ def _every_fact_type() -> list[FactHeader]:
     ]
     runs = [run_a, run_b, run_c, run_d, run_e, run_f, run_g, run_h, run_i, run_j]
     runs += _compensator_progress()
+    runs.append(_event_wait_run())
     interleaved = []
     for index in range(max(map(len, runs))):
         interleaved += [run[index] for run in runs if index < len(run)]
     return interleaved
+
+
+#: The registration of ``_event_wait_run``'s wait (model/event_waits.py).
+EVENT_TARGET = event_waits.registration_target("paid", {"order": "o-1", "region": "eu"}, "order")
+
+
+def _event_wait_run() -> list[FactHeader]:
+    """A run left waiting for an event by key: listed as waiting on ``event:paid`` and
+    found by (event, key) in the runs index."""
+    k = _Header("run-event")
+    return [
+        RunSubmitted(**k("submitted"), pipeline="p", pipeline_version=1, input=b"", submitted_ms=1),
+        SegmentAttemptStarted(
+            **k("a1"), segment=0, attempt=1, generation=1, first_step=0, expires_ms=5_000
+        ),
+        SegmentSuspended(
+            **k("susp"),
+            segment=0,
+            attempt=1,
+            generation=1,
+            step=0,
+            boundary=1,
+            kind="event",
+            target="paid",
+            itemized=False,
+            items=1,
+            on_timeout="fail",
+        ),
+        BoundaryInteractionDispatched(
+            **k("i0"),
+            boundary=1,
+            interaction="i0",
+            item_index=0,
+            target=EVENT_TARGET,
+            request=b'{"order":"o-1","region":"eu"}',
+            deadline_ms=12_345,
+            token_digest=b"\x00",
+            epoch=1,
+        ),
+    ]
 
 
 def _unwinding(h: _Header) -> list[FactHeader]:
@@ -628,6 +670,8 @@ def test_every_fact_type_folds_to_the_same_rows(
     waiting = keys.index_prefix("waiting", ("t",))
     assert len(expected["index"]) > 2 * len(expected["runs"])
     assert any(key.startswith(waiting) for key, _ in expected["index"])
+    for kind, parts in (("waiting", ("event:paid",)), ("event_key", ("paid", "o-1"))):
+        assert any(key.startswith(keys.index_prefix(kind, parts)) for key, _ in expected["index"])
     # Runs with an idempotency key (before format 4, they had claims rows: none now).
     assert any(isinstance(fact, RunSubmitted) and fact.idempotency_key for fact in facts)
     counting = _Counting(monkeypatch)

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 
 from processor.clients.client import status_dict
 from processor.facts.models import FactHeader, RunStopRequested
+from processor.model import event_waits, waits
 from processor.model import reduce as reduce_module
-from processor.model import waits
 from processor.model.decide import TIMER_DECISIONS
 from processor.model.due import DueEntry, due_entries
 from processor.model.reduce import fold, reduce
@@ -121,6 +121,7 @@ def _old_status_views(state: RunState) -> dict[str, Any]:
             "next_deadline_ms": min(
                 (i.deadline_ms for i in interactions if i.status == "open"), default=None
             ),
+            **event_waits.shown(interactions),  # new with event waits: none before
         }
     sleeping = None
     if state.phase == "sleeping":

@@ -59,14 +59,19 @@ class Served:
 
 
 def serve(
-    transport: str, tmp_path: Path, *, workers: int = 2, env: dict[str, str] | None = None
+    transport: str,
+    tmp_path: Path,
+    *,
+    workers: int = 2,
+    env: dict[str, str] | None = None,
+    app: str = APP,
 ) -> Served:
     """Start ``processor run`` on ``transport`` with HTTP on a free port and the test token
     (and the settings ``env`` adds, ``PROCESSOR_*`` variables)."""
     data_dir, log = tmp_path / "data", tmp_path / "processor.log"
     env = {"PROCESSOR_HTTP_TOKEN": TOKEN, **(env or {})}
     if transport == "embedded":
-        process = ProcessorProcess(data_dir, log, app=APP, workers=workers)
+        process = ProcessorProcess(data_dir, log, app=app, workers=workers)
         served = Served(process, Deployment.from_settings(Settings(data_dir=data_dir)), transport)
     else:
         from tests.kafka.support import KafkaProcessorProcess, KafkaSpace
@@ -77,7 +82,7 @@ def serve(
             pytest.skip(unavailable_reason())
         space = KafkaSpace.new(bootstrap)
         process = KafkaProcessorProcess(space, data_dir, log, workers=workers)
-        process.app = APP
+        process.app = app
         deployment = space.deployment(tmp_path / "client")
         served = Served(process, deployment, transport, _space=space)
     process.extra_env = env
