@@ -16,16 +16,23 @@ payment system, ``bench/kafka_responder.py``). The app is ``tests.soak.soak_app`
 This process submits runs at ``--rate`` runs/s, a seeded mix: ``orders`` (the standard
 workload; some with a deadline of a second or two), ``fanned`` (a fan-out under a
 limit with a tolerated failure), ``branchy`` (branches, a caught failure, a route,
-compensations, a finally step) and ``mend`` (fails until its gate file exists: once
-it failed, the soak opens its gate and redrives it). It cancels some runs soon after
-submitting them. Meanwhile, one fault at a time: kill -9 a processor, SIGSTOP it for a
+compensations, a finally step), ``mend`` (fails until its gate file exists: once it
+failed, the soak opens its gate and redrives it), ``waiter`` (emits an event, then
+waits for an event by correlation key, which the soak sends 1, 3 and 7 s after the
+submit under one event id: the ones before the wait registered are refused) and
+``parent`` (three child runs, two at a time). An interval schedule starts a
+``ticker`` run every 2 s (catch-up: all). It cancels some runs soon after submitting
+them. Meanwhile, one fault at a time: kill -9 a processor, SIGSTOP it for a
 few seconds, kill -9 a worker or the responder, or kill -9 a broker (every other time
 the leader of most ``runs.facts`` partitions); each is restarted after a short pause.
 
-At the end, with every process back: each acknowledged submit reached exactly one
-terminal fact and one ``runs.results`` outcome per generation (two for a redriven
-run), no fact key appears twice in ``runs.facts`` and each run's sequence numbers are
-gapless, and ``replay --verify`` passes on both processors' stores. The report counts
+At the end, with every process back: each acknowledged submit, child run and
+scheduled run reached exactly one terminal fact and one ``runs.results`` outcome per
+generation (two for a redriven run), no fact key appears twice in ``runs.facts`` and
+each run's sequence numbers are gapless, no event was admitted twice to a run, no
+parent has more than its children, each emitted event id is on the emit topic once
+(read committed), the schedule has one run per fire time with no fire time missing,
+and ``replay --verify`` passes on both processors' stores. The report counts
 runs, outcomes, faults by kind, lost (0), duplicated (0) and the longest stall (the
 longest time without a new outcome while runs were open).
 """
@@ -33,6 +40,7 @@ longest time without a new outcome while runs were open).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import signal
@@ -53,28 +61,59 @@ from processor.config.settings import default_of
 from processor.errors import TransportError
 from processor.facts.codec import codec
 from processor.facts.models import (
+    BoundaryCompletionAdmitted,
     CancelRun,
+    ChildRunLinked,
+    EventEmitted,
     FactHeader,
     RedriveRun,
     RunFailed,
     RunOutcome,
     RunRedriven,
     RunStopped,
+    RunSubmitted,
     RunSucceeded,
 )
 from processor.facts.topics import TopicName
 from processor.transport.base import Reader, TopicPartition
 from processor.transport.topology import Topology
-from tests.apps.support import REPO_ROOT, wait_until
+from tests.apps.support import REPO_ROOT, read_topic, wait_until
 from tests.cluster.conftest import Cluster, start_cluster
 from tests.kafka.support import KafkaProcessorProcess, KafkaSpace, read_facts
+from tests.soak.soak_app import KIDS
 
 APP = "tests.soak.soak_app:app"
 PARTITIONS = 6
 TERMINAL = (RunSucceeded, RunFailed, RunStopped)
 #: The workload's mix: pipeline (with a deadline for "orders!") and its weight.
-MIX = {"orders": 45, "orders!": 5, "fanned": 15, "branchy": 20, "mend": 15}
+MIX = {
+    "orders": 40,
+    "orders!": 5,
+    "fanned": 12,
+    "branchy": 15,
+    "mend": 10,
+    "waiter": 10,
+    "parent": 8,
+}
+#: Seconds after a waiter's submit at which its event is sent (one event id).
+SIGNAL_AFTER_S = (1.0, 3.0, 7.0)
+SCHEDULE = "soak-ticker"
+SCHEDULE_INTERVAL_S = 2.0
+#: Runs the soak does not submit itself: children and scheduled runs.
+STARTED_BY_THE_PROCESSOR = ("kid", "ticker")
 CANCEL_SHARE = 0.05
+#: The verdict's counts that a passing soak has at 0.
+MUST_BE_ZERO = (
+    "lost",
+    "duplicated",
+    "duplicated_fact_keys",
+    "sequence_gaps",
+    "unknown_runs",
+    "events_admitted_twice",
+    "parents_with_too_many_children",
+    "emitted_not_published_once",
+    "fire_times_missing",
+)
 FAULTS = ("processor_kill", "processor_pause", "worker_kill", "responder_kill", "broker_kill")
 
 
@@ -85,6 +124,7 @@ class Tally:
     submitted: Counter[str] = field(default_factory=Counter)
     cancels: int = 0
     redrives: int = 0
+    signals: int = 0
     faults: Counter[str] = field(default_factory=Counter)
     longest_stall_s: float = 0.0
 
@@ -253,6 +293,7 @@ class Workload:
         self.redriven: set[str] = set()
         self.tally = Tally()
         self._to_cancel: list[tuple[float, str]] = []
+        self._to_signal: list[tuple[float, str]] = []  # (when, order number)
 
     def submit(self, count: int) -> None:
         kinds, weights = zip(*MIX.items(), strict=True)
@@ -267,6 +308,10 @@ class Workload:
                 deadline_ms = int(time.time() * 1000) + self._rng.randint(500, 2_500)
             if pipeline == "mend":
                 value["gate"] = str(self._gates / f"gate-{n}")
+            if pipeline == "waiter":
+                value["order"] = f"k-{n}"
+                now = time.monotonic()
+                self._to_signal.extend((now + after, value["order"]) for after in SIGNAL_AFTER_S)
             command = new_submit(pipeline, value, deadline_ms=deadline_ms)
             if pipeline == "mend":
                 self.gates[command.run_id] = Path(value["gate"])
@@ -286,6 +331,17 @@ class Workload:
                 CancelRun(command_id=str(uuid.uuid4()), run_id=run_id, requested_ms=_now_ms())
             )
             self.tally.cancels += 1
+        if due:
+            self._client.flush()
+
+    def signal_due(self) -> None:
+        """Send the due ``paid`` events by correlation key, each order's under one id."""
+        now = time.monotonic()
+        due = [order for when, order in self._to_signal if when <= now]
+        self._to_signal = [(when, order) for when, order in self._to_signal if when > now]
+        for order in due:
+            self._client.signal("paid", {"order": order}, key=order, event_id=f"paid-{order}")
+            self.tally.signals += 1
         if due:
             self._client.flush()
 
@@ -310,10 +366,23 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def started_by_the_processor(facts: list[FactHeader]) -> dict[str, str]:
+    """Run id -> pipeline of the child and scheduled runs in ``facts``."""
+    return {
+        f.run_id: f.pipeline
+        for f in facts
+        if isinstance(f, RunSubmitted) and f.pipeline in STARTED_BY_THE_PROCESSOR
+    }
+
+
 def check(
-    workload: Workload, facts: list[FactHeader], outcomes: dict[str, list[RunOutcome]]
+    runs: dict[str, str],
+    facts: list[FactHeader],
+    outcomes: dict[str, list[RunOutcome]],
+    emitted_ids: Counter[str],
 ) -> dict[str, Any]:
-    """The end state's verdict: lost and duplicated runs, facts and outcomes."""
+    """The end state's verdict over ``runs`` (run id -> pipeline): lost and duplicated
+    runs, facts, outcomes, admitted events, children, emitted events and fire times."""
     by_run: dict[str, list[FactHeader]] = defaultdict(list)
     for fact in facts:
         by_run[fact.run_id].append(fact)
@@ -323,7 +392,7 @@ def check(
     duplicated: list[str] = []
     gaps: list[str] = []
     statuses: Counter[str] = Counter()
-    for run_id, pipeline in workload.pipelines.items():
+    for run_id, pipeline in runs.items():
         run = by_run.get(run_id, [])
         if [f.seq for f in run] != list(range(1, len(run) + 1)):
             gaps.append(run_id)
@@ -336,18 +405,44 @@ def check(
             duplicated.append(run_id)
         for outcome in published[-1:]:
             statuses[f"{pipeline}:{outcome.status}"] += 1
-    unknown = sorted(set(by_run) - set(workload.pipelines))
+    events = Counter(
+        (f.run_id, f.idempotency_key)
+        for f in facts
+        if isinstance(f, BoundaryCompletionAdmitted) and f.source == "event"
+    )
+    children = Counter(f.parent_run_id for f in facts if isinstance(f, ChildRunLinked))
+    emitted = Counter(f.event_id for f in facts if isinstance(f, EventEmitted))
+    fires = sorted(int(r.rsplit("@", 1)[1]) for r, p in runs.items() if p == "ticker")
+    interval_ms = int(SCHEDULE_INTERVAL_S * 1000)
+    missing = sum((b - a) // interval_ms - 1 for a, b in itertools.pairwise(fires))
     return {
-        "runs": len(workload.pipelines),
+        "runs": len(runs),
         "facts": len(facts),
         "outcomes": dict(sorted(statuses.items())),
         "lost": len(lost),
         "duplicated": len(duplicated),
         "duplicated_fact_keys": len(duplicated_keys),
         "sequence_gaps": len(gaps),
-        "unknown_runs": len(unknown),
+        "unknown_runs": len(set(by_run) - set(runs)),
+        "events_admitted": sum(events.values()),
+        "events_admitted_twice": sum(1 for count in events.values() if count > 1),
+        "children": sum(children.values()),
+        "parents_with_too_many_children": sum(1 for n in children.values() if n > KIDS),
+        "emitted": len(emitted),
+        "emitted_not_published_once": sum(1 for eid in emitted if emitted_ids.get(eid, 0) != 1)
+        + len(set(emitted_ids) - set(emitted)),
+        "scheduled_runs": len(fires),
+        "fire_times_missing": missing,
         "examples": {"lost": lost[:5], "duplicated": duplicated[:5], "gaps": gaps[:5]},
     }
+
+
+def emitted_event_ids(reader: Reader, topic: str, partitions: int) -> Counter[str]:
+    """How many times each event id is on the emit topic, read committed."""
+    return Counter(
+        dict(record.headers)["event-id"].decode()
+        for record in read_topic(reader, topic, partitions)
+    )
 
 
 def replay_verifies(space: KafkaSpace, data_dir: Path) -> dict[str, Any]:
@@ -356,6 +451,11 @@ def replay_verifies(space: KafkaSpace, data_dir: Path) -> dict[str, Any]:
         json.loads(done.stdout) if done.returncode == 0 else {"error": done.stderr[-2000:]}
     )
     return report
+
+
+def emit_topic(space: KafkaSpace) -> str:
+    """The topic ``waiter`` emits to: one of the space's, deleted with it."""
+    return f"{space.prefix}emitted"
 
 
 @contextmanager
@@ -376,6 +476,7 @@ def deployed(cluster: Cluster, root: Path) -> Iterator[tuple[KafkaSpace, Fleet]]
     ]
     for process in [*processors, *workers]:
         process.app = APP
+        process.extra_env = {"SOAK_EMIT_TOPIC": emit_topic(space)}
     fleet = Fleet(processors, workers, Responder(space, root / "r", root / "responder.log"))
     try:
         yield space, fleet
@@ -402,6 +503,16 @@ def soak(cluster: Cluster, root: Path, minutes: float, seed: int, rate: float) -
         fleet.start()
         for process in fleet.processors:
             process.wait_running(120)
+        schedules = client.schedules
+        created = schedules.create(
+            SCHEDULE,
+            "ticker",
+            {"tick": True},
+            interval_s=SCHEDULE_INTERVAL_S,
+            catch_up="all",
+            catch_up_limit=1_000,
+        )
+        assert created.changed, created
         started = time.monotonic()
         faults.start()
         try:
@@ -412,6 +523,7 @@ def soak(cluster: Cluster, root: Path, minutes: float, seed: int, rate: float) -
                     workload.submit(int(owed))
                     owed -= int(owed)
                 workload.cancel_due()
+                workload.signal_due()
                 open_runs = len(workload.pipelines) - len(outcomes.by_run)
                 workload.redrive_failed(outcomes.refresh(open_runs))
                 if faults.error is not None:
@@ -423,6 +535,7 @@ def soak(cluster: Cluster, root: Path, minutes: float, seed: int, rate: float) -
         if faults.error is not None:
             raise faults.error
         soak_s = time.monotonic() - started
+        wait_until(lambda: schedules.pause(SCHEDULE).changed, 120, "the schedule to pause")
 
         def settled() -> bool:
             fleet.check_alive()
@@ -436,11 +549,23 @@ def soak(cluster: Cluster, root: Path, minutes: float, seed: int, rate: float) -
             return not pending
 
         wait_until(settled, 300, "every run to end", max_pause_s=0.5)
+        runs: dict[str, str] = {}
+
+        def all_ended() -> bool:
+            """Every run ended, the children and scheduled runs too (read afresh: one
+            may have started since the last look)."""
+            facts = read_facts(reader, topology)
+            runs.update(started_by_the_processor(facts), **workload.pipelines)
+            outcomes.refresh(1)
+            return all(outcomes.by_run.get(run_id) for run_id in runs)
+
+        wait_until(all_ended, 120, "the child and scheduled runs to end", max_pause_s=1.0)
         client.close()
         facts = read_facts(reader, topology)
         outcomes.refresh(0)
+        emitted = emitted_event_ids(reader, emit_topic(space), topology.partitions)
         reader.close()
-        verdict = check(workload, facts, outcomes.by_run)
+        verdict = check(runs, facts, outcomes.by_run, emitted)
         replays = [replay_verifies(space, p.data_dir) for p in fleet.processors]
         report = {
             "seed": seed,
@@ -449,18 +574,14 @@ def soak(cluster: Cluster, root: Path, minutes: float, seed: int, rate: float) -
             "submitted": dict(workload.tally.submitted),
             "cancels_sent": workload.tally.cancels,
             "redrives_sent": workload.tally.redrives,
+            "signals_sent": workload.tally.signals,
             "faults": dict(faults.done),
             "longest_stall_s": round(outcomes.longest_stall_s, 1),
             **verdict,
             "replay_verified": [r.get("verified") is True for r in replays],
         }
-        report["passed"] = (
-            verdict["lost"] == 0
-            and verdict["duplicated"] == 0
-            and verdict["duplicated_fact_keys"] == 0
-            and verdict["sequence_gaps"] == 0
-            and verdict["unknown_runs"] == 0
-            and all(report["replay_verified"])
+        report["passed"] = all(verdict[name] == 0 for name in MUST_BE_ZERO) and all(
+            report["replay_verified"]
         )
         return report
 

@@ -9,6 +9,11 @@
   completed, so their compensations run in reverse order of completion.
 - ``mend``: fails until its gate file exists (``tests.apps.control_pipelines``); the
   soak redrives the failed ones.
+- ``waiter``: emits an event to ``SOAK_EMIT_TOPIC`` (``ctx.emit``), then waits for the
+  event ``paid`` correlated by order number, which the soak sends by correlation key.
+- ``parent``: starts ``KIDS`` child runs of ``kid``, at most two at once, and counts
+  their results.
+- ``ticker``: started by the soak's interval schedule.
 
 Every step is deterministic in its input, so a redone step returns what it returned
 before, whichever worker runs it.
@@ -16,18 +21,23 @@ before, whichever worker runs it.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from processor.examples.demo import orders
 from processor.model.pipeline_spec import RetryPolicy
+from processor.worker.context import StepContext
 from processor.worker.pipeline import Application, NonRetryableError, Pipeline
 from tests.apps.control_pipelines import mend
 
-__all__ = ["FAN_ITEMS", "FAN_LIMIT", "app"]
+__all__ = ["EMIT_TOPIC", "FAN_ITEMS", "FAN_LIMIT", "KIDS", "app"]
 
 FAN_ITEMS = 8
 FAN_LIMIT = 3
+KIDS = 3
 ONCE = RetryPolicy(max_attempts=1)
+#: Where ``waiter`` emits; the soak names a topic of its own deployment.
+EMIT_TOPIC = os.environ.get("SOAK_EMIT_TOPIC", "soak.emitted")
 
 fanned = Pipeline("fanned")
 
@@ -119,4 +129,52 @@ def audit(value: Any) -> str:
     return "audited"
 
 
-app = Application([orders, fanned, branchy, mend])
+waiter = Pipeline("waiter", emits=[EMIT_TOPIC])
+
+
+@waiter.step()
+def announce(value: dict[str, Any], ctx: StepContext) -> dict[str, Any]:
+    ctx.emit(EMIT_TOPIC, {"order": value["order"], "state": "awaiting payment"}, key=value["order"])
+    return value
+
+
+waiter.await_event(
+    "paid", timeout_s=20, correlate=lambda value: {"order": value["order"]}, key="order"
+)
+
+
+@waiter.step()
+def book(payment: Any) -> dict[str, Any]:
+    return {"booked": payment}
+
+
+parent = Pipeline("parent")
+
+
+@parent.child("kid", timeout_s=60, itemized=True, max_in_flight=2)
+def spawn(value: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"n": value["n"], "i": i} for i in range(KIDS)]
+
+
+@parent.step()
+def gather(results: list[Any]) -> int:
+    return len(results)
+
+
+kid = Pipeline("kid")
+
+
+@kid.step()
+def work(value: dict[str, Any]) -> int:
+    return int(value["n"]) * 10 + int(value["i"])
+
+
+ticker = Pipeline("ticker")
+
+
+@ticker.step()
+def tick(value: Any) -> Any:
+    return value
+
+
+app = Application([orders, fanned, branchy, mend, waiter, parent, kid, ticker])

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.conftest import Cluster
-from tests.soak.chaos import FAULTS, soak
+from tests.soak.chaos import FAULTS, MIX, MUST_BE_ZERO, soak
 
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster, pytest.mark.slow]
 
@@ -30,15 +30,17 @@ def test_chaos_soak_loses_and_duplicates_nothing(
     report = soak(cluster, tmp_path, MINUTES, SEED, rate=6.0)
     print(json.dumps(report, indent=2))
     record_property("soak", json.dumps(report))
-    assert report["lost"] == 0, report
-    assert report["duplicated"] == 0, report
-    assert report["duplicated_fact_keys"] == 0, report
-    assert report["sequence_gaps"] == 0, report
-    assert report["unknown_runs"] == 0, report
+    for count in MUST_BE_ZERO:
+        assert report[count] == 0, (count, report)
     assert all(report["replay_verified"]), report
     assert report["passed"] is True
-    # The soak did what it claims: faults of several kinds, every pipeline, redrives.
+    # The soak did what it claims: faults of several kinds, every pipeline, redrives,
+    # events admitted by correlation key, children, emitted events and scheduled runs.
     assert len(report["faults"]) >= 3, report["faults"]
     assert set(report["faults"]) <= set(FAULTS)
-    assert {"orders", "fanned", "branchy", "mend"} <= set(report["submitted"]), report
+    assert set(MIX) <= set(report["submitted"]), report
     assert report["redrives_sent"] > 0, report
+    assert report["events_admitted"] > 0, report
+    assert report["children"] > 0, report
+    assert report["emitted"] > 0, report
+    assert report["scheduled_runs"] > 10, report
