@@ -29,8 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from processor.engine import side_stage
-from processor.errors import TransportError
+from processor.errors import FencedError, SessionLostError, TransportError
 from processor.facts.codec import codec, decode_facts, encode
 from processor.facts.models import (
     AvroModel,
@@ -64,6 +63,7 @@ __all__ = ["RunEnded", "RunEndedReader", "ScheduleStage", "schedule_group"]
 
 logger = logging.getLogger(__name__)
 
+_MAX_PAUSE_S = 5.0
 _SUBMIT_NAMESPACE = uuid.UUID("5c4e1d2a-52a7-4a53-9d0a-3f1f3f0b7c11")
 #: Whether a run has ended (True), still runs (False); None if unknown (not submitted yet).
 RunEnded = Callable[[str], bool | None]
@@ -118,8 +118,17 @@ class ScheduleStage:
 
     def run(self, stop: threading.Event) -> None:
         """Decide and fire until ``stop`` is set; wait out (and log) an unavailable log."""
+        pause = 0.1
         try:
-            side_stage.run_rounds("schedules", stop, self.run_once, self._drop_session)
+            while not stop.is_set():
+                try:
+                    self.run_once()
+                    pause = 0.1
+                except TransportError as exc:
+                    logger.warning("schedules: %s; retrying in %.1fs", exc, pause)
+                    self._drop_session()
+                    stop.wait(pause)
+                    pause = min(pause * 2, _MAX_PAUSE_S)
         finally:
             self.close()
 
@@ -135,14 +144,13 @@ class ScheduleStage:
 
     def _join(self) -> ProcessorSession:
         session = self._transport.session(self._group, self._instance_id)
-        self._session = side_stage.join(
-            "schedules",
-            session,
-            [self._topic],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-        )
-        return self._session
+        try:
+            session.subscribe([self._topic], self._on_assign, self._on_revoke)
+        except BaseException:
+            _close_quietly(session)
+            raise
+        self._session = session
+        return session
 
     def _on_assign(self, assigned: Sequence[TopicPartition]) -> None:
         for partition in sorted({tp.partition for tp in assigned} - set(self._owned)):
@@ -338,14 +346,22 @@ class ScheduleStage:
         round_: _Round,
         staged: dict[int, dict[str, ScheduleState]],
     ) -> None:
-        # 1. facts, submits, replies and rejections inside one transaction, committed
-        #    with the consumed offsets of runs.schedules (or not at all: decided again)
-        produced = side_stage.commit_round(
-            "schedules", session, round_.outbound, round_.consumed, self._drop_session
-        )
-        if produced is None:
+        try:
+            # 1. facts, submits, replies and rejections inside one transaction
+            session.begin()
+            for record in round_.outbound:
+                session.produce(record)
+            # 2. committed with the consumed offsets of runs.schedules
+            produced = session.commit(round_.consumed)
+        except (FencedError, SessionLostError) as exc:
+            logger.warning("schedules: %s; rejoining, the round is decided again", exc)
+            self._drop_session()
             return
-        # 2. the new facts are committed: fold them into the owned state, and skip them
+        except TransportError as exc:
+            logger.warning("schedules: commit failed, the round is decided again: %s", exc)
+            self._abort(session)
+            return
+        # 3. the new facts are committed: fold them into the owned state, and skip them
         #    when they are polled back
         for partition, owned in staged.items():
             if partition in self._owned:
@@ -356,12 +372,18 @@ class ScheduleStage:
         commands = self._topology.name(TopicName.COMMANDS)
         self.submitted += sum(1 for record in round_.outbound if record.topic == commands)
 
+    def _abort(self, session: ProcessorSession) -> None:
+        try:
+            session.abort()
+        except TransportError:
+            self._drop_session()
+
     def _drop_session(self) -> None:
         session, self._session = self._session, None
         self._owned.clear()
         self._folded_to.clear()
         if session is not None:
-            side_stage.close_quietly("schedules", session)
+            _close_quietly(session)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -379,6 +401,13 @@ def _fold_into(owned: dict[str, ScheduleState], fact: ScheduleRecorded) -> None:
     after = reduce_schedule(owned.get(fact.schedule_id), fact)
     if after is not None:
         owned[fact.schedule_id] = after
+
+
+def _close_quietly(session: ProcessorSession) -> None:
+    try:
+        session.close()
+    except TransportError as exc:
+        logger.warning("schedules: closing the old session failed: %s", exc)
 
 
 class RunEndedReader:

@@ -32,8 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from processor.config.settings import Settings
-from processor.engine import side_stage
-from processor.errors import ConfigurationError
+from processor.errors import ConfigurationError, FencedError, SessionLostError, TransportError
 from processor.facts.codec import encode
 from processor.facts.models import SubmitRun
 from processor.facts.rejection import rejected
@@ -61,6 +60,8 @@ from processor.worker.trigger import (
 __all__ = ["DECODERS", "BoundTrigger", "TriggerStage", "trigger_group"]
 
 logger = logging.getLogger(__name__)
+
+_MAX_PAUSE_S = 5.0
 
 #: The decoders a deployment offers: the built-in ones and Avro through the registry.
 
@@ -149,8 +150,17 @@ class TriggerStage:
 
     def run(self, stop: threading.Event) -> None:
         """Submit runs until ``stop`` is set; wait out (and log) an unavailable log."""
+        pause = 0.1
         try:
-            side_stage.run_rounds("triggers", stop, self.run_once, self._drop_session)
+            while not stop.is_set():
+                try:
+                    self.run_once()
+                    pause = 0.1
+                except TransportError as exc:  # a missing topic too: it may be created later
+                    logger.warning("triggers: %s; retrying in %.1fs", exc, pause)
+                    self._drop_session()
+                    stop.wait(pause)
+                    pause = min(pause * 2, _MAX_PAUSE_S)
         finally:
             self.close()
 
@@ -174,10 +184,13 @@ class TriggerStage:
 
     def _join(self) -> ProcessorSession:
         session = self._transport.session(self._group, self._instance_id)
-        self._session = side_stage.join(
-            "triggers", session, self.topics, on_assign=_ignore, on_revoke=_ignore
-        )
-        return self._session
+        try:
+            session.subscribe(self.topics, _ignore, _ignore)
+        except BaseException:
+            _close_quietly(session)
+            raise
+        self._session = session
+        return session
 
     def _outbound(self, record: Record, now: int) -> list[Outbound]:
         """The SubmitRun (or rejection) of each trigger on the record's topic."""
@@ -224,23 +237,46 @@ class TriggerStage:
         outbound: list[Outbound],
         consumed: Mapping[TopicPartition, int],
     ) -> None:
-        # The submits and rejections, committed with the consumed offsets of the user
-        # topics in one transaction (or not at all: the batch is then read again).
-        committed = side_stage.commit_round(
-            "triggers", session, outbound, consumed, self._drop_session
-        )
-        if committed is None:
+        try:
+            # 1. the submits and rejections inside one transaction
+            session.begin()
+            for record in outbound:
+                session.produce(record)
+            # 2. committed with the consumed offsets of the user topics
+            session.commit(consumed)
+        except (FencedError, SessionLostError) as exc:
+            # Another member owns these partitions now (or our producer hung): the batch
+            # is its to submit; a new session fences the stuck one before it reads.
+            logger.warning("triggers: %s; rejoining, the batch will be read again", exc)
+            self._drop_session()
+            return
+        except TransportError as exc:
+            logger.warning("triggers: commit failed, the batch will be read again: %s", exc)
+            self._abort(session)
             return
         commands = self._topology.name(TopicName.COMMANDS)
         submitted = sum(1 for record in outbound if record.topic == commands)
         self.submitted += submitted
         self.rejected += len(outbound) - submitted
 
+    def _abort(self, session: ProcessorSession) -> None:
+        try:
+            session.abort()
+        except TransportError:
+            self._drop_session()
+
     def _drop_session(self) -> None:
         session, self._session = self._session, None
         if session is not None:
-            side_stage.close_quietly("triggers", session)
+            _close_quietly(session)
 
 
 def _ignore(partitions: Sequence[TopicPartition]) -> None:
     """The stage keeps no per-partition state: an assignment needs no restore."""
+
+
+def _close_quietly(session: ProcessorSession) -> None:
+    try:
+        session.close()
+    except TransportError as exc:  # closing a broken session cannot make it worse
+        logger.warning("triggers: closing the old session failed: %s", exc)
