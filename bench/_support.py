@@ -16,7 +16,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +38,23 @@ MIB = 1024 * 1024
 
 def cpus() -> int:
     return len(os.sched_getaffinity(0))
+
+
+def bench_dir_on_pythonpath() -> None:
+    """Put bench/ on PYTHONPATH, so that the processor's worker child process imports a
+    bench's own app module (``app_host``'s ``app_ref``) as this process does."""
+    paths = [str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")]
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
+
+
+def printer(quiet: bool) -> Callable[[str], None]:
+    """A bench's progress printer: silent under ``--json``."""
+
+    def say(text: str) -> None:
+        if not quiet:
+            print(text, flush=True)
+
+    return say
 
 
 def command_line(argv: list[str]) -> str:

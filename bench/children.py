@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -29,13 +28,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _support import Outcomes, app_host, command_line, cpus
+from _support import Outcomes, app_host, bench_dir_on_pythonpath, command_line, cpus, printer
 
 from processor.clients.client import Client, new_submit
 from processor.transport.deployment import Deployment
 from processor.worker.pipeline import Application, Pipeline
-
-BENCH_DIR = Path(__file__).resolve().parent
 
 
 def build_app() -> Application:
@@ -94,12 +91,9 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print only the JSON summary")
     args = parser.parse_args()
     command = command_line(sys.argv)
-    paths = [str(BENCH_DIR), os.environ.get("PYTHONPATH", "")]
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
+    bench_dir_on_pythonpath()
 
-    def say(text: str) -> None:
-        if not args.json:
-            print(text, flush=True)
+    say = printer(args.json)
 
     say(command)
     root = Path(tempfile.mkdtemp(prefix="bench-children-"))

@@ -33,11 +33,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _support import app_host, command_line, cpus, proc_status, timed_run
+from _support import (
+    app_host,
+    bench_dir_on_pythonpath,
+    command_line,
+    cpus,
+    printer,
+    proc_status,
+    timed_run,
+)
 
 from processor.worker.pipeline import Application, Pipeline
 
-BENCH_DIR = Path(__file__).resolve().parent
 MIB = 1024 * 1024
 
 
@@ -89,12 +96,9 @@ def main() -> None:
     command = command_line(sys.argv)
     os.environ["BENCH_FAN_OUT_ITEMS"] = str(args.items)
     os.environ["BENCH_FAN_OUT_IN_FLIGHT"] = str(args.max_in_flight)
-    paths = [str(BENCH_DIR), os.environ.get("PYTHONPATH", "")]
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
+    bench_dir_on_pythonpath()
 
-    def say(text: str) -> None:
-        if not args.json:
-            print(text, flush=True)
+    say = printer(args.json)
 
     say(command)
     root = Path(tempfile.mkdtemp(prefix="bench-fan-out-"))

@@ -31,11 +31,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _support import app_host, command_line, cpus, timed_run
+from _support import app_host, bench_dir_on_pythonpath, command_line, cpus, printer, timed_run
 
 from processor.worker.pipeline import Application, Pipeline
-
-BENCH_DIR = Path(__file__).resolve().parent
 
 
 def build_app(steps: int, step_ms: int) -> Application:
@@ -87,12 +85,9 @@ def main() -> None:
     # environment, and this directory on its path.
     os.environ["BENCH_GRAPH_STEPS"] = str(args.steps)
     os.environ["BENCH_GRAPH_STEP_MS"] = str(args.step_ms)
-    paths = [str(BENCH_DIR), os.environ.get("PYTHONPATH", "")]
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
+    bench_dir_on_pythonpath()
 
-    def say(text: str) -> None:
-        if not args.json:
-            print(text, flush=True)
+    say = printer(args.json)
 
     say(command)
     root = Path(tempfile.mkdtemp(prefix="bench-graph-parallel-"))
