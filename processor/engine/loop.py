@@ -319,14 +319,18 @@ class ProcessorLoop:
     # --- one iteration -------------------------------------------------------------------
 
     def run_once(self) -> int:
-        """Poll, decide, fire timers and commit once; return the inputs handled."""
+        """Poll, decide, fire timers and commit once; return the inputs handled.
+
+        Nothing is decided before the poll: a rebalance runs its callbacks inside it,
+        replacing the stores of the partitions it revokes and assigns, and a decision
+        taken on a revoked store would be committed without reaching the new one.
+        """
         if self._session is None:
             self._join()
         assert self._session is not None
-        self._wake_blocked(self._clock())
         records = self._session.poll(self._config.max_batch, self._config.poll_timeout_s)
         now = self._clock()
-        self._live = self.fleet.live_versions()
+        self._wake_blocked(now)
         for record in records:
             self._handle(record, now)
         if time.monotonic() >= self._next_timer_scan:

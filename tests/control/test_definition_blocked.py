@@ -23,8 +23,10 @@ from processor.facts.models import (
 )
 from processor.facts.topics import TopicName
 from processor.model.state import RunState
+from processor.restore.replay import replay
 from processor.store.listing import RunQuery, list_runs
 from processor.store.rocks import PartitionStore
+from processor.transport.base import Record, TopicPartition
 from processor.worker.announce import Announcer
 from processor.worker.executor import execute
 from processor.worker.pipeline import Application
@@ -315,3 +317,51 @@ def test_a_wake_up_decision_that_raises_quarantines_its_run_the_others_go_on(
         "who": "victim",
         "ran": 3,
     }
+
+
+def test_runs_woken_in_a_round_that_rebalances_are_decided_on_the_new_stores(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that loads a blocked run's version comes in the round whose poll also
+    rebalances the group: the poll revokes every partition and assigns them back, as an
+    eager rebalance does (the chaos soak met it when a restarted processor rejoined).
+    The woken run is decided on the stores of the new assignment, so the store holds
+    every committed fact and replay --verify agrees; decided on the revoked stores, the
+    dispatch was committed but not in the store, and the run went on twice."""
+    d = deployment
+    h = d.start(1, 2)
+    Worker("old", 1).announce(h)
+    d.warm_up()
+    run_id = h.submit("greet", {"who": "woken"})
+    d.until(run_id, lambda s: s.phase == "definition_blocked", "blocked")
+    worker = Worker("new", 1, 2)
+    worker.announce(h)  # heard: the next round wakes the blocked run
+
+    session = h.loop._session
+    assert session is not None
+    facts_topic = h.deployment.topology.name(TopicName.FACTS)
+    every = [TopicPartition(facts_topic, p) for p in range(h.deployment.topology.partitions)]
+    poll = session.poll
+
+    def rebalancing_poll(max_records: int, timeout_s: float) -> list[Record]:
+        monkeypatch.setattr(session, "poll", poll)  # once
+        h.loop._on_revoke(every)
+        h.loop._on_assign(every)
+        return poll(max_records, timeout_s)
+
+    monkeypatch.setattr(session, "poll", rebalancing_poll)
+    h.loop.run_once()
+    assert session.poll == poll, "the round did not poll"
+    item = d.work(run_id)
+    assert item.pipeline_version == 2
+    assert d.state(run_id).phase != "definition_blocked"  # the store has the dispatch
+    worker.run(h, item)
+    assert _result(d.until(run_id, lambda s: s.terminal, "done")) == {"who": "woken", "ran": 2}
+    assert d.no_work(run_id)
+    facts = h.facts(run_id)
+    assert [f.seq for f in facts] == list(range(1, len(facts) + 1)), h.fact_types(run_id)
+    assert len({f.fact_key for f in facts}) == len(facts), h.fact_types(run_id)
+    log = h.deployment
+    d.close()
+    report = replay(log.transport, log.topology, log.settings.state_dir, verify=True)
+    assert report.verified is True, report.differences

@@ -433,8 +433,21 @@ def check(
         + len(set(emitted_ids) - set(emitted)),
         "scheduled_runs": len(fires),
         "fire_times_missing": missing,
-        "examples": {"lost": lost[:5], "duplicated": duplicated[:5], "gaps": gaps[:5]},
+        "examples": {
+            "lost": [_story(r, runs, by_run) for r in lost[:5]],
+            "duplicated": [_story(r, runs, by_run) for r in duplicated[:5]],
+            "gaps": [_story(r, runs, by_run) for r in gaps[:5]],
+            "duplicated_fact_keys": [
+                _story(r, runs, by_run) for r in dict.fromkeys(r for r, _ in duplicated_keys[:5])
+            ],
+        },
     }
+
+
+def _story(run_id: str, runs: dict[str, str], by_run: dict[str, list[FactHeader]]) -> str:
+    """One run's facts in one line, for a failing verdict's examples."""
+    facts = " ".join(f"{f.seq}:{type(f).__name__}:{f.fact_key}" for f in by_run.get(run_id, []))
+    return f"{runs.get(run_id, '?')} {run_id}: {facts}"
 
 
 def emitted_event_ids(reader: Reader, topic: str, partitions: int) -> Counter[str]:
@@ -579,6 +592,9 @@ def soak(cluster: Cluster, root: Path, minutes: float, seed: int, rate: float) -
             "longest_stall_s": round(outcomes.longest_stall_s, 1),
             **verdict,
             "replay_verified": [r.get("verified") is True for r in replays],
+            "replay_failures": [
+                json.dumps(r)[:3000] for r in replays if r.get("verified") is not True
+            ],
         }
         report["passed"] = all(verdict[name] == 0 for name in MUST_BE_ZERO) and all(
             report["replay_verified"]
