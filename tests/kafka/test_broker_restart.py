@@ -36,7 +36,7 @@ from tests.kafka.support import (
 )
 from tests.kafka_broker import LOCAL_BOOTSTRAP, LOCAL_KAFKA, REPO_ROOT
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.exclusive]
 
 RUNS = 1_500
 _LAUNCHER_TIMEOUT_S = 180.0
