@@ -162,6 +162,13 @@ def test_children(tmp_path: Path) -> None:
     assert len(out["ratio_rounds"]) == 1
 
 
+def test_signals_by_key(tmp_path: Path) -> None:
+    out = bench("signals_by_key.py", tmp_path, "--waiting", "10", "--events", "4", "--repeat", "1")
+    assert (out["waiting"], out["events"], out["rounds"]) == (10, 4, 1)
+    for figures in (out["by_run_id"], out["by_key"]):
+        assert figures["events_per_s"] > 0 and figures["p99_ms"] >= figures["p50_ms"] > 0
+
+
 def test_http_overhead(tmp_path: Path) -> None:
     out = bench(
         "http_overhead.py", tmp_path, "--runs", "20", "--rounds", "2", "--scrape-interval", "0.05"
