@@ -19,6 +19,7 @@ import pytest
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from processor.clients.client import Client
@@ -44,6 +45,8 @@ return Array.from(document.querySelectorAll(arguments[0])).map(
 """
 SHOT = "inspector.png"
 APP = "tests.apps.control_pipelines:app"  # awaits, compensation, failures
+CHILD_APP = "tests.apps.child_pipelines:app"  # child runs
+NONE = "\N{EN DASH}"  # what the summary shows for a field without a value
 TOKEN = "inspector-test-token-" + uuid.uuid4().hex[:8]
 SERVING = re.compile(r"http: serving on (http://\S+)")
 
@@ -192,8 +195,14 @@ def unattended(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inspected]:
     yield from _serve(tmp_path_factory.mktemp("unattended"), workers=0)
 
 
-def _serve(root: Path, workers: int) -> Iterator[Inspected]:
-    process = ProcessorProcess(root / "data", root / "processor.log", app=APP, workers=workers)
+@pytest.fixture(scope="module")
+def family(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inspected]:
+    """A processor of pipelines that start child runs."""
+    yield from _serve(tmp_path_factory.mktemp("family"), workers=2, app=CHILD_APP)
+
+
+def _serve(root: Path, workers: int, app: str = APP) -> Iterator[Inspected]:
+    process = ProcessorProcess(root / "data", root / "processor.log", app=app, workers=workers)
     process.extra_env = {"PROCESSOR_HTTP_TOKEN": TOKEN}  # HTTP on a free port: support.py
     process.start()
     try:
@@ -523,3 +532,36 @@ def test_an_unknown_attempt_is_shown_waiting_for_an_operator_until_resolved(
     )
     assert facts.index("AttemptOutcomeUnknown") < facts.index("AttemptResolved")
     _no_script_errors(browser)
+
+
+def test_a_parent_and_its_children_link_to_each_other(
+    family: Inspected, browser: webdriver.Chrome
+) -> None:
+    with Client(settings=Settings(data_dir=family.data_dir)) as client:
+        parent = _submit(client, "many", [1, 2])
+        _run_state(client, parent, lambda s: s.status == "succeeded", "to succeed")
+    _open(browser, family)
+    _show_run(browser, parent)
+    assert _summary(browser, "parent") == NONE
+    links = _until(
+        browser,
+        lambda: browser.find_elements(By.CSS_SELECTOR, '[data-testid="child"] a'),
+        "the child runs",
+    )
+    children = [link.text for link in links]
+    assert len(children) == 2 and parent not in children
+    assert all(": admitted" in item.text for item in _children(browser))
+
+    links[1].click()  # to the second child, and back to its parent by its link
+    _until(browser, lambda: _summary(browser, "run-id") == children[1], "the child run")
+    assert _summary(browser, "pipeline").startswith("kid")
+    assert _summary(browser, "parent") == f"{parent} (depth 1)"
+    assert _summary(browser, "children") == NONE
+    browser.find_element(By.CSS_SELECTOR, '[data-testid="summary-parent"] a').click()
+    _until(browser, lambda: _summary(browser, "run-id") == parent, "the parent run again")
+    _no_script_errors(browser)
+
+
+def _children(driver: webdriver.Chrome) -> list[WebElement]:
+    found: list[WebElement] = driver.find_elements(By.CSS_SELECTOR, '[data-testid="child"]')
+    return found

@@ -215,12 +215,30 @@
     return `remaining [${comp.remaining.join(", ")}]${step}; compensated ${shortValue(comp.compensated)}, skipped ${shortValue(comp.skipped)}, failed ${shortValue(comp.failed)}`;
   }
 
+  function parentView(parent) {
+    if (!parent) return null;
+    return el("span", {}, runLink(parent.run_id), ` (depth ${parent.depth})`);
+  }
+
+  function childrenView(children) {
+    if (!children || children.length === 0) return null;
+    return el(
+      "ul",
+      { class: "children" },
+      children.map((child) =>
+        el("li", { "data-testid": "child" }, runLink(child.run_id), ` item ${child.item}: ${child.interaction}`),
+      ),
+    );
+  }
+
   function renderSummary(run) {
     const error = run.error ? `${run.error_type || "error"} at step ${run.failed_step}: ${run.error}` : null;
     const stop = run.stop_reason ? `${run.stop_reason}${run.stop_detail ? `: ${run.stop_detail}` : ""}` : null;
     $("run-summary").replaceChildren(
       ...summaryItem("run-id", "Run id", run.run_id),
       ...summaryItem("pipeline", "Pipeline", `${run.pipeline} v${run.pipeline_version}`),
+      ...summaryItem("parent", "Parent run", parentView(run.parent)),
+      ...summaryItem("children", "Child runs", childrenView(run.children)),
       ...summaryItem("status", "Status", statusBadge(run.status)),
       ...summaryItem("phase", "Phase", run.phase),
       ...summaryItem("attempt", "Segment · attempt", `${run.segment} · ${run.attempt} (generation ${run.generation}), next step ${run.next_step}`),
