@@ -51,6 +51,7 @@ from processor.facts.models import (
     ReleaseRun,
     ResolveAttempt,
     SegmentResult,
+    SignalEvent,
     SubmitRun,
     WorkerAnnouncement,
 )
@@ -227,6 +228,9 @@ class _Message:
     decided: bool
     headers: tuple[tuple[str, bytes], ...] = ()
     flippable: bool = True  # False: a flipped bit may make it valid
+    #: Bits are flipped only in this many last bytes (None: anywhere); an event's
+    #: address must stay as it is: a flip could make a keyed event of one for a run.
+    flip_tail: int | None = None
 
 
 class _Topic:
@@ -455,11 +459,71 @@ class _Checkpoints(_Topic):
         return _Message(self._handoff(f"run:{run_id}", payload=blob), run_id, True)
 
 
+class _Events(_Topic):
+    """Events addressed to one run (never by key: one that matches no waiting run is
+    counted, not refused), each refused: the run does not exist or is over, or the
+    event is malformed."""
+
+    carries = (SignalEvent,)
+
+    def message(self) -> _Message:
+        rng = self.rng
+        kind = rng.randrange(5)
+        run_id = _run_id(rng)
+        if kind == 0:  # to a run that does not exist
+            return self._event(run_id=run_id)
+        if kind == 1 and self.world.finished_runs:  # to a run that is over
+            return self._event(run_id=rng.choice(self.world.finished_runs))
+        if kind == 2:  # no address
+            return self._event(run_id=None, decided=False)
+        if kind == 3:  # both addresses
+            return self._event(run_id=run_id, key=_random_string(rng), decided=False)
+        if kind == 4:  # a payload that is not JSON
+            return self._event(run_id=run_id, payload=hostile_json(rng) + b"{", decided=False)
+        return self._event(run_id=run_id, event_id="", decided=False)  # no event id
+
+    def _event(
+        self,
+        *,
+        run_id: str | None,
+        key: str | None = None,
+        payload: bytes | None = None,
+        event_id: str | None = None,
+        decided: bool = True,
+    ) -> _Message:
+        rng = self.rng
+        event = SignalEvent(
+            event_id=f"fz-{rng.getrandbits(64):x}" if event_id is None else event_id,
+            name=_random_string(rng) or "paid",
+            run_id=run_id,
+            correlation_key=key,
+            correlation={_random_string(rng) or "k": _random_string(rng)},
+            payload=_input(rng) if payload is None else payload,
+        )
+        value = codec().encode(event)
+        return _Message(value, run_id, decided, flip_tail=len(value) - _address_end(event))
+
+    def huge_message(self, size: int) -> _Message:
+        blob = json.dumps({"blob": "x" * size}).encode()
+        return self._event(run_id=_run_id(self.rng), payload=blob)
+
+
+def _address_end(event: SignalEvent) -> int:
+    """Where ``event``'s encoding leaves its address (run_id, correlation_key) behind."""
+    bare = event.model_copy(
+        update={"correlation": {}, "payload": b"", "content_type": "", "sent_ms": 0}
+    )
+    # The fields after the address, empty: a map's end, an empty bytes and string, a
+    # null, a false and a zero: one byte each.
+    return len(codec().encode(bare)) - 6
+
+
 _TOPICS: dict[str, type[_Topic]] = {
     TopicName.COMMANDS.value: _Commands,
     TopicName.RESULTS.value: _Results,
     TopicName.COMPLETIONS.value: _Completions,
     TopicName.CHECKPOINTS.value: _Checkpoints,
+    TopicName.EVENTS.value: _Events,
 }
 
 
@@ -529,7 +593,7 @@ def _one(source: _Topic, kind: str, world: World) -> Fuzzed:
         if kind == "truncated":
             value = value[: rng.randrange(len(value))] if value else value
         elif kind == "bit_flip":
-            value = _flip(rng, value)
+            value = _flip(rng, value, message.flip_tail)
         elif message.run_id is not None:
             right = partition_for(message.run_id.encode(), partitions)
             key = {
@@ -591,10 +655,11 @@ def _garbage(source: _Topic, kind: str) -> bytes | None:
     return source.other_schema()
 
 
-def _flip(rng: random.Random, value: bytes) -> bytes:
+def _flip(rng: random.Random, value: bytes, tail: int | None = None) -> bytes:
     flipped = bytearray(value or b"\x00")
+    first = 0 if tail is None else max(len(flipped) - tail, 0)
     for _ in range(rng.randrange(1, 4)):
-        flipped[rng.randrange(len(flipped))] ^= 1 << rng.randrange(8)
+        flipped[rng.randrange(first, len(flipped))] ^= 1 << rng.randrange(8)
     return bytes(flipped)
 
 

@@ -43,7 +43,13 @@ from tests.apps.trigger_pipelines import ORDERS
 from tests.fuzz.records import TRIGGER, Expect, Fuzzed, World, generate
 from tests.fuzz.support import Fuzzing, fuzz_app, fuzz_records, fuzz_seed, fuzzing
 
-INPUT_TOPICS = (TopicName.COMMANDS, TopicName.RESULTS, TopicName.COMPLETIONS, TopicName.CHECKPOINTS)
+INPUT_TOPICS = (
+    TopicName.COMMANDS,
+    TopicName.RESULTS,
+    TopicName.COMPLETIONS,
+    TopicName.CHECKPOINTS,
+    TopicName.EVENTS,
+)
 SENTINEL = b"fuzz-sentinel"
 #: A valid steps3 submit after every this many generated records.
 VALID_EVERY = 40
