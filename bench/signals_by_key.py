@@ -158,6 +158,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-signals-"))
     by_id: list[dict[str, float]] = []
     by_key: list[dict[str, float]] = []
+    per_run = 0
     try:
         with app_host(root, build_app(), "signals_by_key:app") as (deployment, client):
             per_run = facts_per_waiting_run(client, deployment, args.timeout)
@@ -166,7 +167,11 @@ def main() -> None:
             for first in range(0, len(idle), CHUNK):
                 chunk = idle[first : first + CHUNK]
                 start_waiting(client, deployment, chunk, per_run, args.timeout)
-            say(f"{args.waiting:,} runs waiting on idle keys in {time.monotonic() - began:.0f} s")
+            idle_s = time.monotonic() - began
+            say(
+                f"{args.waiting:,} runs waiting on idle keys ({per_run} facts each) "
+                f"in {idle_s:.1f} s"
+            )
             for index in range(args.repeat):
                 for keyed, figures in ((False, by_id), (True, by_key)):
                     keys = [f"r{index}-{'k' if keyed else 'i'}-{i}" for i in range(args.events)]
@@ -186,6 +191,7 @@ def main() -> None:
         "waiting": args.waiting,
         "events": args.events,
         "rounds": args.repeat,
+        "facts_per_waiting_run": per_run,
         "by_run_id": {name: _median(by_id, name) for name in by_id[0]},
         "by_key": {name: _median(by_key, name) for name in by_key[0]},
         "events_per_s_ratio_rounds": [
