@@ -152,7 +152,10 @@ def test_fan_out(tmp_path: Path) -> None:
     out = bench("fan_out.py", tmp_path, "--items", "30", "--max-in-flight", "4", "--repeat", "1")
     assert (out["items"], out["max_in_flight"], out["rounds"]) == (30, 4, 1)
     assert out["items_per_s"] > 0 and len(out["items_per_s_rounds"]) == 1
-    assert out["rss_peak_mib"] >= out["rss_start_mib"] > 0
+    # VmHWM against an earlier VmRSS: the kernel's per-thread RSS counters may lag it by
+    # up to 64 pages a thread, so the peak may read a little under the start.
+    assert out["rss_start_mib"] > 0
+    assert out["rss_peak_mib"] > out["rss_start_mib"] - 2
 
 
 def test_children(tmp_path: Path) -> None:
