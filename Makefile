@@ -26,8 +26,8 @@ demo: $(STAMP)
 	$(VENV)/bin/processor demo
 
 # The tests that need no broker run in two processes, then the Kafka tests in two
-# processes too (they mostly wait on the broker), but for those that restart the broker
-# the others share (marked exclusive): those run alone at the end, and beside them the
+# processes too (they mostly wait on the broker), but for those marked exclusive (one
+# restarts the broker the others share): those run alone at the end, and beside them the
 # tests of the three-broker cluster (tests/cluster, tests/soak: brokers of their own),
 # whose report is printed at the end. Every part runs; any failing fails.
 # The slowest tests of each part are listed at its end, to keep the CI budget in view.

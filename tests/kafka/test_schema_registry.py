@@ -357,6 +357,9 @@ def own_registry(tmp_path: Path) -> Iterator[dict[str, str]]:
         )
 
 
+# Alone, not beside other Kafka tests: with -n 2 it once waited in vain for the
+# processor to log its first failed registration (issue 30's note).
+@pytest.mark.exclusive
 def test_the_registry_stopped_mid_workload_rejects_nothing(
     space: KafkaSpace, own_registry: dict[str, str], tmp_path: Path
 ) -> None:
