@@ -27,10 +27,11 @@ demo: $(STAMP)
 
 # The tests that need no broker run in two processes, then the Kafka tests in two
 # processes too (they mostly wait on the broker), but for those marked exclusive (one
-# restarts the broker the others share): those run alone at the end, and beside them the
-# tests of the three-broker cluster (tests/cluster, tests/soak: brokers of their own),
-# whose report is printed at the end. Every part runs; any failing fails.
-# The slowest tests of each part are listed at its end, to keep the CI budget in view.
+# restarts the broker the others share): those run alone after them, and last the tests
+# of the three-broker cluster (tests/cluster, tests/soak: brokers of their own), alone
+# too: beside other tests the leader failover test has stalled (issue 30's note).
+# Every part runs; any failing fails. The slowest tests of each part are listed at its
+# end, to keep the CI budget in view.
 test: $(STAMP) kafka-start registry-start
 	export KAFKA_BOOTSTRAP_SERVERS=$${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:$${LOCAL_KAFKA_PORT:-9092}}; \
 	export SCHEMA_REGISTRY_URL=$${SCHEMA_REGISTRY_URL:-$$(compose/local-registry url)}; \
@@ -38,13 +39,8 @@ test: $(STAMP) kafka-start registry-start
 	$(PY) -m pytest -m "not kafka" -n 2 --durations=15 || status=$$?; \
 	$(PY) -m pytest -m "kafka and not cluster and not exclusive" -n 2 --durations=30 \
 		|| status=$$?; \
-	beside=$$(mktemp -d); \
-	$(PY) -m pytest -m "kafka and cluster" --durations=10 -p no:cacheprovider \
-		--basetemp="$$beside/tmp" >"$$beside/log" 2>&1 & cluster=$$!; \
 	$(PY) -m pytest -m "kafka and exclusive" --durations=5 || status=$$?; \
-	wait $$cluster || status=$$?; \
-	echo "--- the three-broker cluster's tests, run beside the exclusive Kafka tests:"; \
-	cat "$$beside/log"; rm -rf "$$beside"; \
+	$(PY) -m pytest -m "kafka and cluster" --durations=10 || status=$$?; \
 	exit $$status
 
 # The tiers (README, "Set up on a fresh machine"): test-unit between edits (under a
