@@ -94,7 +94,14 @@ def test_processor_survives_the_loss_of_the_journal_leader(
             except TransportError:
                 return False
 
-        wait_until(all_ended, 240, "every run to end", max_pause_s=0.2)
+        try:
+            wait_until(all_ended, 240, "every run to end", max_pause_s=0.2)
+        except AssertionError as stalled:  # what the processor did, for the one who reads
+            open_runs = sum(1 for run_id in inputs if run_id not in watch.ended)
+            tail = processor.log_text()[-6000:]
+            raise AssertionError(
+                f"{stalled}; {open_runs} runs open; processor log:\n{tail}"
+            ) from stalled
         assert processor.starts == 1
         assert processor.stop() == 0, processor.log_text()[-3000:]
     finally:
