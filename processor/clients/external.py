@@ -18,13 +18,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from processor.clients.completion_receipt import CompletionReceipt
-from processor.errors import ProcessorError, TransportError
+from processor.errors import FencedError, ProcessorError, TransportError
 from processor.facts import json_wire, payload, tokens
 from processor.facts.codec import codec, encode
 from processor.facts.json_wire import Wire
 from processor.facts.models import BoundaryCompletion, BoundaryRequest
 from processor.facts.topics import TopicName
-from processor.transport.base import Headers, Outbound, Producer, Transport
+from processor.transport.base import GroupConsumer, Headers, Outbound, Producer, Transport
 from processor.transport.topology import Topology
 
 __all__ = ["CompletionClient", "Handler", "OnCancel", "Responder"]
@@ -172,7 +172,8 @@ class Responder:
         self.answered = 0
 
     def run(self, stop: threading.Event) -> None:
-        consumer = self._transport.consumer(self._group, [self._topology.name(TopicName.REQUESTS)])
+        topics = [self._topology.name(TopicName.REQUESTS)]
+        consumer = self._transport.consumer(self._group, topics)
         client = CompletionClient(self._transport, self._topology)
         try:
             while not stop.is_set():
@@ -181,12 +182,29 @@ class Responder:
                     self._answer(records, client)
                     client.flush()
                     consumer.commit({r.position: r.offset + 1 for r in records})
+                except FencedError as exc:  # the group forgot it: a new member, same work
+                    logger.warning("responder: consumer dead, joining again: %s", exc)
+                    consumer.close()
+                    rejoined = self._member(topics, stop)
+                    if rejoined is None:
+                        return
+                    consumer = rejoined
                 except TransportError as exc:
                     logger.warning("responder: transport error, retrying: %s", exc)
                     stop.wait(0.5)
         finally:
             consumer.close()
             client.close()
+
+    def _member(self, topics: list[str], stop: threading.Event) -> GroupConsumer | None:
+        """A new member of the responders' group, tried until it joins or ``stop``."""
+        while not stop.is_set():
+            try:
+                return self._transport.consumer(self._group, topics)
+            except TransportError as exc:
+                logger.warning("responder: cannot join yet: %s", exc)
+                stop.wait(0.5)
+        return None
 
     def _answer(self, records: list[Any], client: CompletionClient) -> None:
         for record in records:

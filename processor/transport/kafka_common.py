@@ -31,6 +31,7 @@ __all__ = [
     "DeliveryCallback",
     "ErrorReporter",
     "RepeatFilter",
+    "is_fatal",
     "is_fenced",
     "kafka_error",
     "kafka_offsets",
@@ -120,11 +121,21 @@ def kafka_error(exc: KafkaException) -> KafkaError | None:
     return arg if isinstance(arg, KafkaError) else None
 
 
+def is_fatal(err: KafkaError) -> bool:
+    """True when the client that reported ``err`` is unusable for good.
+
+    librdkafka reports a fatal error to ``error_cb`` and to a consumer's commit and
+    message callbacks as ``_FATAL``, whose ``fatal()`` flag is not always set (a static
+    member fenced by its twin is one such case).
+    """
+    return bool(err.fatal()) or err.code() == KafkaError._FATAL
+
+
 def is_fenced(err: KafkaError | None) -> bool:
     """True when ``err`` means this instance must stop: fatal, or fenced by another one."""
     if err is None:
         return False
-    return err.fatal() or err.code() in FENCED_CODES or err.code() in GROUP_FENCED_CODES
+    return is_fatal(err) or err.code() in FENCED_CODES or err.code() in GROUP_FENCED_CODES
 
 
 def translate(what: str, exc: BaseException) -> TransportError:
@@ -252,7 +263,7 @@ class ErrorReporter:
         self.fatal: KafkaError | None = None
 
     def __call__(self, err: KafkaError) -> None:
-        if err.fatal():
+        if is_fatal(err):
             self.fatal = err
             logger.error("%s: fatal Kafka error %s", self._client, err)
         elif err.code() in _OUTAGE_CODES:
@@ -300,7 +311,7 @@ def records_of(messages: list[Message], client: str, reporter: ErrorReporter) ->
             records.append(to_record(msg))
         elif err.code() == KafkaError._PARTITION_EOF:
             continue
-        elif err.fatal():
+        elif is_fatal(err):
             raise FencedError(f"{client}: consumer failed fatally ({err})")
         else:
             reporter(err)

@@ -9,10 +9,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
-from processor.errors import TransportError
+from processor.errors import FencedError, TransportError
 from processor.transport.base import Closeable, Record, TopicPartition
 from processor.transport.kafka_common import (
     ErrorReporter,
+    is_fatal,
     kafka_error,
     kafka_offsets,
     records_of,
@@ -37,6 +38,13 @@ def _failures(failed: Sequence[Any]) -> str:
     return ", ".join(f"{tp.topic}[{tp.partition}]: {tp.error}" for tp in failed)
 
 
+def _dead(err: KafkaError | None) -> bool:
+    """Whether ``err`` ends the consumer: fatal, or its static identity taken by another
+    member (librdkafka makes that fatal too). A rebalance's ILLEGAL_GENERATION or
+    UNKNOWN_MEMBER_ID does not: librdkafka joins again by itself."""
+    return err is not None and (is_fatal(err) or err.code() == KafkaError.FENCED_INSTANCE_ID)
+
+
 def _transient(err: KafkaError | None) -> bool:
     return err is not None and (err.retriable() or err.code() in _REBALANCING)
 
@@ -48,11 +56,17 @@ class KafkaGroupConsumer(Closeable):
     (synchronously), so records polled and not committed are delivered again,
     to this or another member, after a restart or rebalance. A new group starts
     at the earliest offset. Use one consumer from one thread at a time.
+
+    A consumer that librdkafka declares dead (a fatal error: for a static member,
+    another consumer with its ``group.instance.id`` took its place) raises
+    ``FencedError`` from every later call: close it and open a new one. Left alone
+    it would poll nothing, forever.
     """
 
     def __init__(self, config: dict[str, Any], group: str, topics: Sequence[str]) -> None:
         self._name = f"consumer of group {group!r}"
         self._reporter = ErrorReporter(self._name)
+        self._ended_by: KafkaError | None = None  # a commit refused for good (``_dead``)
         self._joined = False  # set by the first assignment (``_assigned``, during a poll)
         self._held = False  # partitions assigned meanwhile are paused (``hold``)
         try:
@@ -126,6 +140,9 @@ class KafkaGroupConsumer(Closeable):
                 if not _transient(err) or time.monotonic() >= deadline:
                     raise translate(f"{self._name}: commit", exc) from exc
                 continue
+            if _dead(err):
+                self._ended_by = err
+                raise FencedError(f"{self._name}: commit refused for {_failures(failed)}")
             if not _transient(err) or time.monotonic() >= deadline:
                 raise TransportError(f"{self._name}: commit failed for {_failures(failed)}")
 
@@ -142,6 +159,9 @@ class KafkaGroupConsumer(Closeable):
 
     def _on_commit(self, err: KafkaError | None, partitions: list[Any]) -> None:
         failed = [tp for tp in partitions if tp.error is not None]
+        dead = [e for e in (err, *(tp.error for tp in failed)) if _dead(e)]
+        if dead:
+            self._ended_by = dead[0]
         if err is not None or failed:
             detail = err or _failures(failed)
             logger.warning("%s: commit failed, delivered again at worst: %s", self._name, detail)
@@ -172,3 +192,6 @@ class KafkaGroupConsumer(Closeable):
     def _require_open(self) -> None:
         if self._closed:
             raise TransportError(f"{self._name} is closed")
+        dead = self._reporter.fatal or self._ended_by
+        if dead is not None:
+            raise FencedError(f"{self._name} is dead ({dead}); close it and open a new one")

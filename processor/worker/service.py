@@ -30,7 +30,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from processor.config.settings import default_of
-from processor.errors import FactDecodeError, TransportError
+from processor.errors import FactDecodeError, FencedError, TransportError
 from processor.facts.codec import codec, encode
 from processor.facts.models import ClaimReply, SegmentResult, StopNotice, WorkItem
 from processor.facts.rejection import rejected
@@ -206,6 +206,11 @@ class Worker:
             while not stop.is_set():
                 try:
                     self._round(consumer, outbox, runtime, progress)
+                except FencedError as exc:
+                    rejoined = self._rejoin(consumer, work_topic, stop, exc)
+                    if rejoined is None:
+                        break
+                    consumer = rejoined
                 except TransportError as exc:
                     logger.warning("%s: transport error, retrying: %s", self.worker_id, exc)
                     stop.wait(0.5)
@@ -217,6 +222,20 @@ class Worker:
             outbox.close()
             runtime.close()
             consumer.close()
+
+    def _rejoin(
+        self, dead: GroupConsumer, topic: str, stop: threading.Event, why: FencedError
+    ) -> GroupConsumer | None:
+        """A new member for one the group no longer knows (a broker outage can leave a
+        static member's place to its own next join, which fences the old one for good).
+        Attempts running go on; their items, delivered again, are recognized as running
+        here (``_runs_already``). None when stopped meanwhile."""
+        logger.warning("%s: its consumer is dead, joining the group again: %s", self.worker_id, why)
+        dead.close()
+        consumer = self._group_consumer(topic, stop)
+        if consumer is not None and self._holding:
+            consumer.hold(True)
+        return consumer
 
     def _group_consumer(self, topic: str, stop: threading.Event) -> GroupConsumer | None:
         """The worker's member of its group; while the log cannot be reached (a broker

@@ -27,6 +27,7 @@ from tests.kafka.support import (
     assert_replay_verifies,
     assert_steps3_once,
     submit_steps3,
+    wait_all_ended,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster, pytest.mark.slow]
@@ -87,21 +88,7 @@ def test_processor_survives_the_loss_of_the_journal_leader(
         record_property("recovery_s", round(recovered_s, 1))
         assert killed not in cluster.leaders(topology.name(TopicName.FACTS)).values()
 
-        def all_ended() -> bool:
-            processor.check_alive()
-            try:
-                return watch.all_ended(inputs)
-            except TransportError:
-                return False
-
-        try:
-            wait_until(all_ended, 240, "every run to end", max_pause_s=0.2)
-        except AssertionError as stalled:  # what the processor did, for the one who reads
-            open_runs = sum(1 for run_id in inputs if run_id not in watch.ended)
-            tail = processor.log_text()[-6000:]
-            raise AssertionError(
-                f"{stalled}; {open_runs} runs open; processor log:\n{tail}"
-            ) from stalled
+        wait_all_ended(watch, inputs, processor, 240)
         assert processor.starts == 1
         assert processor.stop() == 0, processor.log_text()[-3000:]
     finally:

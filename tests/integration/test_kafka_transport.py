@@ -407,3 +407,30 @@ def test_producer_flush_reports_a_partition_that_does_not_exist(
     with pytest.raises(TransportError):
         producer.produce(Outbound(topic, b"k", b"v", partition=7))
         producer.flush(10.0)
+
+
+def test_a_static_member_fenced_by_its_twin_says_so_instead_of_polling_nothing(
+    transport: KafkaTransport, make_topic: Callable[..., str], closing: Closing
+) -> None:
+    # A broker outage can leave a static member's old identity behind: the member that
+    # comes back with the same group.instance.id fences it, and librdkafka makes that
+    # fatal for the old consumer. Polling it then returns nothing forever; the worker
+    # that owns it must learn it is dead to open a new one.
+    topic = make_topic(2)
+    group = unique("workers")
+    first = closing(transport.consumer(group, [topic], "w0"))
+    wait_for(lambda: bool(first.poll(10, 0.1)) or first.joined(), "the first member to join")
+    twin = closing(transport.consumer(group, [topic], "w0"))
+    wait_for(lambda: bool(twin.poll(10, 0.1)) or twin.joined(), "its twin to join")
+
+    def first_fenced() -> bool:
+        try:
+            first.commit_soon({TopicPartition(topic, 0): 0})  # as a worker commits
+            first.poll(10, 0.1)
+        except FencedError:
+            return True
+        return False
+
+    wait_for(first_fenced, "the fenced member to raise FencedError")
+    produce_all(transport, [Outbound(topic, b"k%d" % i, b"%d" % i) for i in range(4)])
+    assert len(poll_until(twin, 4)) == 4  # the twin owns the group's partitions

@@ -26,6 +26,7 @@ from confluent_kafka.admin import AdminClient
 
 from processor.clients.client import Client, new_submit
 from processor.config.settings import Settings
+from processor.errors import TransportError
 from processor.facts.codec import codec, decode_fact
 from processor.facts.models import FactHeader, RunFailed, RunOutcome, RunSucceeded
 from processor.facts.topics import TopicName
@@ -33,7 +34,7 @@ from processor.transport.base import Reader
 from processor.transport.deployment import Deployment, ensure_topics
 from processor.transport.topology import Topology
 from tests.apps.pipelines import app, expected_steps3_result
-from tests.apps.support import REPO_ROOT, ProcessorProcess, TopicTail, read_topic
+from tests.apps.support import REPO_ROOT, ProcessorProcess, TopicTail, read_topic, wait_until
 
 __all__ = [
     "FactsWatch",
@@ -242,6 +243,32 @@ class FactsWatch:
     def all_ended(self, run_ids: Iterable[str]) -> bool:
         ended = self.refresh()
         return all(run_id in ended for run_id in run_ids)
+
+
+def wait_all_ended(
+    watch: FactsWatch, run_ids: Iterable[str], processor: ProcessorProcess, timeout_s: float
+) -> None:
+    """Wait for every run to end while the processor lives; on a stall, say what it did.
+
+    The test's own reader may lose the broker for a while (an outage the test caused):
+    that is not a stall, only a round that cannot look.
+    """
+    wanted = list(run_ids)
+
+    def all_ended() -> bool:
+        processor.check_alive()
+        try:
+            return watch.all_ended(wanted)
+        except TransportError:
+            return False
+
+    try:
+        wait_until(all_ended, timeout_s, "every run to end", max_pause_s=0.2)
+    except AssertionError as stalled:
+        open_runs = sum(1 for run_id in wanted if run_id not in watch.ended)
+        tail = processor.log_text()[-8000:]
+        message = f"{stalled}; {open_runs} runs open; processor log:\n{tail}"
+        raise AssertionError(message) from stalled
 
 
 def read_facts(reader: Reader, topology: Topology) -> list[FactHeader]:

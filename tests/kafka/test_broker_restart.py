@@ -25,7 +25,6 @@ import pytest
 
 from processor.clients.client import Client
 from processor.config.settings import default_of
-from processor.errors import TransportError
 from tests.apps.support import wait_until
 from tests.kafka.support import (
     FactsWatch,
@@ -33,6 +32,7 @@ from tests.kafka.support import (
     assert_replay_verifies,
     assert_steps3_once,
     submit_steps3,
+    wait_all_ended,
 )
 from tests.kafka_broker import LOCAL_BOOTSTRAP, LOCAL_KAFKA, REPO_ROOT
 
@@ -102,14 +102,7 @@ def test_processor_survives_a_broker_restart(
         assert restarted.returncode == 0, restarted.stderr[-2000:]
         processor.check_alive()  # it waited for the broker instead of giving up
 
-        def all_ended() -> bool:
-            processor.check_alive()
-            try:
-                return watch.all_ended(inputs)
-            except TransportError:  # this test's own reader, while the broker comes back
-                return False
-
-        wait_until(all_ended, 240, "every run to end", max_pause_s=0.2)
+        wait_all_ended(watch, inputs, processor, 240)
         log = processor.log_text()
         assert "Kafka unreachable" in log  # it noticed the outage
         assert processor.starts == 1  # the same process did all the work
