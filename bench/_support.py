@@ -10,9 +10,11 @@ forged completions.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import importlib
 import os
+import sys
 import threading
 import time
 import uuid
@@ -55,6 +57,30 @@ def printer(quiet: bool) -> Callable[[str], None]:
             print(text, flush=True)
 
     return say
+
+
+def rounds_parser(
+    doc: str | None, *, repeat: int, timeout_s: float, timed: str
+) -> argparse.ArgumentParser:
+    """The options of a bench of alternated rounds: ``--repeat``, ``--timeout`` (the
+    seconds that ``timed`` may take) and ``--json``; the bench adds its own."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=repeat, help="alternated rounds")
+    parser.add_argument(
+        "--timeout", type=float, default=timeout_s, help=f"seconds {timed} may take"
+    )
+    parser.add_argument("--json", action="store_true", help="print only the JSON summary")
+    return parser
+
+
+def begin(args: argparse.Namespace) -> tuple[str, Callable[[str], None]]:
+    """The command that makes the figures and the progress printer; the command said,
+    and bench/ on the worker child's path (set a bench's environment before)."""
+    command = command_line(sys.argv)
+    bench_dir_on_pythonpath()
+    say = printer(args.json)
+    say(command)
+    return command, say
 
 
 def command_line(argv: list[str]) -> str:

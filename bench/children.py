@@ -18,17 +18,15 @@ runs started by a client (issue 29's target: at most 1.5).
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import statistics
-import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _support import Outcomes, app_host, bench_dir_on_pythonpath, command_line, cpus, printer
+from _support import Outcomes, app_host, begin, cpus, rounds_parser
 
 from processor.clients.client import Client, new_submit
 from processor.transport.deployment import Deployment
@@ -84,18 +82,10 @@ def _all_succeeded(found: list[Any]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = rounds_parser(__doc__, repeat=3, timeout_s=600.0, timed="a round")
     parser.add_argument("--children", type=int, default=1000, help="runs in each round")
-    parser.add_argument("--repeat", type=int, default=3, help="alternated rounds")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds a round may take")
-    parser.add_argument("--json", action="store_true", help="print only the JSON summary")
     args = parser.parse_args()
-    command = command_line(sys.argv)
-    bench_dir_on_pythonpath()
-
-    say = printer(args.json)
-
-    say(command)
+    command, say = begin(args)
     root = Path(tempfile.mkdtemp(prefix="bench-children-"))
     alone: list[float] = []
     nested: list[float] = []

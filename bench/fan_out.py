@@ -22,26 +22,16 @@ facts, as a one-step run is).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _support import (
-    app_host,
-    bench_dir_on_pythonpath,
-    command_line,
-    cpus,
-    printer,
-    proc_status,
-    timed_run,
-)
+from _support import app_host, begin, cpus, proc_status, rounds_parser, timed_run
 
 from processor.worker.pipeline import Application, Pipeline
 
@@ -86,21 +76,13 @@ def _children() -> list[int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = rounds_parser(__doc__, repeat=3, timeout_s=600.0, timed="a run")
     parser.add_argument("--items", type=int, default=10_000, help="items of the fan-out")
     parser.add_argument("--max-in-flight", type=int, default=64, help="items open at once")
-    parser.add_argument("--repeat", type=int, default=3, help="alternated rounds")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds a run may take")
-    parser.add_argument("--json", action="store_true", help="print only the JSON summary")
     args = parser.parse_args()
-    command = command_line(sys.argv)
     os.environ["BENCH_FAN_OUT_ITEMS"] = str(args.items)
     os.environ["BENCH_FAN_OUT_IN_FLIGHT"] = str(args.max_in_flight)
-    bench_dir_on_pythonpath()
-
-    say = printer(args.json)
-
-    say(command)
+    command, say = begin(args)
     root = Path(tempfile.mkdtemp(prefix="bench-fan-out-"))
     try:
         found = measure(root, build_app(args.items, args.max_in_flight), args.repeat, args.timeout)

@@ -19,19 +19,17 @@ median ``one`` time; issue 28's target is under 3x.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _support import app_host, bench_dir_on_pythonpath, command_line, cpus, printer, timed_run
+from _support import app_host, begin, cpus, rounds_parser, timed_run
 
 from processor.worker.pipeline import Application, Pipeline
 
@@ -73,23 +71,15 @@ def measure(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = rounds_parser(__doc__, repeat=5, timeout_s=120.0, timed="a run")
     parser.add_argument("--steps", type=int, default=10, help="independent steps of a wide run")
     parser.add_argument("--step-ms", type=int, default=200, help="what each step awaits")
-    parser.add_argument("--repeat", type=int, default=5, help="alternated rounds (a run of each)")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds a run may take")
-    parser.add_argument("--json", action="store_true", help="print only the JSON summary")
     args = parser.parse_args()
-    command = command_line(sys.argv)
     # The worker child imports this module by name: the sizes go with it in its
     # environment, and this directory on its path.
     os.environ["BENCH_GRAPH_STEPS"] = str(args.steps)
     os.environ["BENCH_GRAPH_STEP_MS"] = str(args.step_ms)
-    bench_dir_on_pythonpath()
-
-    say = printer(args.json)
-
-    say(command)
+    command, say = begin(args)
     root = Path(tempfile.mkdtemp(prefix="bench-graph-parallel-"))
     try:
         times = measure(root, build_app(args.steps, args.step_ms), args.repeat, args.timeout)

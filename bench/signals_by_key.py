@@ -21,11 +21,9 @@ figure is (b) against (a) in the same round, and one waiting count against anoth
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -36,12 +34,11 @@ from typing import Any
 from _support import (
     Outcomes,
     app_host,
-    bench_dir_on_pythonpath,
-    command_line,
+    begin,
     cpus,
     facts_in_log,
     percentile,
-    printer,
+    rounds_parser,
 )
 
 from processor.clients.client import Client, new_submit
@@ -143,18 +140,11 @@ def _median(rounds: list[dict[str, float]], name: str) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = rounds_parser(__doc__, repeat=3, timeout_s=900.0, timed="a phase")
     parser.add_argument("--waiting", type=int, default=1000, help="runs waiting on idle keys")
     parser.add_argument("--events", type=int, default=200, help="events a round")
-    parser.add_argument("--repeat", type=int, default=3, help="alternated rounds")
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds a phase may take")
-    parser.add_argument("--json", action="store_true", help="print only the JSON summary")
     args = parser.parse_args()
-    command = command_line(sys.argv)
-    bench_dir_on_pythonpath()
-    say = printer(args.json)
-
-    say(command)
+    command, say = begin(args)
     root = Path(tempfile.mkdtemp(prefix="bench-signals-"))
     by_id: list[dict[str, float]] = []
     by_key: list[dict[str, float]] = []
