@@ -529,10 +529,11 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
                 s.sleep_step = None;
                 s.sleep_wake_ms = None;
             }
+            // A child boundary with a child still open holds the stop (waits.children_open).
             let fenced = matches!(
                 s.phase.as_str(),
                 "retry_wait" | "suspended" | "sleeping" | "definition_blocked"
-            );
+            ) && !(s.phase == "suspended" && children_open(s));
             s.stop_reason = Some(reason);
             s.stop_detail = Some(fact.string("detail")?);
             if fenced {
@@ -669,4 +670,13 @@ fn unwound(s: &mut RunState) {
     s.compensation_worker = None;
     s.compensation_heartbeat_due_ms = None;
     set(&mut s.phase, "compensating");
+}
+
+/// Whether the run waits at a child boundary with a child still open
+/// (``waits.children_open``): a stop then waits for the children's outcomes.
+fn children_open(s: &RunState) -> bool {
+    s.boundary_kind == "child"
+        && s.interactions
+            .values()
+            .any(|i| i.boundary == s.boundary && i.kind == "child" && i.status == "open")
 }

@@ -18,7 +18,7 @@ from processor.facts.models import (
     ContinuationSegmentCreated,
     SegmentSuspended,
 )
-from processor.model import control
+from processor.model import control, waits
 from processor.model.decide import (
     Context,
     Decision,
@@ -76,15 +76,23 @@ def admit(arrival: Arrival, state: RunState | None, ctx: Context) -> Decision:
         state, state.run_id, ctx.now, arrival.cause_id, live=ctx.live_versions, lane=lane
     )
     control.deadline_first(maker, spec)
-    if maker.current.stopping:  # stop intent closed the run's interactions
+    # Stop intent closed the run's interactions, but for the children a stopping parent
+    # waits for (``waits.children_open``): their outcomes are recorded, not continued.
+    awaited = maker.current.stopping and waits.held_by_stop(maker.current)
+    if maker.current.stopping and not awaited:
         control.settle_stop(maker, spec)
         return maker.decision("run_terminal", f"run {state.run_id} is stopping")
     if 0 < interaction.deadline_ms <= ctx.now:
         timeout_interaction(maker, spec, ctx, interaction_id)  # the deadline wins
+        if awaited:
+            control.settle_stop(maker, spec)
         detail = f"{interaction_id} deadline {interaction.deadline_ms} passed (now {ctx.now})"
         return maker.decision("late_completion", detail)
     _admitted(maker, arrival, interaction_id, interaction)
-    continue_boundary(maker, spec, ctx)
+    if awaited:
+        control.settle_stop(maker, spec)  # the last child's outcome begins the unwind
+    else:
+        continue_boundary(maker, spec, ctx)
     return maker.decision()
 
 

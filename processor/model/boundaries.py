@@ -233,7 +233,9 @@ def _release(maker: FactMaker, spec: PipelineSpec, released: bytes) -> None:
 def timeout_interaction(
     maker: FactMaker, spec: PipelineSpec, ctx: Context, interaction_id: str
 ) -> None:
-    """InteractionTimedOut for an open interaction, then whatever the boundary does next."""
+    """InteractionTimedOut for an open interaction, then whatever the boundary does next:
+    nothing if the run is stopping (a stopping parent only waits for its children to
+    settle; ``control.settle_stop`` goes on from there)."""
     interaction = maker.current.interactions[interaction_id]
     maker.add(
         InteractionTimedOut(
@@ -244,4 +246,5 @@ def timeout_interaction(
             deadline_ms=interaction.deadline_ms,
         )
     )
-    apply_plan(maker, spec, ctx, _plan(maker, spec))
+    if not maker.current.stopping:
+        apply_plan(maker, spec, ctx, _plan(maker, spec))

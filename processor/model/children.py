@@ -21,8 +21,11 @@ command again:
   parent's interaction fails with ``child_depth_exceeded`` (through admission too),
   and a submit above the bound is refused with that reason.
 - A parent that stops (cancel, deadline, failure) sends a ``CancelRun`` to each child
-  still open; the child stops as a cancelled run does, and its outcome, arriving at
-  a parent that has ended, is refused with a reason (``admission.rejected``).
+  still open; the child stops as a cancelled run does. The parent does not end before
+  them: its stop waits while a child is open (``waits.children_open``), their
+  outcomes are admitted and recorded, and its unwind begins once the last one is in
+  or timed out. An outcome arriving at a parent that has ended is refused with a
+  reason (``admission.rejected``).
 """
 
 from __future__ import annotations

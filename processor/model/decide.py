@@ -541,8 +541,8 @@ def _heartbeat_lost(maker: FactMaker, spec: PipelineSpec, entry: DueEntry, ctx: 
 
 def _interaction_due(maker: FactMaker, spec: PipelineSpec, entry: DueEntry, ctx: Context) -> None:
     state = maker.current
-    if state.stopping or waits.of(state) is not waits.SUSPENDED:
-        return
+    if waits.of(state) is not waits.SUSPENDED or (state.stopping and not waits.held_by_stop(state)):
+        return  # (a stopping parent's children time out as they would otherwise)
     interaction_id = keys.interaction_id(entry.scope, entry.ordinal)
     interaction = state.interactions.get(interaction_id)
     if interaction is None or interaction.status != "open":

@@ -577,12 +577,13 @@ def _(fact: RunStopRequested, state: RunState) -> RunChanges:
     # blocked on its version, open interactions, a sleep) end: their timers disappear
     # from the due index; a running attempt keeps settling.
     wait = waits.of(state)
+    fenced = wait.fenced and not waits.held_by_stop(state)  # open children hold it
     attempt = _no_retry(state)
-    if wait.fenced and wait.retries == FORWARD:
+    if fenced and wait.retries == FORWARD:
         attempt = _with_reason(attempt, _FENCED_RETRY_REASONS.get(fact.reason))
     changes: RunChanges = {
         "stop": Stop.assemble({"reason": fact.reason, "detail": fact.detail}),
-        "phase": "idle" if wait.fenced else state.phase,
+        "phase": "idle" if fenced else state.phase,
         "attempt": attempt,
     }
     if wait is waits.SLEEPING:

@@ -8,8 +8,9 @@ publication, an operator, a compensator, or nothing. Each wait says:
 - the timers it arms, the run's due-work rows while it waits (``arms``, of the kinds
   ``timers``);
 - how stop intent meets it: it is ``fenced`` (its timers go, the run waits no more),
-  it ``holds_stop`` until it settles (the unwind waits), or it is past stopping
-  (``stoppable`` false: the execution completed);
+  it ``holds_stop`` until it settles (the unwind waits), or ``while`` something of
+  the state says so (``holds_stop_while``: a stop finds it fenced otherwise), or it is
+  past stopping (``stoppable`` false: the execution completed);
 - the attempt it runs or retries, if any (``runs``, ``retries``);
 - how ``status`` shows it (``shown_as``: its key there, ``shows``: what is shown).
 
@@ -49,6 +50,8 @@ __all__ = [
     "UNKNOWN",
     "WAITS",
     "Wait",
+    "children_open",
+    "held_by_stop",
     "holds_stop",
     "in_wait",
     "of",
@@ -59,6 +62,8 @@ __all__ = [
 Arms = Callable[[RunState], frozenset[DueEntry]]
 #: What ``status`` shows of a run in a wait (None: nothing).
 Shows = Callable[[RunState], dict[str, Any] | None]
+#: Whether a run in a wait holds a stop now (``Wait.holds_stop_while``).
+Holds = Callable[[RunState], bool]
 
 _NO_TIMERS: frozenset[DueEntry] = frozenset()
 
@@ -80,6 +85,7 @@ class Wait:
     timers: frozenset[TimerKind] = frozenset()
     fenced: bool = False  # stop intent ends it: its timers go, the run waits no more
     holds_stop: bool = False  # a stop waits for it to settle before the unwind begins
+    holds_stop_while: Holds | None = None  # holds a stop while this is true, else fenced
     stoppable: bool = True  # False: the execution completed, no stop applies any more
     runs: AttemptKind | None = None  # the attempt a worker runs in it
     retries: AttemptKind | None = None  # the attempt that waits for its retry timer in it
@@ -136,6 +142,15 @@ def _interaction_timeouts(state: RunState) -> frozenset[DueEntry]:
         for i in state.boundary_interactions()
         if i.status == "open" and i.deadline_ms > 0
     )
+
+
+def children_open(state: RunState) -> bool:
+    """Whether the run waits at a child boundary with a child still open: a stopping
+    parent waits for its children's outcomes (each was sent a ``CancelRun``) before
+    its unwind begins, as seed 002 says a parent does not terminalize before them."""
+    if state.boundary.kind != "child":
+        return False
+    return any(i.kind == "child" and i.status == "open" for i in state.boundary_interactions())
 
 
 def _sleep_timer(state: RunState) -> frozenset[DueEntry]:
@@ -210,12 +225,14 @@ DISPATCHED = Wait(
 RETRY_WAIT = Wait(
     "retry_wait", arms=_retrying(FORWARD), timers=frozenset({"retry"}), fenced=True, retries=FORWARD
 )
-#: Outside input at a boundary; a stop fences its open interactions (and tells their targets).
+#: Outside input at a boundary; a stop fences its open interactions (and tells their
+#: targets), except a child boundary's: the stop waits for the children's outcomes.
 SUSPENDED = Wait(
     "suspended",
     arms=_interaction_timeouts,
     timers=frozenset({"interaction_timeout"}),
     fenced=True,
+    holds_stop_while=children_open,
     shown_as="waiting",
     shows=_boundary_view,
 )
@@ -289,11 +306,15 @@ def in_wait(state: RunState, wait: Wait) -> list[RunState]:
     return [view for view in (state, *state.lane_views()) if of(view) is wait]
 
 
+def held_by_stop(state: RunState) -> bool:
+    """Whether the run's wait (or a lane's: its view) holds a stop now."""
+    wait = of(state)
+    return wait.holds_stop or (wait.holds_stop_while is not None and wait.holds_stop_while(state))
+
+
 def holds_stop(state: RunState) -> bool:
     """Whether the run, or any lane of a graph run, waits in a wait that holds a stop."""
-    if of(state).holds_stop:
-        return True
-    return any(of(lane).holds_stop for lane in state.lane_views())
+    return any(held_by_stop(view) for view in (state, *state.lane_views()))
 
 
 def status_views(state: RunState) -> dict[str, dict[str, Any] | None]:

@@ -3,7 +3,8 @@ fake clock, the worker played by the test.
 
 A child step starts runs of another pipeline under ids derived from the parent, step
 and item; their outcomes come back through admission; a stale parent attempt or a
-redelivered submit starts no second child; a cancelled parent cancels its children;
+redelivered submit starts no second child; a cancelled parent cancels its children
+and ends once their outcomes are in;
 nesting deeper than the limit is refused with a reason.
 """
 
@@ -160,6 +161,12 @@ def test_cancelling_a_parent_cancels_its_child(harness: LoopHarness) -> None:
     kid = _ended(h, child)
     assert kid.status == "cancelled"
     assert f"parent run {run_id} stopped" in (kid.stop.detail or kid.error or "")
+    # The parent waited for its child: the child's outcome was admitted after the stop,
+    # and only then did the parent end (seed 002: no parent ends before its children).
+    kinds = [type(fact).__name__ for fact in h.facts(run_id)]
+    stopped = kinds.index("RunStopRequested")
+    admitted = kinds.index("BoundaryCompletionAdmitted", stopped)
+    assert kinds.index("RunStopped", admitted) > admitted, kinds
 
 
 def test_nesting_deeper_than_the_limit_is_refused_with_a_reason(harness: LoopHarness) -> None:

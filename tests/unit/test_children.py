@@ -1,23 +1,44 @@
-"""Child runs' pure parts: derived ids, the submit's checks, the outcome sent back."""
+"""Child runs' pure parts: derived ids, the submit's checks, the outcome sent back, and
+a stopping parent that waits for its children."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processor.facts.models import SubmitRun
+from processor.admission.admit import admit
+from processor.admission.arrivals import Arrival, completion_arrival
+from processor.clients.client import new_submit
+from processor.facts.codec import encode
+from processor.facts.keyring import KeyRing
+from processor.facts.models import CancelRun, FactHeader, SegmentResult, SubmitRun
 from processor.model.children import (
     CHILD_DEPTH_EXCEEDED,
     MAX_CHILD_DEPTH,
     child_run_id,
     submit_refusal,
 )
+from processor.model.decide import (
+    Context,
+    Decision,
+    TimerFired,
+    decide_result,
+    decide_submit,
+    decide_timer,
+)
+from processor.model.due import due_entries
+from processor.model.operator import decide_cancel
 from processor.model.parent_link import ParentLink, parent_completion
+from processor.model.pipeline_spec import AwaitSpec, PipelineSpec, StepSpec
+from processor.model.reduce import fold
+from processor.model.state import RunState
 from processor.worker.pipeline import Pipeline
 
 small = st.integers(min_value=0, max_value=10_000)
+UNIT_KEYS = KeyRing.single(b"unit-secret-0123456789abcdef")
 
 
 @given(st.text(min_size=1, max_size=30), small, small)
@@ -92,3 +113,114 @@ def test_a_child_step_is_an_await_of_kind_child() -> None:
         2,
     )
     assert pipeline.steps[0].function is fan
+
+
+# --- a stopping parent waits for its children (pure decisions, folded as the loop does) ---
+
+PARENT = PipelineSpec(
+    "parent", 1, (StepSpec("fan", awaits=AwaitSpec("kid", 1_000, itemized=True, kind="child")),)
+)
+
+
+KID = PipelineSpec("kid", 1, (StepSpec("touch"),))
+
+
+class _Catalog:
+    def latest(self, name: str) -> PipelineSpec | None:
+        return {spec.name: spec for spec in (PARENT, KID)}.get(name)
+
+    def get(self, name: str, version: int) -> PipelineSpec | None:
+        return self.latest(name)
+
+
+class _Parent:
+    """A parent run suspended on two children, driven through pure decisions."""
+
+    def __init__(self) -> None:
+        self.now = 10_000
+        self.facts: list[FactHeader] = []
+        self.emits: list[object] = []
+        command = new_submit("parent", [1, 2])
+        self.run_id = command.run_id
+        self.take(decide_submit(command, None, self.ctx))
+        state = self.state
+        result = SegmentResult(
+            result_id="r1",
+            run_id=self.run_id,
+            segment=state.attempt.segment,
+            attempt=state.attempt.number,
+            generation=state.attempt.generation,
+            steps=(),
+            outcome="suspended",
+            worker_id="w",
+            requests=(b"1", b"2"),
+        )
+        self.take(decide_result(result, state, self.ctx))
+        self.submits = [e for e in self.emits if isinstance(e, SubmitRun)]
+        assert len(self.submits) == 2
+
+    @property
+    def ctx(self) -> Context:
+        return Context(_Catalog(), self.now, UNIT_KEYS)
+
+    @property
+    def state(self) -> RunState:
+        state = fold(self.facts)
+        assert state is not None
+        return state
+
+    def take(self, decision: Decision) -> Decision:
+        self.facts.extend(decision.facts)
+        self.emits.extend(e.value for e in decision.emits)
+        return decision
+
+    def cancel(self) -> Decision:
+        cancel = CancelRun(command_id="c", run_id=self.run_id, reason="test", requested_ms=self.now)
+        return self.take(decide_cancel(cancel, self.state, self.ctx))
+
+    def child_ends(self, item: int, status: str) -> Decision:
+        submit = self.submits[item]
+        link = ParentLink(run_id=self.run_id, token=submit.parent_token or "", depth=1)
+        done = parent_completion(submit.run_id, link, status, None, "stopped")
+        arrival = completion_arrival(encode(done), UNIT_KEYS, f"child-{item}")
+        assert isinstance(arrival, Arrival)
+        return self.take(admit(arrival, self.state, self.ctx))
+
+    def fire_due(self) -> None:
+        for entry in sorted(due_entries(self.state)):
+            if entry.due_ms <= self.now:
+                self.take(decide_timer(TimerFired(entry), self.state, self.ctx))
+
+
+def _names(facts: Sequence[FactHeader]) -> list[str]:
+    return [type(f).__name__ for f in facts]
+
+
+def test_a_stopped_parent_ends_once_its_last_child_outcome_is_in() -> None:
+    parent = _Parent()
+    stopped = parent.cancel()
+    cancels = [e for e in stopped.emits if isinstance(e.value, CancelRun)]
+    assert {c.key for c in cancels} == {s.run_id for s in parent.submits}
+    assert _names(stopped.facts) == ["RunStopRequested"]  # no unwind yet: children open
+    assert parent.state.phase == "suspended" and not parent.state.terminal
+
+    first = parent.child_ends(0, "cancelled")
+    assert first.refusal is None and _names(first.facts) == ["BoundaryCompletionAdmitted"]
+    assert not parent.state.terminal
+    last = parent.child_ends(1, "succeeded")  # it finished before the cancel reached it
+    assert last.refusal is None
+    assert _names(last.facts)[0] == "BoundaryCompletionAdmitted"
+    assert parent.state.terminal and parent.state.status == "cancelled"
+    assert "SegmentAttemptStarted" not in _names(last.facts)  # nothing went on forward
+
+
+def test_a_stopped_parent_stops_waiting_for_a_child_at_its_deadline() -> None:
+    parent = _Parent()
+    parent.cancel()
+    parent.child_ends(0, "cancelled")
+    parent.now += 1_000  # the child step's timeout: the open child's interaction ends
+    parent.fire_due()
+    assert "InteractionTimedOut" in _names(parent.facts)
+    assert parent.state.terminal and parent.state.status == "cancelled"
+    late = parent.child_ends(1, "cancelled")
+    assert late.refusal == "run_terminal"

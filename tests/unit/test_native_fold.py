@@ -481,6 +481,7 @@ def _every_fact_type() -> list[FactHeader]:
     runs = [run_a, run_b, run_c, run_d, run_e, run_f, run_g, run_h, run_i, run_j]
     runs += _compensator_progress()
     runs.append(_event_wait_run())
+    runs.append(_stopping_parent())
     interleaved = []
     for index in range(max(map(len, runs))):
         interleaved += [run[index] for run in runs if index < len(run)]
@@ -524,6 +525,62 @@ def _event_wait_run() -> list[FactHeader]:
             token_digest=b"\x00",
             epoch=1,
         ),
+    ]
+
+
+def _stopping_parent() -> list[FactHeader]:
+    """A parent cancelled while one of its two children is still open: its stop waits
+    for that child (``waits.children_open``), so it stays suspended, the open child's
+    interaction timer still armed."""
+    k = _Header("run-parent")
+    facts: list[FactHeader] = [
+        RunSubmitted(**k("submitted"), pipeline="p", pipeline_version=1, input=b"", submitted_ms=1),
+        SegmentAttemptStarted(
+            **k("a1"), segment=0, attempt=1, generation=1, first_step=0, expires_ms=5_000
+        ),
+        SegmentSuspended(
+            **k("susp"),
+            segment=0,
+            attempt=1,
+            generation=1,
+            step=0,
+            boundary=1,
+            kind="child",
+            target="kid",
+            itemized=True,
+            items=2,
+            on_timeout="fail",
+        ),
+    ]
+    for item in range(2):
+        facts.append(
+            BoundaryInteractionDispatched(
+                **k(f"i{item}"),
+                boundary=1,
+                interaction=f"i{item}",
+                item_index=item,
+                target="kid",
+                request=b"{}",
+                deadline_ms=50_000 + item,
+                token_digest=b"\x00",
+                epoch=1,
+            )
+        )
+    return [
+        *facts,
+        BoundaryDispatchCompleted(**k("dispatched"), boundary=1, interactions=2),
+        BoundaryCompletionAdmitted(
+            **k("c0"),
+            boundary=1,
+            interaction="i0",
+            item_index=0,
+            source="child",
+            outcome="success",
+            payload=b"{}",
+            content_type="application/json",
+            payload_digest=b"\x01",
+        ),
+        RunStopRequested(**k("stop"), reason="cancelled", detail="by user"),
     ]
 
 
@@ -672,6 +729,13 @@ def test_every_fact_type_folds_to_the_same_rows(
     assert any(key.startswith(waiting) for key, _ in expected["index"])
     for kind, parts in (("waiting", ("event:paid",)), ("event_key", ("paid", "o-1"))):
         assert any(key.startswith(keys.index_prefix(kind, parts)) for key, _ in expected["index"])
+    # The stopping parent still waits for its open child, whose timer stays armed.
+    parent_timers = [
+        entry
+        for entry in (keys.decode_due(key) for key, _ in expected["due"])
+        if entry.run_id == "run-parent"
+    ]
+    assert [(e.kind, e.ordinal) for e in parent_timers] == [("interaction_timeout", 1)]
     # Runs with an idempotency key (before format 4, they had claims rows: none now).
     assert any(isinstance(fact, RunSubmitted) and fact.idempotency_key for fact in facts)
     counting = _Counting(monkeypatch)
