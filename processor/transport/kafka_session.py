@@ -336,14 +336,42 @@ class KafkaSession(Closeable):
     def _committed(
         self, consumer: Consumer, partitions: list[KafkaTopicPartition]
     ) -> dict[TopicPartition, int]:
-        """The group's committed offsets of ``partitions`` (those it has; {} on failure)."""
+        """The group's committed offsets of ``partitions`` (those it has), once stable.
+
+        The lookup (read_committed: KIP-447's stable offsets) fails while a previous
+        owner's transaction holds offsets it sent but did not commit yet: a processor
+        frozen (SIGSTOP, a long GC) between ``send_offsets_to_transaction`` and
+        ``commit_transaction``, evicted meanwhile. That transaction may still commit,
+        its facts with its offsets: taking the partitions over before it ends would
+        catch the stores up without those facts, and never see those inputs again. So
+        the lookup is repeated until it succeeds, for up to the transaction budget (the
+        broker has aborted any such transaction by then); {} if it never does.
+        """
         if not partitions:
             return {}
-        try:
-            found = consumer.committed(partitions, timeout=_COMMITTED_TIMEOUT_S)
-        except KafkaException as exc:
-            logger.warning("%s: committed offsets unknown after assignment: %s", self._name, exc)
-            return {}
+        deadline = time.monotonic() + self._txn_budget_s
+        while True:
+            try:
+                found = consumer.committed(partitions, timeout=_COMMITTED_TIMEOUT_S)
+                break
+            except KafkaException as exc:
+                if self._closed or not _unstable(kafka_error(exc)):
+                    logger.warning("%s: committed offsets unknown: %s", self._name, exc)
+                    return {}  # closing (an assignment served by close), or a hard error
+                if time.monotonic() >= deadline:
+                    logger.error(
+                        "%s: committed offsets still unknown %.0f s after assignment: %s",
+                        self._name,
+                        self._txn_budget_s,
+                        exc,
+                    )
+                    return {}
+                logger.warning(
+                    "%s: committed offsets not stable yet (a previous owner's open "
+                    "transaction?), looking again: %s",
+                    self._name,
+                    exc,
+                )
         return {
             TopicPartition(p.topic, p.partition): p.offset
             for p in found
@@ -520,6 +548,16 @@ class KafkaSession(Closeable):
             self._producer.close()
         except (KafkaException, RuntimeError) as exc:
             logger.warning("%s: closing the producer failed: %s", self._name, exc)
+
+
+def _unstable(err: KafkaError | None) -> bool:
+    """Whether a failed lookup of committed offsets may succeed later: offsets still
+    pending in an open transaction (the lookup retries those until its timeout)."""
+    if err is None:
+        return False
+    return err.code() in (KafkaError._TIMED_OUT, KafkaError.UNSTABLE_OFFSET_COMMIT) or bool(
+        err.retriable()
+    )
 
 
 def _ends(positions: list[tuple[TopicPartition, int]]) -> dict[TopicPartition, int]:

@@ -7,6 +7,7 @@ configs on a real broker, murmur2 placement by librdkafka itself.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -434,3 +435,49 @@ def test_a_static_member_fenced_by_its_twin_says_so_instead_of_polling_nothing(
     wait_for(first_fenced, "the fenced member to raise FencedError")
     produce_all(transport, [Outbound(topic, b"k%d" % i, b"%d" % i) for i in range(4)])
     assert len(poll_until(twin, 4)) == 4  # the twin owns the group's partitions
+
+
+def test_a_new_owner_waits_for_the_offsets_its_predecessor_sent_to_commit(
+    transport: KafkaTransport, make_topic: Callable[..., str], closing: Closing
+) -> None:
+    # A processor frozen (SIGSTOP) between sending its offsets to the transaction and
+    # committing it is evicted; the partition's new owner must not take it over, and
+    # catch its store up from the facts topic, until that transaction has ended: if it
+    # commits, its facts and its offsets become visible together, and an owner that had
+    # caught up before would never fold those facts nor see those inputs again.
+    # A transaction timeout longer than the pause: the frozen one can still commit.
+    transport = KafkaTransport(
+        transport.settings,
+        session_timeout_ms=6_000,
+        max_poll_interval_ms=6_000,
+        transaction_timeout_ms=60_000,
+    )
+    source, sink = make_topic(1), make_topic(1)
+    produce_all(transport, [Outbound(source, b"k", b"in")])
+    group = unique("group")
+    frozen = subscribed(transport, closing, group, "a", [source])
+    inputs = poll_until(frozen, 1)
+    frozen.begin()
+    frozen.produce(Outbound(sink, b"k", b"fact"))
+    frozen._send_offsets(next_offsets(inputs))  # where SIGSTOP froze it
+
+    seen_at_assignment: list[list[bytes | None]] = []
+    successor: ProcessorSession = closing(transport.session(group, "b"))
+
+    def assigned(_: Sequence[TopicPartition]) -> None:
+        seen_at_assignment.append([r.value for r in read_all(transport, TopicPartition(sink, 0))])
+
+    successor.subscribe([source], assigned, lambda _: None)
+    # Evicted after 6 s, the partition reassigned, one committed-offsets lookup (10 s)
+    # given up: all before it resumes.
+    paused_s = 30.0
+    resumed = threading.Timer(paused_s, lambda: frozen._producer.commit_transaction(30))
+    resumed.start()
+    try:
+        deadline = time.monotonic() + 90
+        while not seen_at_assignment:
+            assert time.monotonic() < deadline, "the successor was never assigned"
+            assert successor.poll(10, 0.2) == []  # the input's offset is committed
+    finally:
+        resumed.join()
+    assert seen_at_assignment == [[b"fact"]]
