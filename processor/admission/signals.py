@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from processor.admission.arrivals import JSON, Arrival, Refusal, canonical_payload
+from processor.facts import json_wire
 from processor.facts.codec import codec
+from processor.facts.json_wire import HeaderPairs
 from processor.facts.models import SignalEvent
 from processor.model import event_waits
 from processor.model.state import Interaction, RunState
@@ -37,10 +39,16 @@ class KeyedEvent:
         return _arrival(self.event, run_id, self.payload, self.cause_id, key=self.key)
 
 
-def event_arrival(value: bytes | None, cause_id: str) -> Arrival | KeyedEvent | Refusal:
+def event_arrival(
+    value: bytes | None, cause_id: str, headers: HeaderPairs = ()
+) -> Arrival | KeyedEvent | Refusal:
     """Decode an event for one run, or by correlation key (raises FactDecodeError if
-    undecodable)."""
-    event = codec().decode_as(value, SignalEvent)
+    undecodable). A record whose headers name the JSON shape (``json_wire``) is decoded
+    from JSON, any other as Avro; both give the same SignalEvent."""
+    if json_wire.is_json_event(headers):
+        event = json_wire.decode_event(value)
+    else:
+        event = codec().decode_as(value, SignalEvent)
     if not event.event_id or not event.name:
         return Refusal("malformed", "an event needs an event_id and a name", event.run_id)
     if (event.run_id is None) == (event.correlation_key is None):

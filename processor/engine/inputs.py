@@ -197,7 +197,8 @@ def _completion(record: Record, keys: KeyRing) -> Arrival | Refusal:
 
 
 def _event(record: Record, keys: KeyRing) -> Arrival | KeyedEvent | Refusal:
-    return event_arrival(record.value, record_cause(record.topic, record.partition, record.offset))
+    cause = record_cause(record.topic, record.partition, record.offset)
+    return event_arrival(record.value, cause, record.headers)
 
 
 def _handoff(record: Record, keys: KeyRing) -> Arrival | Refusal:

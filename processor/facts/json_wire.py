@@ -25,8 +25,20 @@ BoundaryCompletion``, for tools that only know the generic type)::
 ``token`` and ``outcome`` (``success`` or ``failure``) are required;
 ``payload`` (any JSON value), ``error`` (a string) and ``idempotency_key`` (a
 string, derived from the document when absent) are optional; any other field
-makes the document ``malformed``. docs/CONTRACT.md is the reference for other
-teams. Pure: no I/O.
+makes the document ``malformed``.
+
+An event for event waits may be produced to boundary.events the same way, with
+``content-type: application/vnd.processor.event+json`` (or ``application/json``
+plus ``processor-schema: SignalEvent``)::
+
+    {"event_id": "psp-7781", "name": "payment_received", "correlation_key": "o-42",
+     "correlation": {"region": "eu"}, "payload": {"amount": 12}}
+
+``event_id`` and ``name`` are required, and exactly one of ``run_id`` and
+``correlation_key`` (checked by admission, as for an Avro event); ``correlation``
+(an object of strings) and ``payload`` (any JSON value) are optional.
+
+docs/CONTRACT.md is the reference for other teams. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -37,11 +49,12 @@ from typing import Any, Literal
 
 from processor.errors import FactDecodeError
 from processor.facts import payload
-from processor.facts.models import BoundaryCompletion, BoundaryRequest
+from processor.facts.models import BoundaryCompletion, BoundaryRequest, SignalEvent
 
 __all__ = [
     "COMPLETION_CONTENT_TYPE",
     "CONTENT_TYPE_HEADER",
+    "EVENT_CONTENT_TYPE",
     "REQUEST_CONTENT_TYPE",
     "SCHEMA_HEADER",
     "WIRES",
@@ -50,9 +63,13 @@ __all__ = [
     "completion_document",
     "completion_headers",
     "decode_completion",
+    "decode_event",
     "decode_request",
     "encode_request",
+    "event_document",
+    "event_headers",
     "is_json_completion",
+    "is_json_event",
     "is_json_request",
     "request_headers",
 ]
@@ -64,9 +81,13 @@ CONTENT_TYPE_HEADER = "content-type"
 SCHEMA_HEADER = "processor-schema"
 REQUEST_CONTENT_TYPE = "application/vnd.processor.request+json"
 COMPLETION_CONTENT_TYPE = "application/vnd.processor.completion+json"
+EVENT_CONTENT_TYPE = "application/vnd.processor.event+json"
 _GENERIC_JSON = "application/json"
 
 _COMPLETION_FIELDS = frozenset({"token", "outcome", "payload", "error", "idempotency_key"})
+_EVENT_FIELDS = frozenset(
+    {"event_id", "name", "run_id", "correlation_key", "correlation", "payload"}
+)
 _REQUEST_FIELDS = (
     "run_id",
     "boundary",
@@ -94,6 +115,14 @@ def completion_headers() -> tuple[tuple[str, bytes], ...]:
     return (
         (CONTENT_TYPE_HEADER, COMPLETION_CONTENT_TYPE.encode()),
         (SCHEMA_HEADER, b"BoundaryCompletion"),
+    )
+
+
+def event_headers() -> tuple[tuple[str, bytes], ...]:
+    """The headers of a JSON event record."""
+    return (
+        (CONTENT_TYPE_HEADER, EVENT_CONTENT_TYPE.encode()),
+        (SCHEMA_HEADER, b"SignalEvent"),
     )
 
 
@@ -155,6 +184,47 @@ def decode_completion(value: bytes | None) -> BoundaryCompletion:
         error=error,
         content_type=_GENERIC_JSON,
     )
+
+
+def event_document(event: SignalEvent) -> bytes:
+    """The JSON document of an event (what a JSON-speaking system sends)."""
+    document: dict[str, Any] = {"event_id": event.event_id, "name": event.name}
+    if event.run_id is not None:
+        document["run_id"] = event.run_id
+    if event.correlation_key is not None:
+        document["correlation_key"] = event.correlation_key
+    if event.correlation:
+        document["correlation"] = dict(event.correlation)
+    if event.payload:
+        document["payload"] = payload.loads(event.payload)
+    return payload.dumps(document)
+
+
+def decode_event(value: bytes | None) -> SignalEvent:
+    """A JSON event as the same value an Avro one decodes to, else ``malformed``."""
+    document = _object(value, "event")
+    unknown = sorted(set(document) - _EVENT_FIELDS)
+    if unknown:
+        raise FactDecodeError("malformed", f"unknown fields in a JSON event: {unknown}", value)
+    correlation = document.get("correlation", {})
+    if not isinstance(correlation, dict) or not all(
+        isinstance(v, str) for v in correlation.values()
+    ):
+        raise FactDecodeError("malformed", "'correlation' must be an object of strings", value)
+    return SignalEvent(
+        event_id=_string(document, "event_id", value),
+        name=_string(document, "name", value),
+        run_id=_optional_string(document, "run_id", value),
+        correlation_key=_optional_string(document, "correlation_key", value),
+        correlation=correlation,
+        payload=payload.dumps(document["payload"]) if "payload" in document else b"",
+        content_type=_GENERIC_JSON,
+    )
+
+
+def is_json_event(headers: HeaderPairs) -> bool:
+    """Whether a boundary.events record is in the JSON shape (by its headers)."""
+    return _is_json(headers, EVENT_CONTENT_TYPE, "SignalEvent")
 
 
 def is_json_request(headers: HeaderPairs) -> bool:

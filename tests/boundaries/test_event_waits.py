@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from processor.facts.json_wire import event_headers
 from processor.facts.models import (
     BoundaryCompletionAdmitted,
     InteractionTimedOut,
@@ -301,3 +302,41 @@ def test_an_event_by_key_before_the_wait_registers_does_not_reach_it(h: LoopHarn
     final = h.loop_state(run_id)
     assert final is not None and json.loads(final.result or b"") == {"shipped": "late"}
     assert len(admitted(h, run_id)) == 1
+
+
+def test_an_event_in_json_settles_a_wait_by_run_id_and_by_key(h: LoopHarness) -> None:
+    # A producer without Avro: the JSON shape of json_wire, named by the headers.
+    by_id = order(11)
+    run_id = waiting(h, "paid", by_id)
+    document = {
+        "event_id": uuid.uuid4().hex,
+        "name": "payment_received",
+        "run_id": run_id,
+        "correlation": by_id,
+        "payload": {"amount": 3},
+    }
+    h.produce(TopicName.EVENTS, run_id, json.dumps(document).encode(), headers=event_headers())
+    finish(h, run_id)
+    final = h.loop_state(run_id)
+    assert final is not None and json.loads(final.result or b"") == {"shipped": {"amount": 3}}
+
+    by_key = order(12)
+    keyed = waiting(h, "paid", by_key)
+    document = {
+        "event_id": uuid.uuid4().hex,
+        "name": "payment_received",
+        "correlation_key": by_key["order"],
+        "correlation": {"region": by_key["region"]},
+        "payload": {"amount": 4},
+    }
+    key = by_key["order"]
+    h.produce(TopicName.EVENTS, key, json.dumps(document).encode(), headers=event_headers())
+    finish(h, keyed)
+    final = h.loop_state(keyed)
+    assert final is not None and json.loads(final.result or b"") == {"shipped": {"amount": 4}}
+
+    # A JSON event that is not the shape is refused with a reason, its bytes kept.
+    bad = json.dumps({"event_id": "x", "name": "payment_received", "amount": 1}).encode()
+    record = h.produce(TopicName.EVENTS, run_id, bad, headers=event_headers())
+    refusal = refused(h, record)
+    assert refusal.reason == "malformed" and refusal.original_value == bad

@@ -468,8 +468,14 @@ class _Events(_Topic):
 
     def message(self) -> _Message:
         rng = self.rng
-        kind = rng.randrange(5)
+        kind = rng.randrange(7)
         run_id = _run_id(rng)
+        if kind == 5:  # JSON-shaped event: hostile JSON
+            return _Message(hostile_json(rng), None, False, json_wire.event_headers(), False)
+        if kind == 6:  # JSON-shaped event to a run that does not exist
+            doc = {"event_id": f"fz-{rng.getrandbits(64):x}", "name": "paid", "run_id": run_id}
+            value = json.dumps(doc).encode()
+            return _Message(value, run_id, True, json_wire.event_headers(), False)
         if kind == 0:  # to a run that does not exist
             return self._event(run_id=run_id)
         if kind == 1 and self.world.finished_runs:  # to a run that is over

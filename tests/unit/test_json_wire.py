@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processor.errors import FactDecodeError
-from processor.facts import json_wire
-from processor.facts.models import BoundaryCompletion, BoundaryRequest
+from processor.facts import json_wire, payload
+from processor.facts.models import BoundaryCompletion, BoundaryRequest, SignalEvent
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-(10**12), 10**12) | st.text(max_size=8),
@@ -119,3 +119,58 @@ def test_a_request_carries_headers_that_name_its_shape() -> None:
     assert json_wire.is_json_request(json_wire.request_headers())
     assert not json_wire.is_json_completion(json_wire.request_headers())
     assert json_wire.is_json_completion(json_wire.completion_headers())
+
+
+# --- events ------------------------------------------------------------------------------
+
+NAMES = st.text(alphabet="abcdefgh-_", min_size=1, max_size=8)
+
+
+@given(
+    NAMES,
+    st.one_of(st.tuples(NAMES, st.none()), st.tuples(st.none(), NAMES)),
+    st.dictionaries(NAMES, st.text(max_size=5), max_size=3),
+    JSON_VALUES,
+)
+def test_an_event_round_trips(
+    name: str, address: tuple[str | None, str | None], correlation: dict[str, str], value: object
+) -> None:
+    run_id, key = address
+    event = SignalEvent(
+        event_id="e-1",
+        name=name,
+        run_id=run_id,
+        correlation_key=key,
+        correlation=correlation,
+        payload=payload.dumps(value),
+        content_type="application/json",
+    )
+    assert json_wire.decode_event(json_wire.event_document(event)) == event
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"[]",
+        b'{"name": "paid", "run_id": "r"}',
+        b'{"event_id": "", "name": "paid", "run_id": "r"}',
+        b'{"event_id": "e", "name": 7, "run_id": "r"}',
+        b'{"event_id": "e", "name": "paid", "run_id": 5}',
+        b'{"event_id": "e", "name": "paid", "run_id": "r", "correlation": {"a": 1}}',
+        b'{"event_id": "e", "name": "paid", "run_id": "r", "correlation": ["a"]}',
+        b'{"event_id": "e", "name": "paid", "run_id": "r", "fanned_out": true}',
+    ],
+)
+def test_an_event_that_is_not_the_shape_is_malformed_and_keeps_its_bytes(raw: bytes) -> None:
+    with pytest.raises(FactDecodeError) as caught:
+        json_wire.decode_event(raw)
+    assert caught.value.reason == "malformed"
+    assert caught.value.raw == raw
+
+
+def test_an_event_carries_headers_that_name_its_shape() -> None:
+    assert json_wire.is_json_event(json_wire.event_headers())
+    generic = (("content-type", b"application/json"), ("processor-schema", b"SignalEvent"))
+    assert json_wire.is_json_event(generic)
+    assert not json_wire.is_json_event(json_wire.completion_headers())
+    assert not json_wire.is_json_completion(json_wire.event_headers())
