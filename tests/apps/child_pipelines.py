@@ -101,7 +101,22 @@ def finish(value: Any) -> Any:
     return {"graph_got": value}
 
 
-app = Application([parent, kid, many, waiting_parent, waiting_kid, nest, graph_parent])
+graph_waiting_parent = Pipeline("graph_waiting_parent")
+
+
+@graph_waiting_parent.step(needs=[])
+def begin(value: Any) -> Any:
+    return value
+
+
+@graph_waiting_parent.child("waiting_kid", timeout_s=600, needs=["begin"])
+def call_waiting_kid_in_graph(value: Any) -> Any:
+    return value
+
+
+app = Application(
+    [parent, kid, many, waiting_parent, waiting_kid, nest, graph_parent, graph_waiting_parent]
+)
 
 
 def _install() -> None:

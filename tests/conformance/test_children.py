@@ -169,6 +169,28 @@ def test_cancelling_a_parent_cancels_its_child(harness: LoopHarness) -> None:
     assert kinds.index("RunStopped", admitted) > admitted, kinds
 
 
+def test_cancelling_a_graph_parent_waits_for_the_child_of_its_lane(harness: LoopHarness) -> None:
+    h = harness
+    run_id = h.submit("graph_waiting_parent", {"x": _unique()})
+
+    def child_waits() -> str | None:
+        parent = _state(h, run_id)
+        kids = [] if parent is None else status_dict(parent)["children"]
+        return kids[0]["run_id"] if kids and h.suspended(kids[0]["run_id"]) else None
+
+    child = _working(h, child_waits, "the graph's child waits")
+    cancel = CancelRun(
+        command_id=str(uuid.uuid4()), run_id=run_id, reason="test", requested_ms=h.clock()
+    )
+    h.produce_model(TopicName.COMMANDS, run_id, cancel)
+    assert _ended(h, run_id).status == "cancelled"
+    assert _ended(h, child).status == "cancelled"
+    kinds = [type(fact).__name__ for fact in h.facts(run_id)]
+    stopped = kinds.index("RunStopRequested")
+    admitted = kinds.index("BoundaryCompletionAdmitted", stopped)
+    assert kinds.index("RunStopped", admitted) > admitted, kinds
+
+
 def test_nesting_deeper_than_the_limit_is_refused_with_a_reason(harness: LoopHarness) -> None:
     h = harness
     run_id = h.submit("nest", 0)
