@@ -492,40 +492,52 @@ def _every_fact_type() -> list[FactHeader]:
 EVENT_TARGET = event_waits.registration_target("paid", {"order": "o-1", "region": "eu"}, "order")
 
 
-def _event_wait_run() -> list[FactHeader]:
-    """A run left waiting for an event by key: listed as waiting on ``event:paid`` and
-    found by (event, key) in the runs index."""
-    k = _Header("run-event")
-    return [
-        RunSubmitted(**k("submitted"), pipeline="p", pipeline_version=1, input=b"", submitted_ms=1),
+def _suspended_at(
+    h: _Header, kind: str, target: str, items: int, dispatched: list[tuple[str, bytes, int]]
+) -> list[FactHeader]:
+    """A run's first attempt suspended at boundary 1 (``kind`` at ``target``), and its
+    interactions dispatched: (target, request, deadline) for each item."""
+    facts: list[FactHeader] = [
+        RunSubmitted(**h("submitted"), pipeline="p", pipeline_version=1, input=b"", submitted_ms=1),
         SegmentAttemptStarted(
-            **k("a1"), segment=0, attempt=1, generation=1, first_step=0, expires_ms=5_000
+            **h("a1"), segment=0, attempt=1, generation=1, first_step=0, expires_ms=5_000
         ),
         SegmentSuspended(
-            **k("susp"),
+            **h("susp"),
             segment=0,
             attempt=1,
             generation=1,
             step=0,
             boundary=1,
-            kind="event",
-            target="paid",
-            itemized=False,
-            items=1,
+            kind=kind,
+            target=target,
+            itemized=items > 1,
+            items=items,
             on_timeout="fail",
         ),
-        BoundaryInteractionDispatched(
-            **k("i0"),
-            boundary=1,
-            interaction="i0",
-            item_index=0,
-            target=EVENT_TARGET,
-            request=b'{"order":"o-1","region":"eu"}',
-            deadline_ms=12_345,
-            token_digest=b"\x00",
-            epoch=1,
-        ),
     ]
+    for item, (interaction_target, request, deadline_ms) in enumerate(dispatched):
+        facts.append(
+            BoundaryInteractionDispatched(
+                **h(f"i{item}"),
+                boundary=1,
+                interaction=f"i{item}",
+                item_index=item,
+                target=interaction_target,
+                request=request,
+                deadline_ms=deadline_ms,
+                token_digest=b"\x00",
+                epoch=1,
+            )
+        )
+    return facts
+
+
+def _event_wait_run() -> list[FactHeader]:
+    """A run left waiting for an event by key: listed as waiting on ``event:paid`` and
+    found by (event, key) in the runs index."""
+    wait = (EVENT_TARGET, b'{"order":"o-1","region":"eu"}', 12_345)
+    return _suspended_at(_Header("run-event"), "event", "paid", 1, [wait])
 
 
 def _stopping_parent() -> list[FactHeader]:
@@ -533,41 +545,9 @@ def _stopping_parent() -> list[FactHeader]:
     for that child (``waits.children_open``), so it stays suspended, the open child's
     interaction timer still armed."""
     k = _Header("run-parent")
-    facts: list[FactHeader] = [
-        RunSubmitted(**k("submitted"), pipeline="p", pipeline_version=1, input=b"", submitted_ms=1),
-        SegmentAttemptStarted(
-            **k("a1"), segment=0, attempt=1, generation=1, first_step=0, expires_ms=5_000
-        ),
-        SegmentSuspended(
-            **k("susp"),
-            segment=0,
-            attempt=1,
-            generation=1,
-            step=0,
-            boundary=1,
-            kind="child",
-            target="kid",
-            itemized=True,
-            items=2,
-            on_timeout="fail",
-        ),
-    ]
-    for item in range(2):
-        facts.append(
-            BoundaryInteractionDispatched(
-                **k(f"i{item}"),
-                boundary=1,
-                interaction=f"i{item}",
-                item_index=item,
-                target="kid",
-                request=b"{}",
-                deadline_ms=50_000 + item,
-                token_digest=b"\x00",
-                epoch=1,
-            )
-        )
+    children = [("kid", b"{}", 50_000), ("kid", b"{}", 50_001)]
     return [
-        *facts,
+        *_suspended_at(k, "child", "kid", 2, children),
         BoundaryDispatchCompleted(**k("dispatched"), boundary=1, interactions=2),
         BoundaryCompletionAdmitted(
             **k("c0"),
