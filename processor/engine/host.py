@@ -185,6 +185,7 @@ class Host:
                 deployment.transport, deployment.topology, deployment.settings.state_dir
             ),
             clock=self.clock,
+            snapshots=deployment.settings.state_dir / "schedules",
         )
 
     def _run_loop(self) -> None:

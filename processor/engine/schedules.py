@@ -3,8 +3,10 @@
 A consumer-group member of its own (group ``<group>.schedules``) owns partitions of
 ``runs.schedules`` (keyed by schedule id), with a transactional session of its own.
 A schedule's state is the fold of its ``ScheduleRecorded`` facts; on assignment the
-stage folds each partition's facts from the start to its end (``_restore``), so the
-next fire time is derived from durable facts after any crash or move. Each round:
+stage folds each partition's facts to its end (``_restore``), from the offset of the
+partition's snapshot in the state directory if there is one, else from the start
+(``store/schedule_snapshots.py``), so the next fire time is derived from durable facts
+after any crash or move. Each round:
 
 1. decide each polled command (a created, paused, resumed or deleted fact, or a
    refusal to admission.rejected) and answer it on runs.replies,
@@ -24,6 +26,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +55,7 @@ from processor.model.schedules import (
     reduce_schedule,
     spec_of,
 )
+from processor.store import schedule_snapshots
 from processor.store.readers import LocalStores
 from processor.transport.base import Outbound, ProcessorSession, Record, TopicPartition, Transport
 from processor.transport.calendar import CalendarError, calendar, check_calendar
@@ -64,6 +68,8 @@ __all__ = ["RunEnded", "RunEndedReader", "ScheduleStage", "schedule_group"]
 logger = logging.getLogger(__name__)
 
 _MAX_PAUSE_S = 5.0
+#: How often, at most, a partition's snapshot is written while its schedules change.
+SNAPSHOT_EVERY_S = 10.0
 _SUBMIT_NAMESPACE = uuid.UUID("5c4e1d2a-52a7-4a53-9d0a-3f1f3f0b7c11")
 #: Whether a run has ended (True), still runs (False); None if unknown (not submitted yet).
 RunEnded = Callable[[str], bool | None]
@@ -95,6 +101,8 @@ class ScheduleStage:
         clock: Clock = wall_clock_ms,
         max_batch: int = 500,
         poll_timeout_s: float = 0.1,
+        snapshots: Path | None = None,
+        snapshot_every_s: float = SNAPSHOT_EVERY_S,
     ) -> None:
         self._transport = transport
         self._topology = topology
@@ -113,6 +121,14 @@ class ScheduleStage:
         self._folded_to: dict[int, int] = {}
         self.submitted = 0  # runs submitted since the start (tests)
         self._broken: set[str] = set()  # schedules whose planning raised (``_fire_guarded``)
+        # Where the snapshots live (None: none are kept), the partitions changed since
+        # their last one, and when each was written (monotonic seconds).
+        self._snapshots = snapshots
+        self._snapshot_every_s = snapshot_every_s
+        self._changed: set[int] = set()
+        self._snapshot_at: dict[int, float] = {}
+        #: Per partition restored: the offset its fold began at and the records it read.
+        self.restored: dict[int, tuple[int, int]] = {}
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -133,6 +149,7 @@ class ScheduleStage:
             self.close()
 
     def close(self) -> None:
+        self._snapshot(set(self._changed))  # the committed state, before it is dropped
         self._drop_session()
         closing = getattr(self._run_ended, "close", None)
         if closing is not None:
@@ -157,21 +174,27 @@ class ScheduleStage:
             self._restore(partition)
 
     def _on_revoke(self, revoked: Sequence[TopicPartition]) -> None:
+        self._snapshot({tp.partition for tp in revoked} & self._changed)
         for tp in revoked:
             self._owned.pop(tp.partition, None)
             self._folded_to.pop(tp.partition, None)
 
     def _restore(self, partition: int) -> None:
-        """Fold every committed fact of ``partition``: its schedules as they stand."""
+        """Fold the committed facts of ``partition`` after its snapshot (or all of them):
+        its schedules as they stand."""
         tp = TopicPartition(self._topic, partition)
-        owned: dict[str, ScheduleState] = {}
+        found = None
+        if self._snapshots is not None:
+            path = schedule_snapshots.snapshot_path(self._snapshots, self._topic, partition)
+            found = schedule_snapshots.load(path, self._topic)
+        start, owned = (0, {}) if found is None else (found.offset, dict(found.schedules))
         reader = self._transport.reader()
-        end = 0
+        end, read = start, 0
         try:
             reader.wait_stable(tp, 30.0)
-            for batch in reader.read(tp, 0):
+            for batch in reader.read(tp, start):
                 for record in batch:
-                    end = record.offset + 1
+                    end, read = record.offset + 1, read + 1
                     fact = _decoded(record)
                     if isinstance(fact, ScheduleRecorded):
                         _fold_into(owned, fact)
@@ -179,7 +202,17 @@ class ScheduleStage:
             reader.close()
         self._owned[partition] = owned
         self._folded_to[partition] = end
-        logger.info("schedules partition %d: %d schedules restored", partition, len(owned))
+        self.restored[partition] = (start, read)
+        self._snapshot_at[partition] = time.monotonic()
+        if read:
+            self._changed.add(partition)
+        logger.info(
+            "schedules partition %d: %d schedules restored (%d records read from offset %d)",
+            partition,
+            len(owned),
+            read,
+            start,
+        )
 
     # --- one round -----------------------------------------------------------------------
 
@@ -369,8 +402,12 @@ class ScheduleStage:
         for tp, offset in produced:
             if tp.topic == self._topic and tp.partition in self._folded_to:
                 self._folded_to[tp.partition] = max(self._folded_to[tp.partition], offset + 1)
+                self._changed.add(tp.partition)
         commands = self._topology.name(TopicName.COMMANDS)
         self.submitted += sum(1 for record in round_.outbound if record.topic == commands)
+        # 4. now and then, a snapshot of what changed (committed state only)
+        since = time.monotonic() - self._snapshot_every_s
+        self._snapshot({p for p in self._changed if self._snapshot_at.get(p, 0.0) <= since})
 
     def _abort(self, session: ProcessorSession) -> None:
         try:
@@ -378,10 +415,29 @@ class ScheduleStage:
         except TransportError:
             self._drop_session()
 
+    def _snapshot(self, partitions: set[int]) -> None:
+        """Write the snapshots of ``partitions`` (owned, committed state); a failure to
+        write one only costs the next restore a longer fold."""
+        if self._snapshots is None:
+            return
+        for partition in sorted(partitions):
+            owned, offset = self._owned.get(partition), self._folded_to.get(partition)
+            if owned is None or offset is None:
+                continue
+            path = schedule_snapshots.snapshot_path(self._snapshots, self._topic, partition)
+            try:
+                schedule_snapshots.save(path, self._topic, offset, owned)
+            except OSError as exc:
+                logger.warning("schedules partition %d: snapshot not written: %s", partition, exc)
+                continue
+            self._changed.discard(partition)
+            self._snapshot_at[partition] = time.monotonic()
+
     def _drop_session(self) -> None:
         session, self._session = self._session, None
         self._owned.clear()
         self._folded_to.clear()
+        self._changed.clear()
         if session is not None:
             _close_quietly(session)
 
