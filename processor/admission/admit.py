@@ -78,7 +78,9 @@ def admit(arrival: Arrival, state: RunState | None, ctx: Context) -> Decision:
     control.deadline_first(maker, spec)
     # Stop intent closed the run's interactions, but for the children a stopping parent
     # waits for (``waits.children_open``): their outcomes are recorded, not continued.
-    awaited = maker.current.stopping and waits.held_by_stop(maker.current)
+    awaited = (
+        maker.current.stopping and interaction.kind == "child" and waits.held_by_stop(maker.current)
+    )
     if maker.current.stopping and not awaited:
         control.settle_stop(maker, spec)
         return maker.decision("run_terminal", f"run {state.run_id} is stopping")
