@@ -200,8 +200,12 @@ def continue_boundary(maker: FactMaker, spec: PipelineSpec, ctx: Context) -> Non
 
 
 def _fail_parent(maker: FactMaker, spec: PipelineSpec, plan: FailParent) -> None:
-    """An item failed for good: the await step fails, and with it the run's execution."""
+    """An item failed for good: the await step fails, and with it the run's execution.
+    A child step's children still open are cancelled (the parent does not wait for
+    them on this path: it fails at once, and their outcomes are refused)."""
     state = maker.current
+    if state.boundary.kind == "child":
+        children.cancel_children(maker, state, "failed")
     step = state.boundary.step if state.boundary.step is not None else state.attempt.next_step
     maker.add(
         SegmentFailed(

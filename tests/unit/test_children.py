@@ -224,3 +224,11 @@ def test_a_stopped_parent_stops_waiting_for_a_child_at_its_deadline() -> None:
     assert parent.state.terminal and parent.state.status == "cancelled"
     late = parent.child_ends(1, "cancelled")
     assert late.refusal == "run_terminal"
+
+
+def test_a_parent_failed_by_a_child_cancels_its_other_children() -> None:
+    parent = _Parent()
+    failed = parent.child_ends(0, "failed")  # no tolerance: the child step fails the parent
+    assert "RunFailed" in _names(failed.facts)
+    cancels = [e for e in failed.emits if isinstance(e.value, CancelRun)]
+    assert [c.key for c in cancels] == [parent.submits[1].run_id]  # the open one only
