@@ -780,11 +780,13 @@
       state.selected = runId;
       refresh().then(() => $("run-detail").scrollIntoView());
     });
-    // Dragging the slider fires many input events: fetch for where it rests (80 ms).
+    // Dragging the slider fires many input events: fetch for where it rests (80 ms). The
+    // value is taken at the event: a live refresh drawn meanwhile moves the slider back.
     let sliding = null;
     $("graph-seq").addEventListener("input", () => {
       clearTimeout(sliding);
-      sliding = setTimeout(() => showGraphAt(Number($("graph-seq").value)), 80);
+      const wanted = Number($("graph-seq").value);
+      sliding = setTimeout(() => showGraphAt(wanted), 80);
     });
     $("graph-prev").addEventListener("click", () => showGraphAt(Number($("graph-seq").value) - 1));
     $("graph-next").addEventListener("click", () => showGraphAt(Number($("graph-seq").value) + 1));
