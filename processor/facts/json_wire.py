@@ -164,10 +164,7 @@ def completion_document(completion: BoundaryCompletion) -> bytes:
 
 def decode_completion(value: bytes | None) -> BoundaryCompletion:
     """A JSON completion as the same value an Avro one decodes to, else ``malformed``."""
-    document = _object(value, "completion")
-    unknown = sorted(set(document) - _COMPLETION_FIELDS)
-    if unknown:
-        raise FactDecodeError("malformed", f"unknown fields in a JSON completion: {unknown}", value)
+    document = _document(value, "completion", _COMPLETION_FIELDS)
     token = _string(document, "token", value)
     outcome = document.get("outcome")
     if outcome not in ("success", "failure"):
@@ -202,10 +199,7 @@ def event_document(event: SignalEvent) -> bytes:
 
 def decode_event(value: bytes | None) -> SignalEvent:
     """A JSON event as the same value an Avro one decodes to, else ``malformed``."""
-    document = _object(value, "event")
-    unknown = sorted(set(document) - _EVENT_FIELDS)
-    if unknown:
-        raise FactDecodeError("malformed", f"unknown fields in a JSON event: {unknown}", value)
+    document = _document(value, "event", _EVENT_FIELDS)
     correlation = document.get("correlation", {})
     if not isinstance(correlation, dict) or not all(
         isinstance(v, str) for v in correlation.values()
@@ -254,6 +248,15 @@ def _header(headers: HeaderPairs, name: str) -> str | None:
         if key.lower() == name and raw is not None:
             found = raw.decode("utf-8", errors="replace").strip()
     return found
+
+
+def _document(value: bytes | None, what: str, fields: frozenset[str]) -> dict[str, Any]:
+    """The JSON object of a ``what`` with no field but ``fields``, else ``malformed``."""
+    document = _object(value, what)
+    unknown = sorted(set(document) - fields)
+    if unknown:
+        raise FactDecodeError("malformed", f"unknown fields in a JSON {what}: {unknown}", value)
+    return document
 
 
 def _object(value: bytes | None, what: str) -> dict[str, Any]:

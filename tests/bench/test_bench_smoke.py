@@ -37,6 +37,10 @@ from tests.kafka_broker import kafka_bootstrap, unavailable_reason
 from tests.schema_registry import schema_registry_url
 from tests.schema_registry import unavailable_reason as registry_unavailable
 
+#: Each runs a whole script in a process of its own: the full suite's (``make test``),
+#: not the tier run between edits (``make test-fast``).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 _TIMEOUT_S = 240.0
