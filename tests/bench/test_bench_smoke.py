@@ -215,7 +215,6 @@ def test_replay_embedded(tmp_path: Path) -> None:
     assert out["digests_equal"] is True and set(out["digest"]) == {"1", "2"}
 
 
-@pytest.mark.kafka
 def test_http_runs_query(tmp_path: Path) -> None:
     out = bench("http_runs_query.py", tmp_path, "--runs", "300", "--queries", "2", "--limit", "50")
     assert out["runs"] == 300
@@ -231,6 +230,7 @@ def test_http_runs_query(tmp_path: Path) -> None:
     assert out["http_median_ms"] > 0
 
 
+@pytest.mark.kafka
 def test_kafka_read_throughput(tmp_path: Path, bootstrap: str) -> None:
     out = bench(
         "kafka_read_throughput.py",
