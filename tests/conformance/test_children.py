@@ -88,6 +88,15 @@ def _submits(h: LoopHarness, child: str) -> list[SubmitRun]:
     return decode_records(commands, SubmitRun)
 
 
+def _ended_after_a_child_outcome(h: LoopHarness, run_id: str) -> None:
+    """The stopped parent waited: a child's outcome was admitted after its stop, and
+    only then did it end (seed 002: no parent ends before its children)."""
+    kinds = [type(fact).__name__ for fact in h.facts(run_id)]
+    stopped = kinds.index("RunStopRequested")
+    admitted = kinds.index("BoundaryCompletionAdmitted", stopped)
+    assert kinds.index("RunStopped", admitted) > admitted, kinds
+
+
 def _unique() -> int:
     return uuid.uuid4().int % 1_000_000
 
@@ -163,10 +172,7 @@ def test_cancelling_a_parent_cancels_its_child(harness: LoopHarness) -> None:
     assert f"parent run {run_id} stopped" in (kid.stop.detail or kid.error or "")
     # The parent waited for its child: the child's outcome was admitted after the stop,
     # and only then did the parent end (seed 002: no parent ends before its children).
-    kinds = [type(fact).__name__ for fact in h.facts(run_id)]
-    stopped = kinds.index("RunStopRequested")
-    admitted = kinds.index("BoundaryCompletionAdmitted", stopped)
-    assert kinds.index("RunStopped", admitted) > admitted, kinds
+    _ended_after_a_child_outcome(h, run_id)
 
 
 def test_cancelling_a_graph_parent_waits_for_the_child_of_its_lane(harness: LoopHarness) -> None:
@@ -185,10 +191,7 @@ def test_cancelling_a_graph_parent_waits_for_the_child_of_its_lane(harness: Loop
     h.produce_model(TopicName.COMMANDS, run_id, cancel)
     assert _ended(h, run_id).status == "cancelled"
     assert _ended(h, child).status == "cancelled"
-    kinds = [type(fact).__name__ for fact in h.facts(run_id)]
-    stopped = kinds.index("RunStopRequested")
-    admitted = kinds.index("BoundaryCompletionAdmitted", stopped)
-    assert kinds.index("RunStopped", admitted) > admitted, kinds
+    _ended_after_a_child_outcome(h, run_id)
 
 
 def test_nesting_deeper_than_the_limit_is_refused_with_a_reason(harness: LoopHarness) -> None:
