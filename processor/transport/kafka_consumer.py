@@ -88,10 +88,14 @@ class KafkaGroupConsumer(Closeable):
         self._closed = False
 
     def _assigned(self, consumer: Any, partitions: list[Any]) -> None:
+        """Take ``partitions``, paused while held, else resumed: librdkafka keeps a
+        partition's pause across its revocation, so one paused by a hold, lost as
+        another member joined and given back later (that member gone) would stay
+        paused, and its records unread, for good."""
         self._joined = True  # even with no partition: the group's balance counts us
-        if self._held and partitions:
-            consumer.incremental_assign(partitions)  # assigned here, to pause at once
-            consumer.pause(partitions)
+        if partitions:
+            consumer.incremental_assign(partitions)  # assigned here, to set the pause
+            (consumer.pause if self._held else consumer.resume)(partitions)
 
     def joined(self) -> bool:
         return self._joined

@@ -481,3 +481,38 @@ def test_a_new_owner_waits_for_the_offsets_its_predecessor_sent_to_commit(
     finally:
         resumed.join()
     assert seen_at_assignment == [[b"fact"]]
+
+
+def test_a_partition_given_back_after_a_hold_is_read_again(
+    transport: KafkaTransport, make_topic: Callable[..., str], closing: Closing
+) -> None:
+    # processor run's workers join held (paused), so that they start work together. A
+    # partition the first one held and lost to the second, as the second joined, stays
+    # paused in librdkafka: once it came back (the second member gone, as when another
+    # instance of the fleet dies), the first read nothing of it, and the work items on
+    # it waited forever (a takeover test's stall).
+    topic = make_topic(2)
+    group = unique("workers")
+    first = closing(transport.consumer(group, [topic]))
+    first.hold(True)  # as a worker joins, before the others of its process
+    wait_for(lambda: bool(first.poll(10, 0.1)) or first.joined(), "the first member to join")
+    second = closing(transport.consumer(group, [topic]))
+    second.hold(True)
+
+    def both_hold_one() -> bool:
+        first.poll(10, 0.1)
+        second.poll(10, 0.1)
+        return assigned(first) == 1 and assigned(second) == 1
+
+    wait_for(both_hold_one, "the second member to take one partition")
+    first.hold(False)
+    second.close()  # it leaves: its partition comes back to the first
+    wait_for(lambda: not first.poll(10, 0.1) and assigned(first) == 2, "both partitions back")
+    produce_all(transport, [Outbound(topic, b"k%d" % i, b"%d" % i) for i in range(8)])
+    partitions = {r.partition for r in poll_until(first, 8)}
+    assert partitions == {0, 1}
+
+
+def assigned(consumer: GroupConsumer) -> int:
+    """How many partitions librdkafka assigns ``consumer`` now (a test's look inside)."""
+    return len(consumer._consumer.assignment())  # type: ignore[attr-defined]
