@@ -24,7 +24,8 @@ from processor.facts.codec import codec, encode
 from processor.facts.json_wire import Wire
 from processor.facts.models import BoundaryCompletion, BoundaryRequest
 from processor.facts.topics import TopicName
-from processor.transport.base import GroupConsumer, Headers, Outbound, Producer, Transport
+from processor.transport.base import Headers, Outbound, Producer, Transport
+from processor.transport.membership import join_until_stopped
 from processor.transport.topology import Topology
 
 __all__ = ["CompletionClient", "Handler", "OnCancel", "Responder"]
@@ -185,7 +186,9 @@ class Responder:
                 except FencedError as exc:  # the group forgot it: a new member, same work
                     logger.warning("responder: consumer dead, joining again: %s", exc)
                     consumer.close()
-                    rejoined = self._member(topics, stop)
+                    rejoined = join_until_stopped(
+                        self._transport, self._group, topics, stop, who="responder"
+                    )
                     if rejoined is None:
                         return
                     consumer = rejoined
@@ -195,16 +198,6 @@ class Responder:
         finally:
             consumer.close()
             client.close()
-
-    def _member(self, topics: list[str], stop: threading.Event) -> GroupConsumer | None:
-        """A new member of the responders' group, tried until it joins or ``stop``."""
-        while not stop.is_set():
-            try:
-                return self._transport.consumer(self._group, topics)
-            except TransportError as exc:
-                logger.warning("responder: cannot join yet: %s", exc)
-                stop.wait(0.5)
-        return None
 
     def _answer(self, records: list[Any], client: CompletionClient) -> None:
         for record in records:

@@ -42,6 +42,7 @@ from processor.telemetry import logs
 from processor.telemetry.metrics import count_worker_rejection
 from processor.transport.base import GroupConsumer, Outbound, Record, TopicPartition, Transport
 from processor.transport.clock import Clock, wall_clock_ms
+from processor.transport.membership import join_until_stopped
 from processor.transport.topology import Topology
 from processor.worker.announce import Announcer
 from processor.worker.attempts import RUNNING, RunningAttempt
@@ -62,7 +63,6 @@ __all__ = ["Worker"]
 logger = logging.getLogger(__name__)
 
 _POLL_S = 0.1  # how long a poll waits for records: also the period of the attempt checks
-_FIRST_RETRY_S, _LONGEST_RETRY_S = 0.5, 5.0  # pauses between tries to join the group
 
 
 class Worker:
@@ -238,18 +238,16 @@ class Worker:
         return consumer
 
     def _group_consumer(self, topic: str, stop: threading.Event) -> GroupConsumer | None:
-        """The worker's member of its group; while the log cannot be reached (a broker
-        restarting, topics not made yet), tried again with a growing pause, until
-        ``stop`` (then None)."""
-        pause = _FIRST_RETRY_S
-        while True:
-            try:
-                return self._transport.consumer(self._group, [topic], self._instance_id)
-            except TransportError as exc:
-                logger.warning("%s: cannot join the workers' group yet: %s", self.worker_id, exc)
-            if stop.wait(pause):
-                return None
-            pause = min(2 * pause, _LONGEST_RETRY_S)
+        """The worker's member of its group, once the log can be reached; None if
+        ``stop`` came first."""
+        return join_until_stopped(
+            self._transport,
+            self._group,
+            [topic],
+            stop,
+            who=self.worker_id,
+            instance_id=self._instance_id,
+        )
 
     # --- one round of the loop -------------------------------------------------------------
 
