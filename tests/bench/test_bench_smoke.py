@@ -50,15 +50,27 @@ def _run(script: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env["TMPDIR"] = str(tmp_path)  # whatever a script leaves behind goes with tmp_path
-    return subprocess.run(
-        [sys.executable, str(BENCH / script), *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=_TIMEOUT_S,
-        check=False,
-    )
+    try:
+        return subprocess.run(
+            [sys.executable, str(BENCH / script), *args],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as stalled:
+        pytest.fail(f"{script} stalled: {stalled}\n{_log_tails(tmp_path)}")
+
+
+def _log_tails(root: Path) -> str:
+    """The end of each log a stalled script's processes left under ``root``."""
+    tails = [
+        f"--- {log.relative_to(root)}:\n{log.read_text(errors='replace')[-3000:]}"
+        for log in sorted(root.rglob("*.log"))
+    ]
+    return "\n".join(tails) or "(no process logs)"
 
 
 def bench(script: str, tmp_path: Path, *args: str) -> dict[str, Any]:
