@@ -8,7 +8,9 @@ processor.examples.demo:app --workers 0``) and one worker process run the bundle
 ``orders`` pipeline, with NO responder: ``--runs + --paced`` runs are submitted and
 each suspends at ``capture_payment`` (its BoundaryRequest, with the resume token,
 is read from boundary.requests). Then the worker is stopped, so the processor does
-nothing but admission, and this process:
+nothing but admission (its warm-up, during which every pipeline version counts as
+loaded, outlasts the run: the continuations are dispatched, not blocked for want of
+a worker), and this process:
 
 1. burst: produces ``--runs`` completions at once (``processor.clients.external.CompletionClient``,
    the payload ``processor.examples.demo.payments_simulator`` answers, flushed once);
@@ -64,6 +66,8 @@ from processor.facts import payload
 from processor.facts.codec import codec
 from processor.facts.models import BoundaryRequest, WorkItem
 from processor.facts.topics import TopicName
+
+_AN_HOUR_MS = 3_600_000
 
 
 class Watch:
@@ -172,7 +176,13 @@ def run_admission(
     args: argparse.Namespace, prefix: str, root: Path, say: Any
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Suspend the runs, stop the worker, then complete them: (burst, paced) figures."""
-    with engine(args.bootstrap, prefix, root, responder="none") as running:
+    # The worker stops once the runs wait: a processor that heard it leave would hold
+    # every continuation until a worker loads the pipeline again (definition_blocked),
+    # and this measures admission, not that. A warm-up longer than the run, during
+    # which every version counts as loaded, keeps the continuations flowing.
+    with engine(
+        args.bootstrap, prefix, root, responder="none", announce_interval_ms=_AN_HOUR_MS
+    ) as running:
         topology = running.deployment.topology
         requests = Requests(
             args.bootstrap, topology.name(TopicName.REQUESTS), topology.partitions, 0

@@ -610,16 +610,21 @@ def engine(
     responder: str = "process",
     workers: int = 1,
     registry: str | None = None,
+    announce_interval_ms: int | None = None,
 ) -> Iterator[Engine]:
     """The demo app on Kafka as separate processes (see ``Fleet``), torn down on exit.
 
     ``responder="thread"`` runs the Responder on a thread of this process instead,
     ``responder="none"`` runs none (awaits stay suspended until someone completes them).
     ``registry``: a Schema Registry URL, for the Confluent wire format.
+    ``announce_interval_ms``: the workers' announcement interval, and so the
+    processor's warm-up, during which every pipeline version counts as loaded.
     """
     settings = bench_settings(bootstrap, prefix, root / "data", registry)
     deployment = deployment_for(settings)
     env = process_env(settings)
+    if announce_interval_ms is not None:
+        env["PROCESSOR_WORKER_ANNOUNCE_INTERVAL_MS"] = str(announce_interval_ms)
     fleet = Fleet(root / "logs")
     stop = threading.Event()
     responding: threading.Thread | None = None
