@@ -533,7 +533,7 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             let fenced = matches!(
                 s.phase.as_str(),
                 "retry_wait" | "suspended" | "sleeping" | "definition_blocked"
-            ) && !(s.phase == "suspended" && children_open(s));
+            ) && !(s.phase == "suspended" && s.children_open());
             s.stop_reason = Some(reason);
             s.stop_detail = Some(fact.string("detail")?);
             if fenced {
@@ -670,13 +670,4 @@ fn unwound(s: &mut RunState) {
     s.compensation_worker = None;
     s.compensation_heartbeat_due_ms = None;
     set(&mut s.phase, "compensating");
-}
-
-/// Whether the run waits at a child boundary with a child still open
-/// (``waits.children_open``): a stop then waits for the children's outcomes.
-fn children_open(s: &RunState) -> bool {
-    s.boundary_kind == "child"
-        && s.interactions
-            .values()
-            .any(|i| i.boundary == s.boundary && i.kind == "child" && i.status == "open")
 }

@@ -109,11 +109,12 @@ pub fn due_entries(state: Option<&RunState>, entries: &mut Vec<Due>) {
             .sleep_wake_ms
             .map(|wake| (wake, SLEEP, s.segment, s.sleep_step.unwrap_or(0))),
         "suspended" => {
-            for i in s.interactions.values() {
-                if i.boundary == s.boundary && i.status == "open" && i.deadline_ms > 0 {
-                    entries.push((i.deadline_ms, INTERACTION_TIMEOUT, i.boundary, i.item_index));
-                }
-            }
+            interaction_timeouts(s, entries);
+            None
+        }
+        // A failed child step's other children, which its stop waits for (waits.IDLE).
+        "idle" if s.stop_held_by_children() => {
+            interaction_timeouts(s, entries);
             None
         }
         _ => None,
@@ -121,6 +122,15 @@ pub fn due_entries(state: Option<&RunState>, entries: &mut Vec<Due>) {
     entries.extend(timer);
     entries.sort_unstable();
     entries.dedup();
+}
+
+/// The deadline of each open interaction of the run's boundary (0: none).
+fn interaction_timeouts(s: &RunState, entries: &mut Vec<Due>) {
+    for i in s.interactions.values() {
+        if i.boundary == s.boundary && i.status == "open" && i.deadline_ms > 0 {
+            entries.push((i.deadline_ms, INTERACTION_TIMEOUT, i.boundary, i.item_index));
+        }
+    }
 }
 
 /// The entries of ``of`` not in ``but`` (both sorted, as ``due_entries`` leaves them).

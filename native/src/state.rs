@@ -294,6 +294,22 @@ impl RunState {
         TERMINAL.contains(&self.status.as_str())
     }
 
+    /// Whether the run waits at a child boundary with a child still open
+    /// (``waits.children_open``): a stop then waits for the children's outcomes.
+    pub fn children_open(&self) -> bool {
+        self.boundary_kind == "child"
+            && self
+                .interactions
+                .values()
+                .any(|i| i.boundary == self.boundary && i.kind == "child" && i.status == "open")
+    }
+
+    /// Whether a stopping chain no longer suspended still waits for its children
+    /// (``waits.IDLE``'s hold): its child step failed, and the others were cancelled.
+    pub fn stop_held_by_children(&self) -> bool {
+        self.stop_reason.is_some() && !self.terminal() && self.children_open()
+    }
+
     pub fn from_json(raw: &[u8]) -> Result<RunState, String> {
         serde_json::from_slice(raw).map_err(|e| e.to_string())
     }

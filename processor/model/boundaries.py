@@ -20,7 +20,7 @@ from processor.facts.models import (
 )
 from processor.facts.payload import canonical_json
 from processor.facts.topics import TopicName
-from processor.model import children, control, event_waits, graph_run
+from processor.model import children, control, event_waits, graph_run, waits
 from processor.model.continuation import (
     FailParent,
     Plan,
@@ -201,8 +201,9 @@ def continue_boundary(maker: FactMaker, spec: PipelineSpec, ctx: Context) -> Non
 
 def _fail_parent(maker: FactMaker, spec: PipelineSpec, plan: FailParent) -> None:
     """An item failed for good: the await step fails, and with it the run's execution.
-    A child step's children still open are cancelled (the parent does not wait for
-    them on this path: it fails at once, and their outcomes are refused)."""
+    A child step's children still open are cancelled; a chain's run fails once their
+    outcomes are in (its stop waits for them: ``waits.stop_held_by_children``), a
+    graph's node fails at once (their outcomes are recorded, and change nothing)."""
     state = maker.current
     if state.boundary.kind == "child":
         children.cancel_children(maker, state, "failed")
@@ -222,6 +223,9 @@ def _fail_parent(maker: FactMaker, spec: PipelineSpec, plan: FailParent) -> None
     )
     if spec.graph is not None:  # the graph step failed: a handler, skips or the outcome
         graph_run.failed(maker, spec, step)
+        return
+    if waits.children_open(maker.current):  # the unwind begins once they are all in
+        control.request_stop(maker, spec, "failed", plan.error)
         return
     control.fail_execution(maker, spec, error=plan.error)
 

@@ -541,8 +541,9 @@ def _heartbeat_lost(maker: FactMaker, spec: PipelineSpec, entry: DueEntry, ctx: 
 
 def _interaction_due(maker: FactMaker, spec: PipelineSpec, entry: DueEntry, ctx: Context) -> None:
     state = maker.current
-    if waits.of(state) is not waits.SUSPENDED or (state.stopping and not waits.held_by_stop(state)):
-        return  # (a stopping parent's children time out as they would otherwise)
+    waiting = waits.of(state) is waits.SUSPENDED and not state.stopping
+    if not waiting and not waits.held_by_stop(state):
+        return  # (the children a stop waits for time out as they would otherwise)
     interaction_id = keys.interaction_id(entry.scope, entry.ordinal)
     interaction = state.interactions.get(interaction_id)
     if interaction is None or interaction.status != "open":

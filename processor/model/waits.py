@@ -56,6 +56,7 @@ __all__ = [
     "in_wait",
     "of",
     "status_views",
+    "stop_held_by_children",
 ]
 
 #: The due-work rows a run in a wait needs.
@@ -151,6 +152,19 @@ def children_open(state: RunState) -> bool:
     if state.boundary.kind != "child":
         return False
     return any(i.kind == "child" and i.status == "open" for i in state.boundary_interactions())
+
+
+def stop_held_by_children(state: RunState) -> bool:
+    """Whether a stopping chain that no longer waits at its boundary still waits for
+    children there: its child step failed (a child beyond the step's tolerance), the
+    other children were sent a ``CancelRun``, and its unwind waits for their outcomes
+    as a cancelled parent's does (graph runs do not wait: their node fails at once)."""
+    return state.stopping and not state.graph and children_open(state)
+
+
+def _held_children_timeouts(state: RunState) -> frozenset[DueEntry]:
+    """The deadlines of the children a failed child step's stop waits for."""
+    return _interaction_timeouts(state) if stop_held_by_children(state) else _NO_TIMERS
 
 
 def _sleep_timer(state: RunState) -> frozenset[DueEntry]:
@@ -269,8 +283,14 @@ COMPENSATION_RETRY_WAIT = Wait(
     timers=frozenset({"compensation_retry"}),
     retries=COMPENSATE,
 )
-#: Nothing: between two moves of one commit, or terminal.
-IDLE = Wait("idle")
+#: Nothing: between two moves of one commit, or terminal; or, once a child step failed,
+#: the outcomes of its other children, which the stop waits for (and their deadlines).
+IDLE = Wait(
+    "idle",
+    arms=_held_children_timeouts,
+    timers=frozenset({"interaction_timeout"}),
+    holds_stop_while=stop_held_by_children,
+)
 
 #: Phase -> its wait; in this order, ``status`` shows the waits that it shows.
 WAITS: Mapping[Phase, Wait] = MappingProxyType(

@@ -114,8 +114,34 @@ def call_waiting_kid_in_graph(value: Any) -> Any:
     return value
 
 
+failing_parent = Pipeline("failing_parent")
+
+
+@failing_parent.child("boom_or_wait_kid", timeout_s=600, itemized=True)
+def call_boom_and_waiting_kids(value: Any) -> Any:
+    return ["boom", value]
+
+
+boom_or_wait_kid = Pipeline("boom_or_wait_kid")
+
+
+@boom_or_wait_kid.step()
+def boom_or_pass(value: Any) -> Any:
+    if value == "boom":
+        raise NonRetryableError("the kid failed")
+    return value
+
+
+@boom_or_wait_kid.await_step(target="nobody.answers", timeout_s=600)
+def then_wait_forever(value: Any) -> Any:
+    return value
+
+
 app = Application(
-    [parent, kid, many, waiting_parent, waiting_kid, nest, graph_parent, graph_waiting_parent]
+    [
+        *(parent, kid, many, waiting_parent, waiting_kid, nest, graph_parent),
+        *(graph_waiting_parent, failing_parent, boom_or_wait_kid),
+    ]
 )
 
 

@@ -88,13 +88,13 @@ def _submits(h: LoopHarness, child: str) -> list[SubmitRun]:
     return decode_records(commands, SubmitRun)
 
 
-def _ended_after_a_child_outcome(h: LoopHarness, run_id: str) -> None:
+def _ended_after_a_child_outcome(h: LoopHarness, run_id: str, ending: str = "RunStopped") -> None:
     """The stopped parent waited: a child's outcome was admitted after its stop, and
-    only then did it end (seed 002: no parent ends before its children)."""
+    only then did it end with ``ending`` (seed 002: no parent ends before its children)."""
     kinds = [type(fact).__name__ for fact in h.facts(run_id)]
     stopped = kinds.index("RunStopRequested")
     admitted = kinds.index("BoundaryCompletionAdmitted", stopped)
-    assert kinds.index("RunStopped", admitted) > admitted, kinds
+    assert kinds.index(ending, admitted) > admitted, kinds
 
 
 def _unique() -> int:
@@ -192,6 +192,20 @@ def test_cancelling_a_graph_parent_waits_for_the_child_of_its_lane(harness: Loop
     assert _ended(h, run_id).status == "cancelled"
     assert _ended(h, child).status == "cancelled"
     _ended_after_a_child_outcome(h, run_id)
+
+
+def test_a_parent_failed_by_a_child_waits_for_its_other_children(harness: LoopHarness) -> None:
+    h = harness
+    run_id = h.submit("failing_parent", {"x": _unique()})
+    parent = _ended(h, run_id)
+    assert parent.status == "failed"
+    assert "the kid failed" in (parent.error or ""), parent.error
+    waiting = _ended(h, child_run_id(run_id, 1, 1))
+    assert waiting.status == "cancelled"
+    assert f"parent run {run_id} stopped: failed" in (waiting.stop.detail or "")
+    # The failed step cancelled the waiting child, and the parent failed only once that
+    # child's outcome was in.
+    _ended_after_a_child_outcome(h, run_id, "RunFailed")
 
 
 def test_nesting_deeper_than_the_limit_is_refused_with_a_reason(harness: LoopHarness) -> None:

@@ -14,7 +14,7 @@ from processor.admission.arrivals import Arrival, completion_arrival
 from processor.clients.client import new_submit
 from processor.facts.codec import encode
 from processor.facts.keyring import KeyRing
-from processor.facts.models import CancelRun, FactHeader, SegmentResult, SubmitRun
+from processor.facts.models import CancelRun, FactHeader, RunFailed, SegmentResult, SubmitRun
 from processor.model.children import (
     CHILD_DEPTH_EXCEEDED,
     MAX_CHILD_DEPTH,
@@ -226,9 +226,43 @@ def test_a_stopped_parent_stops_waiting_for_a_child_at_its_deadline() -> None:
     assert late.refusal == "run_terminal"
 
 
-def test_a_parent_failed_by_a_child_cancels_its_other_children() -> None:
+def test_a_parent_failed_by_a_child_cancels_its_other_children_and_waits_for_them() -> None:
     parent = _Parent()
     failed = parent.child_ends(0, "failed")  # no tolerance: the child step fails the parent
-    assert "RunFailed" in _names(failed.facts)
     cancels = [e for e in failed.emits if isinstance(e.value, CancelRun)]
     assert [c.key for c in cancels] == [parent.submits[1].run_id]  # the open one only
+    # The step failed, and the run with it, once its other child is in: stop intent now.
+    assert _names(failed.facts) == [
+        "BoundaryCompletionAdmitted",
+        "SegmentFailed",
+        "RunStopRequested",
+    ]
+    assert parent.state.stopping and not parent.state.terminal
+    assert {e.kind for e in due_entries(parent.state)} == {"interaction_timeout"}
+
+    last = parent.child_ends(1, "cancelled")
+    assert last.refusal is None
+    assert _names(last.facts) == ["BoundaryCompletionAdmitted", "RunFailed"]
+    ended = last.facts[-1]
+    assert isinstance(ended, RunFailed)
+    assert ended.error_type == "BoundaryFailure"  # the first child's failure, not the cancel
+    assert ended.error.startswith("item 0: child run ") and ended.error.endswith("failed: stopped")
+    assert parent.state.status == "failed"
+
+
+def test_a_failed_parent_stops_waiting_for_a_child_at_its_deadline() -> None:
+    parent = _Parent()
+    parent.child_ends(0, "failed")
+    parent.now += 1_000  # the child step's timeout: the cancelled child never answered
+    parent.fire_due()
+    assert _names(parent.facts)[-2:] == ["InteractionTimedOut", "RunFailed"]
+    assert parent.state.status == "failed"
+    assert parent.child_ends(1, "cancelled").refusal == "run_terminal"
+
+
+def test_a_parent_failed_by_its_last_open_child_fails_at_once() -> None:
+    parent = _Parent()
+    parent.child_ends(1, "succeeded")
+    failed = parent.child_ends(0, "failed")
+    assert _names(failed.facts) == ["BoundaryCompletionAdmitted", "SegmentFailed", "RunFailed"]
+    assert not [e for e in failed.emits if isinstance(e.value, CancelRun)]

@@ -482,6 +482,7 @@ def _every_fact_type() -> list[FactHeader]:
     runs += _compensator_progress()
     runs.append(_event_wait_run())
     runs.append(_stopping_parent())
+    runs.append(_failed_parent())
     interleaved = []
     for index in range(max(map(len, runs))):
         interleaved += [run[index] for run in runs if index < len(run)]
@@ -561,6 +562,42 @@ def _stopping_parent() -> list[FactHeader]:
             payload_digest=b"\x01",
         ),
         RunStopRequested(**k("stop"), reason="cancelled", detail="by user"),
+    ]
+
+
+def _failed_parent() -> list[FactHeader]:
+    """A parent whose first child failed its child step while the second is open: the
+    step failed (idle), the stop waits for that child (``waits.stop_held_by_children``),
+    its interaction timer still armed."""
+    k = _Header("run-failed-parent")
+    children = [("kid", b"{}", 60_000), ("kid", b"{}", 60_001)]
+    return [
+        *_suspended_at(k, "child", "kid", 2, children),
+        BoundaryDispatchCompleted(**k("dispatched"), boundary=1, interactions=2),
+        BoundaryCompletionAdmitted(
+            **k("c0"),
+            boundary=1,
+            interaction="i0",
+            item_index=0,
+            source="child",
+            outcome="failure",
+            payload=b"null",
+            content_type="application/json",
+            payload_digest=b"\x02",
+            error="child run k0 failed",
+        ),
+        SegmentFailed(
+            **k("failed"),
+            segment=0,
+            attempt=1,
+            generation=1,
+            step=0,
+            error="item 0: child run k0 failed",
+            error_type="BoundaryFailure",
+            retryable=False,
+            reason="boundary_failed",
+        ),
+        RunStopRequested(**k("stop"), reason="failed", detail="item 0: child run k0 failed"),
     ]
 
 
@@ -709,13 +746,15 @@ def test_every_fact_type_folds_to_the_same_rows(
     assert any(key.startswith(waiting) for key, _ in expected["index"])
     for kind, parts in (("waiting", ("event:paid",)), ("event_key", ("paid", "o-1"))):
         assert any(key.startswith(keys.index_prefix(kind, parts)) for key, _ in expected["index"])
-    # The stopping parent still waits for its open child, whose timer stays armed.
-    parent_timers = [
-        entry
-        for entry in (keys.decode_due(key) for key, _ in expected["due"])
-        if entry.run_id == "run-parent"
-    ]
-    assert [(e.kind, e.ordinal) for e in parent_timers] == [("interaction_timeout", 1)]
+    # The stopping parents (cancelled; failed by a child) still wait for their open
+    # child, whose timer stays armed.
+    for parent in ("run-parent", "run-failed-parent"):
+        parent_timers = [
+            entry
+            for entry in (keys.decode_due(key) for key, _ in expected["due"])
+            if entry.run_id == parent
+        ]
+        assert [(e.kind, e.ordinal) for e in parent_timers] == [("interaction_timeout", 1)]
     # Runs with an idempotency key (before format 4, they had claims rows: none now).
     assert any(isinstance(fact, RunSubmitted) and fact.idempotency_key for fact in facts)
     counting = _Counting(monkeypatch)

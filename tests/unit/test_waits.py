@@ -90,7 +90,9 @@ def _old_phase_entries(state: RunState) -> frozenset[DueEntry]:
             entry = DueEntry(attempt.retry_due_ms, run_id, retry, attempt.scope, attempt.generation)
             return frozenset({entry})
         return frozenset()
-    if state.phase == "suspended":
+    # A chain whose child step failed: its stop waits for the other children's outcomes.
+    held = state.phase == "idle" and state.stopping and not state.graph
+    if state.phase == "suspended" or (held and waits.children_open(state)):
         return frozenset(
             DueEntry(i.deadline_ms, run_id, "interaction_timeout", i.boundary, i.item_index)
             for i in state.boundary_interactions()
