@@ -292,12 +292,14 @@ class LocalEnvironment:
         self, run_id: str, fact_type: type[F], *, count: int = 1, timeout_s: float = 10.0
     ) -> F:
         """Wait until the run's history holds ``count`` facts of ``fact_type``; return the
-        last of them (``wait_fact(run_id, RetryScheduled)``)."""
+        last of them (``wait_fact(run_id, RetryScheduled)``). It returns once the stores
+        have applied that fact too, so what reads them (``pending``, ``stored_status``)
+        sees it."""
         deadline = time.monotonic() + timeout_s
         pause = 0.002
         while True:
             found = [f for f in self.history(run_id) if isinstance(f, fact_type)]
-            if len(found) >= count:
+            if len(found) >= count and self._stored(run_id, found[count - 1].seq):
                 return found[count - 1]
             if time.monotonic() > deadline:
                 raise TimeoutError(
@@ -306,6 +308,11 @@ class LocalEnvironment:
                 )
             time.sleep(pause)  # the poll interval of a deadline-bounded wait
             pause = min(pause * 2, 0.05)
+
+    def _stored(self, run_id: str, seq: int) -> bool:
+        """Whether the stores hold the run up to its fact ``seq``."""
+        state = self.client.stored_status(run_id)
+        return state is not None and state.version >= seq
 
     # --- awaits --------------------------------------------------------------------------
 

@@ -40,7 +40,6 @@ from processor.facts.payload import derive_run_id
 from processor.model.listing import is_unknown
 from processor.model.pipeline_spec import CheckpointSpec, RetryPolicy
 from processor.worker.pipeline import Application, NonRetryableError, Pipeline
-from tests.apps.support import wait_until
 
 ONCE = RetryPolicy(max_attempts=1)
 
@@ -720,10 +719,7 @@ def test_two_awaits_and_a_sleep_wait_side_by_side_in_one_run() -> None:
     with LocalEnvironment(Application([waiting])) as env:
         run_id = env.submit("waiting", {"total": 7, "items": 3})
         env.wait_fact(run_id, BoundaryDispatchCompleted, count=2)  # each in its own lane
-        # The requests are read from the stores, which apply the facts just after they
-        # are in the log.
-        both = ["payments", "warehouse"]
-        wait_until(lambda: sorted(r.target for r in env.pending(run_id)) == both, 10, "both")
+        assert sorted(r.target for r in env.pending(run_id)) == ["payments", "warehouse"]
         payments = next(r for r in env.pending(run_id) if r.target == "payments")
         env.complete(payments, {"paid": 7})
         env.advance(61)  # the warehouse's timeout passes (continue), and the sleep ends
@@ -896,8 +892,7 @@ def test_an_itemized_await_sends_at_most_3_at_once_and_tolerates_one_failure() -
     with LocalEnvironment(Application([batched])) as env:
         run_id = env.submit("batched", {"parcels": 8})
         env.wait_fact(run_id, BoundaryDispatchCompleted)
-        first = [0, 1, 2]
-        wait_until(lambda: [r.item_index for r in env.pending(run_id)] == first, 10, "3 sent")
+        assert [r.item_index for r in env.pending(run_id)] == [0, 1, 2]
         most = _answer_all(env, run_id, failing={4})
         result = env.wait(run_id)
         failing = env.submit("batched", {"parcels": 8})

@@ -114,6 +114,8 @@ def test_a_retry_backoff_waits_for_the_clock() -> None:
         run_id = env.submit("orders", {"order_id": order_id, "amount": 10})
         scheduled = env.wait_fact(run_id, RetryScheduled)
         assert scheduled.due_ms == START + 20  # the demo's 20 ms backoff
+        stored = env.client.stored_status(run_id)  # what pending() reads has it too
+        assert stored is not None and stored.version >= scheduled.seq
         env.settle()
         assert env.pending(run_id) == []  # the retry is not due: the await did not open
         with pytest.raises(TimeoutError):  # real time passes; the processor's does not
