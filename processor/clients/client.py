@@ -758,6 +758,8 @@ def status_dict(state: RunState) -> dict[str, Any]:
         "graph": _graph(state),
         "parent": children.parent_of(state),  # a child run's parent (model/children.py)
         "children": children.children_of(state),
+        # The schedule whose fire started the run (model/schedule_link.py), if any.
+        "schedule": state.schedule.model_dump() if state.schedule else None,
         "version": state.version,
         "created_ms": state.created_ms,
         "updated_ms": state.updated_ms,

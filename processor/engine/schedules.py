@@ -320,7 +320,7 @@ class ScheduleStage:
         for fire in plan:
             fact = fire_fact(state, fire, now, cause)
             if fire.kind == "fired" and fact.run_id is not None:
-                round_.outbound.append(self._submit(state.spec, fact.run_id, fire.fire_ms))
+                round_.outbound.append(self._submit(state, fact.run_id, fire.fire_ms))
             self._record(round_, owned, fact)
             state = owned[state.schedule_id]
 
@@ -330,14 +330,17 @@ class ScheduleStage:
         _fold_into(owned, fact)
         round_.outbound.append(self._outbound(self._topic, fact.schedule_id, fact))
 
-    def _submit(self, spec: ScheduleSpec, run_id: str, fire_ms: int) -> Outbound:
-        """The SubmitRun of a fire time: every field derived, so a redo is the same submit."""
+    def _submit(self, state: ScheduleState, run_id: str, fire_ms: int) -> Outbound:
+        """The SubmitRun of a fire time: every field derived, so a redo is the same submit.
+        It names the schedule and the fire time, which the run records."""
         command = SubmitRun(
             command_id=str(uuid.uuid5(_SUBMIT_NAMESPACE, run_id)),
             run_id=run_id,
-            pipeline=spec.pipeline,
-            input=spec.input,
+            pipeline=state.spec.pipeline,
+            input=state.spec.input,
             submitted_ms=fire_ms,
+            schedule_id=state.schedule_id,
+            fire_ms=fire_ms,
         )
         key = run_id.encode()
         partition = partition_for(key, self._topology.partitions)

@@ -69,6 +69,7 @@ __all__ = [
     "RunSucceeded",
     "ScheduleCommand",
     "ScheduleRecorded",
+    "ScheduledRunLinked",
     "SegmentAttemptStarted",
     "SegmentCompleted",
     "SegmentFailed",
@@ -441,6 +442,13 @@ class ChildRunLinked(FactHeader):
     depth: int
 
 
+class ScheduledRunLinked(FactHeader):
+    """This run was started by a schedule's fire (``processor.model.schedules``)."""
+
+    schedule_id: str
+    fire_ms: int
+
+
 class EventEmitted(FactHeader):
     """A step emitted an event (``processor.model.emission``): published with this fact."""
 
@@ -549,6 +557,7 @@ FACT_TYPES: tuple[type[FactHeader], ...] = (
     BoundaryInteractionQueued,
     EventEmitted,
     ChildRunLinked,
+    ScheduledRunLinked,
 )
 
 
@@ -565,6 +574,8 @@ class SubmitRun(AvroModel):
     parent_run_id: str | None = None
     parent_token: str | None = None
     depth: int = 0
+    schedule_id: str | None = None
+    fire_ms: int | None = None
 
 
 class CancelRun(AvroModel):

@@ -33,6 +33,7 @@ from processor.model import (
     event_waits,
     graph_run,
     progress,
+    schedules,
     sleeps,
     waits,
 )
@@ -144,6 +145,7 @@ def decide_submit(command: SubmitRun, existing: RunState | None, ctx: Context) -
         traceparent=_trace_context(command.traceparent),
     )
     children.link(maker, command)
+    schedules.link(maker, command)
     if spec.graph is not None:
         graph_run.advance(maker, spec)  # its first steps, each in a lane of its own
     else:

@@ -47,6 +47,7 @@ from processor.facts.models import (
     RunStopRequested,
     RunSubmitted,
     RunSucceeded,
+    ScheduledRunLinked,
     SegmentAttemptStarted,
     SegmentCompleted,
     SegmentFailed,
@@ -60,6 +61,7 @@ from processor.facts.models import (
 from processor.model import waits
 from processor.model.lanes import items_of_step, segment_of
 from processor.model.parent_link import ParentLink
+from processor.model.schedule_link import ScheduleLink
 from processor.model.state import (
     COMPENSATE,
     FAILED,
@@ -365,6 +367,11 @@ def _(fact: ChildRunLinked, state: RunState) -> RunChanges:
     return {
         "parent": ParentLink(run_id=fact.parent_run_id, token=fact.parent_token, depth=fact.depth)
     }
+
+
+@_changes.register
+def _(fact: ScheduledRunLinked, state: RunState) -> RunChanges:
+    return {"schedule": ScheduleLink(schedule_id=fact.schedule_id, fire_ms=fact.fire_ms)}
 
 
 @_changes.register

@@ -30,7 +30,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from processor.facts.models import ScheduleCommand, ScheduleRecorded
+from processor.facts.models import (
+    ScheduleCommand,
+    ScheduledRunLinked,
+    ScheduleRecorded,
+    SubmitRun,
+)
+from processor.model.decision import FactMaker
 
 __all__ = [
     "CATCH_UP",
@@ -47,6 +53,7 @@ __all__ = [
     "fire_fact",
     "fire_run_id",
     "jitter_of",
+    "link",
     "plan_fires",
     "reduce_schedule",
     "spec_of",
@@ -385,4 +392,17 @@ def fire_fact(state: ScheduleState, fire: Fire, now_ms: int, cause: str) -> Sche
         run_id=run_id,
         reason=fire.reason or None,
         count=fire.count if fire.kind == "skipped" else None,
+    )
+
+
+def link(maker: FactMaker, command: SubmitRun) -> None:
+    """Record a scheduled run's schedule and fire time (after its ``RunSubmitted``)."""
+    if command.schedule_id is None or command.fire_ms is None:
+        return
+    maker.add(
+        ScheduledRunLinked(
+            **maker.header("schedule/linked"),
+            schedule_id=command.schedule_id,
+            fire_ms=command.fire_ms,
+        )
     )

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from processor.facts.trusted import Evolvable
 from processor.model.parent_link import ParentLink
+from processor.model.schedule_link import ScheduleLink
 
 __all__ = [
     "COMPENSATE",
@@ -484,6 +485,7 @@ class RunChanges(TypedDict, total=False):
     lanes: dict[int, Lane]
     nodes: dict[int, NodeRun]
     parent: ParentLink | None
+    schedule: ScheduleLink | None
 
 
 class RunState(BaseModel, Evolvable[RunChanges]):
@@ -541,6 +543,8 @@ class RunState(BaseModel, Evolvable[RunChanges]):
     nodes: dict[int, NodeRun] = {}
     # A child run's parent (``model/children.py``); None for a run nobody started.
     parent: ParentLink | None = None
+    # The schedule whose fire started the run (``model/schedule_link.py``); None if none.
+    schedule: ScheduleLink | None = None
 
     @property
     def terminal(self) -> bool:

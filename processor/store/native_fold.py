@@ -38,7 +38,7 @@ _FAMILIES = ("history", "runs", "due", "index")
 #: The run row's fields the compiled fold must write (``native/src/state.rs``
 #: ``ROW_FIELDS``): a build from before a field was added is not used. ``redrives`` and
 #: ``quarantine`` are not among them: such a run's batches are folded in Python.
-_PYTHON_ONLY_FIELDS = ("redrives", "quarantine", "lanes", "nodes", "parent")
+_PYTHON_ONLY_FIELDS = ("redrives", "quarantine", "lanes", "nodes", "parent", "schedule")
 _ROW_FIELDS = tuple(name for name in RunRow.model_fields if name not in _PYTHON_ONLY_FIELDS)
 #: A fact type an extension must fold to be used: one built before it knows neither the
 #: phase it starts nor that phase's runs-index row, and would leave stale rows.

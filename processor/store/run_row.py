@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from processor.facts.trusted import builder
 from processor.model.parent_link import ParentLink
+from processor.model.schedule_link import ScheduleLink
 from processor.model.state import (
     RUNNING,
     Boundary,
@@ -123,6 +124,9 @@ class RunRow(BaseModel):
     # Not in native/src/state.rs either: a child run's link to its parent; the compiled
     # fold declines its batches, Python folds them (store/native_fold.py).
     parent: ParentLink | None = None
+    # Not in native/src/state.rs either: a scheduled run's link to its schedule; the
+    # compiled fold declines its batches, Python folds them (store/native_fold.py).
+    schedule: ScheduleLink | None = None
 
 
 #: Each part of RunState: its model and (row field, part field) of each of its fields.

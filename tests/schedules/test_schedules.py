@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from processor.clients.client import Client
+from processor.clients.client import Client, status_dict
 from processor.clients.schedules import ScheduleError
 from processor.engine.host import Host
 from processor.facts.codec import codec, encode
-from processor.facts.models import Rejected, ScheduleCommand, SubmitRun
+from processor.facts.models import Rejected, ScheduleCommand, ScheduledRunLinked, SubmitRun
 from processor.facts.topics import TopicName
 from processor.model.schedules import fire_run_id
 from processor.transport.base import Outbound
@@ -106,6 +106,11 @@ def test_an_interval_schedule_starts_one_run_per_fire_time(env: Env) -> None:
     wait_until(lambda: env.client.status(run_id), 30, "the first fire's run")
     result = env.client.wait(run_id, timeout_s=30)
     assert result.output == expected_steps3_result(2)
+    # The run names its schedule and fire time: in its status and its history.
+    shown = status_dict(env.client.status(run_id))
+    assert shown["schedule"] == {"schedule_id": sid, "fire_ms": start + MINUTE}
+    linked = [f for f in env.client.history(run_id) if isinstance(f, ScheduledRunLinked)]
+    assert [(f.schedule_id, f.fire_ms) for f in linked] == [(sid, start + MINUTE)]
     env.advance(MINUTE)
     wait_until(lambda: len(env.submits(sid)) == 2, 30, "the second fire")
     assert env.submits(sid) == [fire_run_id(sid, start + k * MINUTE) for k in (1, 2)]

@@ -62,6 +62,7 @@ from processor.facts.models import (
     RunStopRequested,
     RunSubmitted,
     RunSucceeded,
+    ScheduledRunLinked,
     SegmentAttemptStarted,
     SegmentCompleted,
     SegmentFailed,
@@ -100,6 +101,7 @@ PYTHON_ONLY = frozenset(
         BoundaryInteractionQueued,
         EventEmitted,
         ChildRunLinked,
+        ScheduledRunLinked,
     }
 )
 

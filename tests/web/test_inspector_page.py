@@ -8,6 +8,7 @@ the page's own live refresh (no reload), waited for with a deadline.
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from processor.config.settings import Settings
 from processor.facts.codec import encode
 from processor.facts.models import AttemptProgress
 from processor.facts.topics import TopicName
+from processor.model.schedules import fire_run_id
 from processor.model.state import RunState
 from processor.transport.base import Outbound
 from processor.transport.deployment import Deployment
@@ -559,6 +561,26 @@ def test_a_parent_and_its_children_link_to_each_other(
     assert _summary(browser, "children") == NONE
     browser.find_element(By.CSS_SELECTOR, '[data-testid="summary-parent"] a').click()
     _until(browser, lambda: _summary(browser, "run-id") == parent, "the parent run again")
+    _no_script_errors(browser)
+
+
+def test_a_scheduled_run_names_its_schedule_and_fire_time(
+    family: Inspected, browser: webdriver.Chrome
+) -> None:
+    schedule_id = f"page-{uuid.uuid4().hex[:8]}"
+    with Client(settings=Settings(data_dir=family.data_dir)) as client:
+        start = int(time.time() * 1000)
+        client.schedules.create(schedule_id, "kid", {"n": 3}, interval_s=1, start_ms=start)
+        run_id = fire_run_id(schedule_id, start + 1_000)
+        try:
+            _run_state(client, run_id, lambda s: s.status == "succeeded", "to succeed")
+        finally:
+            client.schedules.delete(schedule_id)
+    _open(browser, family)
+    _show_run(browser, run_id)
+    shown = _summary(browser, "schedule")
+    assert shown.startswith(f"{schedule_id}, fire time "), shown
+    assert _summary(browser, "parent") == NONE
     _no_script_errors(browser)
 
 

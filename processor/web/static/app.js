@@ -220,6 +220,11 @@
     return el("span", {}, runLink(parent.run_id), ` (depth ${parent.depth})`);
   }
 
+  function scheduleText(schedule) {
+    if (!schedule) return null;
+    return `${schedule.schedule_id}, fire time ${formatTime(schedule.fire_ms)}`;
+  }
+
   function childrenView(children) {
     if (!children || children.length === 0) return null;
     return el(
@@ -239,6 +244,7 @@
       ...summaryItem("pipeline", "Pipeline", `${run.pipeline} v${run.pipeline_version}`),
       ...summaryItem("parent", "Parent run", parentView(run.parent)),
       ...summaryItem("children", "Child runs", childrenView(run.children)),
+      ...summaryItem("schedule", "Started by schedule", scheduleText(run.schedule)),
       ...summaryItem("status", "Status", statusBadge(run.status)),
       ...summaryItem("phase", "Phase", run.phase),
       ...summaryItem("attempt", "Segment · attempt", `${run.segment} · ${run.attempt} (generation ${run.generation}), next step ${run.next_step}`),
