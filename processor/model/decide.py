@@ -119,7 +119,7 @@ def decide_submit(command: SubmitRun, existing: RunState | None, ctx: Context) -
     too_large = payload.oversize(canonical_input, ctx.max_payload_bytes, "run input")
     if too_large is not None:
         return refuse(reply, "payload_too_large", too_large)
-    if (refused := children.submit_refusal(command)) is not None:
+    if refused := children.submit_refusal(command) or schedules.submit_refusal(command):
         return refuse(reply, *refused)
     deadline_ms = _run_deadline(command)
     if deadline_ms is not None and not 0 <= deadline_ms <= _LATEST_MS:

@@ -57,6 +57,7 @@ __all__ = [
     "plan_fires",
     "reduce_schedule",
     "spec_of",
+    "submit_refusal",
 ]
 
 CATCH_UP = ("skip", "last", "all")
@@ -393,6 +394,20 @@ def fire_fact(state: ScheduleState, fire: Fire, now_ms: int, cause: str) -> Sche
         reason=fire.reason or None,
         count=fire.count if fire.kind == "skipped" else None,
     )
+
+
+def submit_refusal(command: SubmitRun) -> tuple[str, str] | None:
+    """Why a submit that names a schedule may not start its run (reason, detail), or
+    None: a scheduled run's id is its schedule's and fire time's (``fire_run_id``), so
+    a label that does not match the run is refused rather than shown."""
+    if command.schedule_id is None and command.fire_ms is None:
+        return None
+    if command.schedule_id is None or command.fire_ms is None:
+        return "invalid_command", "a scheduled run names both its schedule and its fire time"
+    expected = fire_run_id(command.schedule_id, command.fire_ms)
+    if command.run_id != expected:
+        return "invalid_command", f"the run of that fire time is {expected}, not {command.run_id}"
+    return None
 
 
 def link(maker: FactMaker, command: SubmitRun) -> None:

@@ -35,6 +35,7 @@ from processor.model.decide import (
 from processor.model.due import due_entries
 from processor.model.pipeline_spec import AwaitSpec, PipelineSpec, StepSpec
 from processor.model.reduce import fold
+from processor.model.schedules import fire_run_id
 from processor.model.state import RunState
 
 KEYS = KeyRing.single(b"unit-secret-0123456789abcdef")
@@ -318,3 +319,25 @@ def test_a_handoff_with_a_bad_target_is_malformed(target: str) -> None:
     )
     refusal = handoff_arrival(encode(handoff_signature.signed(KEYS, handoff)), KEYS, "c")
     assert isinstance(refusal, Refusal) and refusal.reason == "malformed"
+
+
+def test_a_scheduled_submit_records_its_schedule_if_its_run_id_is_that_fire_times() -> None:
+    ctx = Context(Catalog(), 5, KEYS)
+    fired = new_submit("awaiting", {"x": 1}).model_copy(
+        update={
+            "run_id": fire_run_id("nightly", 60_000),
+            "schedule_id": "nightly",
+            "fire_ms": 60_000,
+        }
+    )
+    decision = decide_submit(fired, None, ctx)
+    assert decision.refusal is None
+    assert types(decision.facts)[:2] == ["RunSubmitted", "ScheduledRunLinked"]
+    state = fold(list(decision.facts))
+    assert state is not None and state.schedule is not None
+    assert (state.schedule.schedule_id, state.schedule.fire_ms) == ("nightly", 60_000)
+    # A label that is not the run's own: refused, not shown.
+    forged = fired.model_copy(update={"run_id": fire_run_id("nightly", 120_000)})
+    assert decide_submit(forged, None, ctx).refusal == "invalid_command"
+    half = fired.model_copy(update={"fire_ms": None})
+    assert decide_submit(half, None, ctx).refusal == "invalid_command"
