@@ -18,8 +18,9 @@ from processor.facts.models import (
 )
 from processor.facts.topics import TopicName
 from processor.model.continuation import TIMED_OUT
+from processor.transport.base import Record
 from tests.apps.boundary_pipelines import AWAIT_TIMEOUT_S, PUBLISHED_TOPIC
-from tests.apps.support import LoopHarness, TopicTail, decode_records
+from tests.apps.support import LoopHarness, TopicTail, decode_records, wait_until
 from tests.control.control_support import timers_held
 
 AWAIT_MS = int(AWAIT_TIMEOUT_S * 1000)
@@ -249,10 +250,24 @@ def test_a_waiting_run_continues_with_a_checkpoint_handoff(harness: LoopHarness)
 
 def test_terminal_publication_publishes_before_success(harness: LoopHarness) -> None:
     h = harness
-    published = TopicTail(h.reader, PUBLISHED_TOPIC, h.deployment.topology.partitions)
+    # Every partition of the topic as it is: on a shared broker another test may have
+    # made it first, with more partitions than this deployment's.
+    admin = h.deployment.transport.admin()
+    partitions = admin.describe_topics()[PUBLISHED_TOPIC].partitions
+    admin.close()
+    published = TopicTail(h.reader, PUBLISHED_TOPIC, partitions)
     run_id = h.submit("publisher", "hello")
     finish(h, run_id)
-    records = [r for r in published.new() if r.key == run_id.encode()]
+    # On Kafka a committed transaction's records become readable (read_committed) once
+    # its markers are written, which the broker does after the commit returns.
+    records: list[Record] = []
+
+    def published_now() -> bool:
+        records.extend(r for r in published.new() if r.key == run_id.encode())
+        return bool(records)
+
+    wait_until(published_now, 10, "the publication")
+    published_now()  # and nothing more
     assert len(records) == 1
     assert json.loads(records[0].value or b"") == {"published": "hello"}
     assert dict(records[0].headers)["idempotency-key"] == f"{run_id}/terminal".encode()
