@@ -76,14 +76,23 @@ def plan_continuation(state: RunState, tolerance: Tolerance | None = None) -> Pl
         return NoOp()
     if not state.boundary.dispatched:
         return Hold()
+    # One pass, in no order, for the counts (an admission to a boundary of many items
+    # asks this each time); the items are put in order only to fail or release.
+    number, on_timeout = state.boundary.number, state.boundary.on_timeout
+    total = settled = 0
+    failures: list[Interaction] = []
+    for interaction in state.interactions.values():
+        if interaction.boundary != number:
+            continue
+        total += 1
+        settled += interaction.status in _SETTLED
+        if _failed(interaction, on_timeout):
+            failures.append(interaction)
+    if failures and (tolerance is None or not tolerance.allows(len(failures), total)):
+        return _failure(sorted(failures, key=_item_index), total, tolerance)
+    if settled < total:
+        return RecordItem(settled, total)
     interactions = state.boundary_interactions()
-    on_timeout = state.boundary.on_timeout
-    failures = [i for i in interactions if _failed(i, on_timeout)]
-    if failures and (tolerance is None or not tolerance.allows(len(failures), len(interactions))):
-        return _failure(failures, len(interactions), tolerance)
-    settled = [i for i in interactions if i.status in _SETTLED]
-    if len(settled) < len(interactions):
-        return RecordItem(len(settled), len(interactions))
     if tolerance is not None and state.boundary.itemized:
         return ReleaseItemized(_tolerated(interactions, on_timeout))
     outputs = [_output(i) for i in interactions]
@@ -91,6 +100,10 @@ def plan_continuation(state: RunState, tolerance: Tolerance | None = None) -> Pl
         joined = b"[" + b",".join(outputs) + b"]"
         return ReleaseItemized(joined)
     return ReleaseScalar(outputs[0])
+
+
+def _item_index(interaction: Interaction) -> int:
+    return interaction.item_index
 
 
 #: An interaction's statuses once it settled (queued and open ones have not).

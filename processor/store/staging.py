@@ -66,6 +66,9 @@ class Staging:
         self._carry = carry
         self._keep_runs = keep_runs
         self._carried: dict[str, RunState] = {}
+        # The journal's fact keys of carried runs whose keys were read: a later batch
+        # checks its appends against them instead of reading the run's whole history.
+        self._carried_keys: dict[str, set[str]] = {}
 
     def run(self, run_id: str) -> RunState | None:
         if run_id in self._after:
@@ -104,7 +107,10 @@ class Staging:
             return True
         stored = self._stored_keys.get(run_id)
         if stored is None:
-            stored = self._stored_keys[run_id] = self.store.fact_keys(run_id)
+            stored = self._carried_keys.get(run_id)
+            if stored is None:
+                stored = self.store.fact_keys(run_id)
+            self._stored_keys[run_id] = stored
         return fact_key in stored
 
     def append(
@@ -190,8 +196,9 @@ class Staging:
             batch.set_facts_offset(facts_offset)
         self.store.write(batch, wal=wal)
         carried = self._kept_after_flush()
+        carried_keys = self._keys_after_flush(carried)
         self.discard()
-        self._carried = carried
+        self._carried, self._carried_keys = carried, carried_keys
         return started
 
     def _kept_after_flush(self) -> dict[str, RunState]:
@@ -208,6 +215,19 @@ class Staging:
             del kept[run_id]
         return kept
 
+    def _keys_after_flush(self, carried: dict[str, RunState]) -> dict[str, set[str]]:
+        """The journal's fact keys of each carried run whose keys were read: what was
+        read plus what this flush wrote."""
+        known = {
+            run_id: keys
+            for run_id in carried
+            if (keys := self._stored_keys.get(run_id)) is not None
+        }
+        for run_id, fact_key in self._keys:
+            if run_id in known:
+                known[run_id].add(fact_key)
+        return known
+
     def discard(self) -> None:
         self._before.clear()
         self._after.clear()
@@ -215,6 +235,7 @@ class Staging:
         self._stored_keys.clear()
         self._staged.clear()
         self._carried = {}
+        self._carried_keys = {}
 
 
 def _pairs_of(

@@ -106,8 +106,9 @@ def test_fold_prefix_persist_reload_fold_rest_equals_fold_all(
 def test_runs_kept_in_memory_between_flushes_equal_the_stored_ones(
     tmp_path: Path, script: list[Event], keep_runs: int, batch_sizes: list[int]
 ) -> None:
-    """The live loop's staging keeps recently written runs; folding through them in
-    batches gives the store and the states a fold of everything gives."""
+    """The live loop's staging keeps recently written runs, and the journal keys of
+    those it checked; folding through them in batches gives the store and the states a
+    fold of everything gives, and the kept keys are the stored ones."""
     sim = simulate(script)
     store = PartitionStore(Path(tempfile.mkdtemp(dir=tmp_path)))
     try:
@@ -116,6 +117,9 @@ def test_runs_kept_in_memory_between_flushes_equal_the_stored_ones(
         while done < len(sim.facts):
             batch = sim.facts[done : done + next(sizes)]
             for fact in batch:
+                # As an append checks its keys: the run's journal keys are read (or taken
+                # from the ones kept since the last flush).
+                assert not staging._key_exists(fact.run_id, "no such key")
                 staging.fold(fact, encode(fact))
             done += len(batch)
             staging.flush(done)
@@ -123,6 +127,9 @@ def test_runs_kept_in_memory_between_flushes_equal_the_stored_ones(
             assert len(staging._carried) == min(keep_runs, len(started))
             for run_id, kept in staging._carried.items():
                 assert kept == store.run(run_id)
+            assert staging._carried_keys.keys() <= staging._carried.keys()
+            for run_id, fact_keys in staging._carried_keys.items():
+                assert fact_keys == store.fact_keys(run_id)
         for run_id, state in sim.states.items():
             assert store.run(run_id) == state
             assert staging.run(run_id) == state
