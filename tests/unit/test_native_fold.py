@@ -543,12 +543,12 @@ def _event_wait_run() -> list[FactHeader]:
     return _suspended_at(_Header("run-event"), "event", "paid", 1, [wait])
 
 
-def _stopping_parent() -> list[FactHeader]:
-    """A parent cancelled while one of its two children is still open: its stop waits
-    for that child (``waits.children_open``), so it stays suspended, the open child's
-    interaction timer still armed."""
-    k = _Header("run-parent")
-    children = [("kid", b"{}", 50_000), ("kid", b"{}", 50_001)]
+def _parent_after_its_first_child(
+    k: _Header, deadline_ms: int, outcome: str, error: str | None = None
+) -> list[FactHeader]:
+    """A parent waiting at a child step for two children, the first one's ``outcome``
+    admitted, the second still open (its interaction's deadline ``deadline_ms + 1``)."""
+    children = [("kid", b"{}", deadline_ms), ("kid", b"{}", deadline_ms + 1)]
     return [
         *_suspended_at(k, "child", "kid", 2, children),
         BoundaryDispatchCompleted(**k("dispatched"), boundary=1, interactions=2),
@@ -558,11 +558,22 @@ def _stopping_parent() -> list[FactHeader]:
             interaction="i0",
             item_index=0,
             source="child",
-            outcome="success",
-            payload=b"{}",
+            outcome=outcome,
+            payload=b"{}" if error is None else b"null",
             content_type="application/json",
-            payload_digest=b"\x01",
+            payload_digest=b"\x01" if error is None else b"\x02",
+            error=error,
         ),
+    ]
+
+
+def _stopping_parent() -> list[FactHeader]:
+    """A parent cancelled while one of its two children is still open: its stop waits
+    for that child (``waits.children_open``), so it stays suspended, the open child's
+    interaction timer still armed."""
+    k = _Header("run-parent")
+    return [
+        *_parent_after_its_first_child(k, 50_000, "success"),
         RunStopRequested(**k("stop"), reason="cancelled", detail="by user"),
     ]
 
@@ -572,22 +583,8 @@ def _failed_parent() -> list[FactHeader]:
     step failed (idle), the stop waits for that child (``waits.stop_held_by_children``),
     its interaction timer still armed."""
     k = _Header("run-failed-parent")
-    children = [("kid", b"{}", 60_000), ("kid", b"{}", 60_001)]
     return [
-        *_suspended_at(k, "child", "kid", 2, children),
-        BoundaryDispatchCompleted(**k("dispatched"), boundary=1, interactions=2),
-        BoundaryCompletionAdmitted(
-            **k("c0"),
-            boundary=1,
-            interaction="i0",
-            item_index=0,
-            source="child",
-            outcome="failure",
-            payload=b"null",
-            content_type="application/json",
-            payload_digest=b"\x02",
-            error="child run k0 failed",
-        ),
+        *_parent_after_its_first_child(k, 60_000, "failure", "child run k0 failed"),
         SegmentFailed(
             **k("failed"),
             segment=0,
