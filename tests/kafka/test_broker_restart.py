@@ -18,10 +18,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from processor.clients.client import Client
 from processor.config.settings import default_of
@@ -68,6 +71,24 @@ def restartable_broker(space: KafkaSpace) -> Iterator[None]:
     finally:
         started = local_kafka("start")  # reuses a running broker
         assert started.returncode == 0, started.stderr[-2000:]
+        _wait_coordinators_loaded(space.bootstrap, f"{space.prefix}runs.commands")
+
+
+def _wait_coordinators_loaded(bootstrap: str, topic: str, timeout_s: float = 120.0) -> None:
+    """Until a transaction can be begun and committed with a group's offsets: after a
+    restart the broker loads its transaction and group logs first (COORDINATOR_LOAD_
+    IN_PROGRESS), and the next test on it must not start against that."""
+    name = f"ready-{uuid.uuid4().hex[:8]}"
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": name})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": name})
+    try:
+        producer.init_transactions(timeout_s)
+        producer.begin_transaction()
+        offsets = [KafkaTopicPartition(topic, 0, 0)]
+        producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), timeout_s)
+        producer.commit_transaction(timeout_s)
+    finally:
+        consumer.close()
 
 
 def test_processor_survives_a_broker_restart(

@@ -357,6 +357,15 @@ def own_registry(tmp_path: Path) -> Iterator[dict[str, str]]:
         )
 
 
+def _wait_logged(process: KafkaProcessorProcess, text: str, what: str) -> None:
+    """Until the processor logs ``text``; on a timeout, say what it logged instead."""
+    try:
+        wait_until(lambda: text in process.log_text(), 60, what)
+    except AssertionError as late:
+        tail = process.log_text()[-4000:]
+        raise AssertionError(f"{late}; the processor's log:\n{tail}") from late
+
+
 # Alone, not beside other Kafka tests: with -n 2 it once waited in vain for the
 # processor to log its first failed registration (issue 30's note).
 @pytest.mark.exclusive
@@ -407,7 +416,7 @@ def test_the_registry_stopped_mid_workload_rejects_nothing(
         first = new_submit("steps3", {"n": 1})
         client.send(first)  # SubmitRun's id is cached: no registry needed to send it
         client.flush()
-        wait_until(lambda: "schema registry: register" in process.log_text(), 60, "a write")
+        _wait_logged(process, "schema registry: register", "a write")
         # In a schema id the processor has not resolved: it cannot read them.
         later = [new_submit("steps3", {"n": n}) for n in range(2, 5)]
         for command in later:
@@ -415,7 +424,7 @@ def test_the_registry_stopped_mid_workload_rejects_nothing(
             value = _confluent(old_id, _history_schema("SubmitRun"), record)
             plain.produce(Outbound(commands, command.run_id.encode(), value))
         plain.flush()
-        wait_until(lambda: f"get schema {old_id}" in process.log_text(), 60, "a read to wait")
+        _wait_logged(process, f"get schema {old_id}", "a read to wait")
         assert "ConnectError" in process.log_text()  # the refused connection, logged
         subprocess.run([*launcher, "start"], env=env, capture_output=True, timeout=120, check=True)
 
