@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.apps.support import wait_until
 from tests.kafka.support import KafkaSpace
@@ -60,11 +61,40 @@ class Cluster:
             max_pause_s=0.5,
         )
 
+    def wait_caught_up(self, timeout_s: float = 60.0) -> None:
+        """Until each broker knows a topic created now: a node back from a kill may list
+        itself before it has caught up with the cluster's metadata, and answer that the
+        topics a test just created do not exist (CI once failed two tests so)."""
+        probe = f"probe-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin.create_topics([NewTopic(probe, 1, 3)])[probe].result(timeout_s)
+        try:
+            for address in self.bootstrap.split(","):
+                # A client of that broker alone: its first metadata request goes there.
+                single = AdminClient({"bootstrap.servers": address})
+                wait_until(
+                    lambda single=single: _has_leader(single, probe),
+                    timeout_s,
+                    f"{address} to know a new topic",
+                    max_pause_s=0.5,
+                )
+        finally:
+            admin.delete_topics([probe])[probe].result(timeout_s)
+
     def leaders(self, topic: str) -> dict[int, int]:
         """Partition -> the node that leads it now (-1: none)."""
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         described = admin.list_topics(topic, timeout=10).topics[topic]
         return {p: meta.leader for p, meta in described.partitions.items()}
+
+
+def _has_leader(admin: AdminClient, topic: str) -> bool:
+    described = admin.list_topics(topic, timeout=10).topics.get(topic)
+    return (
+        described is not None
+        and described.error is None
+        and all(p.leader >= 0 for p in described.partitions.values())
+    )
 
 
 def start_cluster() -> Cluster:
@@ -100,6 +130,7 @@ def cluster() -> Cluster:
 def cluster_space(cluster: Cluster) -> Iterator[KafkaSpace]:
     """A private topic prefix and groups on the cluster; deleted afterwards."""
     cluster.wait_all_brokers()
+    cluster.wait_caught_up()
     created = KafkaSpace.new(cluster.bootstrap)
     yield created
     created.delete_topics()
