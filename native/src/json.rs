@@ -290,6 +290,21 @@ impl Json for RunState {
             "boundary_dispatched",
             &self.boundary_dispatched,
         );
+        o.field_unless(
+            self.boundary_total == 0,
+            "boundary_total",
+            &self.boundary_total,
+        );
+        o.field_unless(
+            self.boundary_settled == 0,
+            "boundary_settled",
+            &self.boundary_settled,
+        );
+        o.field_unless(
+            self.boundary_failed == 0,
+            "boundary_failed",
+            &self.boundary_failed,
+        );
         o.field_unless(self.sleep_step.is_none(), "sleep_step", &self.sleep_step);
         o.field_unless(
             self.sleep_wake_ms.is_none(),

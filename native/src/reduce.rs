@@ -277,6 +277,9 @@ fn start(fact: &Fact) -> Result<Option<RunState>, Error> {
         boundary_items: 0,
         boundary_on_timeout: "fail".into(),
         boundary_dispatched: false,
+        boundary_total: 0,
+        boundary_settled: 0,
+        boundary_failed: 0,
         sleep_step: None,
         sleep_wake_ms: None,
         interactions: IndexMap::new(),
@@ -429,6 +432,7 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
             s.boundary_items = fact.long("items")?;
             s.boundary_on_timeout = fact.string("on_timeout")?;
             s.boundary_dispatched = false;
+            s.count_boundary(); // none, unless the boundary is reached again
         }
         Kind::BoundaryInteractionDispatched => {
             let interaction = Interaction {
@@ -444,27 +448,37 @@ fn apply(fact: &Fact, s: &mut RunState) -> Result<(), Error> {
                 output: None,
                 error: None,
             };
-            s.interactions
-                .insert(fact.string("interaction")?, interaction);
+            let before = s
+                .interactions
+                .insert(fact.string("interaction")?, interaction.clone());
+            s.recount(before.as_ref(), &interaction);
         }
         Kind::BoundaryDispatchCompleted => s.boundary_dispatched = true,
         Kind::BoundaryCompletionAdmitted => {
-            if let Some(current) = s.interactions.get_mut(&fact.string("interaction")?) {
+            let key = fact.string("interaction")?;
+            if let Some(before) = s.interactions.get(&key).cloned() {
                 let outcome = fact.string("outcome")?;
-                current.status = "admitted".into();
-                current.output = if outcome == "success" {
+                let mut after = before.clone();
+                after.status = "admitted".into();
+                after.output = if outcome == "success" {
                     Some(fact.bytes("payload")?)
                 } else {
                     None
                 };
-                current.outcome = Some(outcome);
-                current.digest = Some(fact.bytes("payload_digest")?);
-                current.error = fact.opt_string("error")?;
+                after.outcome = Some(outcome);
+                after.digest = Some(fact.bytes("payload_digest")?);
+                after.error = fact.opt_string("error")?;
+                s.recount(Some(&before), &after);
+                s.interactions.insert(key, after);
             }
         }
         Kind::InteractionTimedOut => {
-            if let Some(current) = s.interactions.get_mut(&fact.string("interaction")?) {
-                current.status = "timed_out".into();
+            let key = fact.string("interaction")?;
+            if let Some(before) = s.interactions.get(&key).cloned() {
+                let mut after = before.clone();
+                after.status = "timed_out".into();
+                s.recount(Some(&before), &after);
+                s.interactions.insert(key, after);
             }
         }
         Kind::ContinuationSegmentCreated => {

@@ -117,6 +117,12 @@ pub struct RunState {
     #[serde(default)]
     pub boundary_dispatched: bool,
     #[serde(default)]
+    pub boundary_total: i64,
+    #[serde(default)]
+    pub boundary_settled: i64,
+    #[serde(default)]
+    pub boundary_failed: i64,
+    #[serde(default)]
     pub sleep_step: Option<i64>,
     #[serde(default)]
     pub sleep_wake_ms: Option<i64>,
@@ -195,7 +201,7 @@ pub struct RunState {
 /// The run row's fields this build reads and writes, in ``RunRow``'s order (all but
 /// ``redrives``): ``native_fold.py`` uses a build only if they are the row's, so an
 /// older build never writes rows without the fields added since.
-pub const ROW_FIELDS: [&str; 67] = [
+pub const ROW_FIELDS: [&str; 70] = [
     "run_id",
     "pipeline",
     "pipeline_version",
@@ -226,6 +232,9 @@ pub const ROW_FIELDS: [&str; 67] = [
     "boundary_items",
     "boundary_on_timeout",
     "boundary_dispatched",
+    "boundary_total",
+    "boundary_settled",
+    "boundary_failed",
     "sleep_step",
     "sleep_wake_ms",
     "interactions",
@@ -308,6 +317,44 @@ impl RunState {
     /// (``waits.IDLE``'s hold): its child step failed, and the others were cancelled.
     pub fn stop_held_by_children(&self) -> bool {
         self.stop_reason.is_some() && !self.terminal() && self.children_open()
+    }
+
+    /// What ``interaction`` adds to the boundary's counts (``Boundary.recounted``):
+    /// (total, settled, failed), nothing unless it is the boundary's.
+    fn tally(&self, interaction: &Interaction) -> (i64, i64, i64) {
+        if interaction.boundary != self.boundary {
+            return (0, 0, 0);
+        }
+        let settled = interaction.status == "admitted" || interaction.status == "timed_out";
+        let failed = match interaction.status.as_str() {
+            "admitted" => interaction.outcome.as_deref() == Some("failure"),
+            "timed_out" => self.boundary_on_timeout == "fail",
+            _ => false,
+        };
+        (1, i64::from(settled), i64::from(failed))
+    }
+
+    /// The boundary's counts once ``after`` replaced ``before`` (None: added).
+    pub fn recount(&mut self, before: Option<&Interaction>, after: &Interaction) {
+        let (t0, s0, f0) = before.map_or((0, 0, 0), |i| self.tally(i));
+        let (t1, s1, f1) = self.tally(after);
+        self.boundary_total += t1 - t0;
+        self.boundary_settled += s1 - s0;
+        self.boundary_failed += f1 - f0;
+    }
+
+    /// The boundary's counts read from every interaction (``Boundary.counted``).
+    pub fn count_boundary(&mut self) {
+        let (mut total, mut settled, mut failed) = (0, 0, 0);
+        for interaction in self.interactions.values() {
+            let (t, s, f) = self.tally(interaction);
+            total += t;
+            settled += s;
+            failed += f;
+        }
+        self.boundary_total = total;
+        self.boundary_settled = settled;
+        self.boundary_failed = failed;
     }
 
     pub fn from_json(raw: &[u8]) -> Result<RunState, String> {

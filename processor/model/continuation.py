@@ -67,7 +67,9 @@ Plan = NoOp | Hold | RecordItem | ReleaseScalar | ReleaseItemized | FailParent
 
 
 def plan_continuation(state: RunState, tolerance: Tolerance | None = None) -> Plan:
-    """Decide the boundary's next move from the run's current interactions.
+    """Decide the boundary's next move from the run's current interactions: from the
+    boundary's counts (an admission to a boundary of many items reads none of them),
+    reading its interactions in order only to fail or release.
 
     ``tolerance``: the failed items an itemized await tolerates (None: the first
     failure fails it); within it, the release is ``{"items": [...], "failed": [...]}``,
@@ -76,44 +78,23 @@ def plan_continuation(state: RunState, tolerance: Tolerance | None = None) -> Pl
         return NoOp()
     if not state.boundary.dispatched:
         return Hold()
-    # One pass, in no order, for the counts (an admission to a boundary of many items
-    # asks this each time); the items are put in order only to fail or release.
-    number, on_timeout = state.boundary.number, state.boundary.on_timeout
-    total = settled = 0
-    failures: list[Interaction] = []
-    for interaction in state.interactions.values():
-        if interaction.boundary != number:
-            continue
-        total += 1
-        settled += interaction.status in _SETTLED
-        if _failed(interaction, on_timeout):
-            failures.append(interaction)
-    if failures and (tolerance is None or not tolerance.allows(len(failures), total)):
-        return _failure(sorted(failures, key=_item_index), total, tolerance)
-    if settled < total:
-        return RecordItem(settled, total)
+    boundary = state.boundary
+    if boundary.total == 0:  # a row stored before the counts were kept
+        boundary = boundary.counted(state.interactions.values())
+    total, failed = boundary.total, boundary.failed
+    if failed and (tolerance is None or not tolerance.allows(failed, total)):
+        failures = [i for i in state.boundary_interactions() if i.failed(boundary.on_timeout)]
+        return _failure(failures, total, tolerance)
+    if boundary.settled < total:
+        return RecordItem(boundary.settled, total)
     interactions = state.boundary_interactions()
     if tolerance is not None and state.boundary.itemized:
-        return ReleaseItemized(_tolerated(interactions, on_timeout))
+        return ReleaseItemized(_tolerated(interactions, boundary.on_timeout))
     outputs = [_output(i) for i in interactions]
     if state.boundary.itemized:
         joined = b"[" + b",".join(outputs) + b"]"
         return ReleaseItemized(joined)
     return ReleaseScalar(outputs[0])
-
-
-def _item_index(interaction: Interaction) -> int:
-    return interaction.item_index
-
-
-#: An interaction's statuses once it settled (queued and open ones have not).
-_SETTLED = frozenset({"admitted", "timed_out"})
-
-
-def _failed(interaction: Interaction, on_timeout: str) -> bool:
-    if interaction.status == "admitted":
-        return interaction.outcome == "failure"
-    return interaction.status == "timed_out" and on_timeout == "fail"
 
 
 def _failure(failures: list[Interaction], total: int, tolerance: Tolerance | None) -> FailParent:
@@ -133,7 +114,7 @@ def _tolerated(interactions: list[Interaction], on_timeout: str) -> bytes:
     """The release of an itemized await within its tolerance: outputs and failures."""
     outputs, failed = [], []
     for i in interactions:
-        if _failed(i, on_timeout):
+        if i.failed(on_timeout):
             outputs.append(b"null")
             reason = "no completion before the deadline" if i.status == "timed_out" else i.error
             failed.append({"item": i.item_index, "error": reason})

@@ -194,6 +194,8 @@ _LANE_FACTS: dict[type[FactHeader], str] = {
     BoundaryInteractionDispatched: "boundary",
     BoundaryInteractionQueued: "boundary",
     BoundaryDispatchCompleted: "boundary",
+    BoundaryCompletionAdmitted: "boundary",
+    InteractionTimedOut: "boundary",
 }
 
 
@@ -437,7 +439,7 @@ def _(fact: SegmentSuspended, state: RunState) -> RunChanges:
             "on_timeout": fact.on_timeout,
             "dispatched": False,
         },
-    )
+    ).counted(state.interactions.values())  # none, unless the boundary is reached again
     return {"phase": "suspended", "unknown": None, "attempt": attempt, "boundary": boundary}
 
 
@@ -453,7 +455,7 @@ def _(fact: BoundaryInteractionDispatched, state: RunState) -> RunChanges:
             "token_digest": fact.token_digest,
         },
     )
-    return {"interactions": {**state.interactions, fact.interaction: interaction}}
+    return _put(state, fact.interaction, interaction)
 
 
 @_changes.register
@@ -470,7 +472,7 @@ def _(fact: BoundaryInteractionQueued, state: RunState) -> RunChanges:
             "request": fact.request,
         },
     )
-    return {"interactions": {**state.interactions, fact.interaction: interaction}}
+    return _put(state, fact.interaction, interaction)
 
 
 @_changes.register
@@ -482,8 +484,17 @@ def _settle(state: RunState, interaction_id: str, changes: InteractionChanges) -
     current = state.interactions.get(interaction_id)
     if current is None:
         return {}
-    settled = current.evolve(changes)
-    return {"interactions": {**state.interactions, interaction_id: settled}}
+    return _put(state, interaction_id, current.evolve(changes))
+
+
+def _put(state: RunState, interaction_id: str, interaction: Interaction) -> RunChanges:
+    """``interaction`` in the run's interactions, counted by its boundary (in a graph
+    run, the lane's: these facts are its lane's, ``_LANE_FACTS``)."""
+    before = state.interactions.get(interaction_id)
+    return {
+        "interactions": {**state.interactions, interaction_id: interaction},
+        "boundary": state.boundary.recounted(before, interaction),
+    }
 
 
 @_changes.register
@@ -744,6 +755,7 @@ def _(fact: RunRedriven, state: RunState) -> RunChanges:
         },
     )
     recorded = RecordedResolution(fingerprint=f"redrive/{fact.redrive}", response=fact.response)
+    kept_interactions = {k: i for k, i in state.interactions.items() if i.status != "open"}
     return {
         "status": RUNNING,
         "phase": "idle",
@@ -764,7 +776,8 @@ def _(fact: RunRedriven, state: RunState) -> RunChanges:
         "stop": Stop(),
         # The failed attempt's open interactions are abandoned: a late completion of one
         # is refused (unknown_interaction); a boundary reached again gets new ones.
-        "interactions": {k: i for k, i in state.interactions.items() if i.status != "open"},
+        "interactions": kept_interactions,
+        "boundary": state.boundary.counted(kept_interactions.values()),
         "redrives": {**state.redrives, fact.command_id: recorded},
     }
 

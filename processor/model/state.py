@@ -8,6 +8,7 @@ own ``evolve`` and ``assemble``, so mypy refuses a field the model does not decl
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, TypedDict
 
@@ -24,6 +25,7 @@ __all__ = [
     "LANE_FIELDS",
     "RUNNING",
     "RUNNING_PHASES",
+    "SETTLED",
     "SUCCEEDED",
     "TERMINAL",
     "Attempt",
@@ -152,6 +154,17 @@ class Interaction(BaseModel, Evolvable[InteractionChanges]):
     error: str | None = None
     request: bytes | None = None  # while queued: sent once there is room in flight
 
+    def failed(self, on_timeout: str) -> bool:
+        """Whether it settled as a failure: the external system reported one, or it timed
+        out at a boundary whose ``on_timeout`` is ``fail``."""
+        if self.status == "admitted":
+            return self.outcome == "failure"
+        return self.status == "timed_out" and on_timeout == "fail"
+
+
+#: An interaction's statuses once it settled (queued and open ones have not).
+SETTLED = frozenset({"admitted", "timed_out"})
+
 
 class UnknownAttemptChanges(TypedDict, total=False):
     """A change to ``UnknownAttempt``: any of its fields, with their types."""
@@ -255,6 +268,9 @@ class BoundaryChanges(TypedDict, total=False):
     items: int
     on_timeout: str
     dispatched: bool
+    total: int
+    settled: int
+    failed: int
 
 
 class Boundary(BaseModel, Evolvable[BoundaryChanges]):
@@ -269,6 +285,34 @@ class Boundary(BaseModel, Evolvable[BoundaryChanges]):
     items: int = 0
     on_timeout: str = "fail"
     dispatched: bool = False  # every interaction sent
+    # Its interactions in ``RunState.interactions``, counted by the fold as they come and
+    # settle, so that an admission to a boundary of many items need not read them all.
+    # 0 in a row stored before the counts were kept: they are then read (``counted``).
+    total: int = 0
+    settled: int = 0  # admitted or timed out
+    failed: int = 0  # of those, the failures (``Interaction.failed``)
+
+    def counted(self, interactions: Iterable[Interaction]) -> Boundary:
+        """This boundary with its counts read from ``interactions`` (all of the run's)."""
+        total = settled = failed = 0
+        for interaction in interactions:
+            if interaction.boundary == self.number:
+                total += 1
+                settled += interaction.status in SETTLED
+                failed += interaction.failed(self.on_timeout)
+        return self.evolve({"total": total, "settled": settled, "failed": failed})
+
+    def recounted(self, before: Interaction | None, after: Interaction) -> Boundary:
+        """This boundary's counts once ``after`` replaced ``before`` (None: added)."""
+        if after.boundary != self.number and (before is None or before.boundary != self.number):
+            return self
+        total, settled, failed = self.total, self.settled, self.failed
+        for interaction, sign in ((before, -1), (after, 1)):
+            if interaction is not None and interaction.boundary == self.number:
+                total += sign
+                settled += sign * (interaction.status in SETTLED)
+                failed += sign * interaction.failed(self.on_timeout)
+        return self.evolve({"total": total, "settled": settled, "failed": failed})
 
 
 class PublicationChanges(TypedDict, total=False):

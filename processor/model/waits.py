@@ -138,10 +138,11 @@ def _retrying(kind: AttemptKind) -> Arms:
 
 def _interaction_timeouts(state: RunState) -> frozenset[DueEntry]:
     """The deadline of each open interaction of the boundary (0: none)."""
+    number = state.boundary.number
     return frozenset(
         DueEntry(i.deadline_ms, state.run_id, "interaction_timeout", i.boundary, i.item_index)
-        for i in state.boundary_interactions()
-        if i.status == "open" and i.deadline_ms > 0
+        for i in state.interactions.values()  # a set: no need to put them in order
+        if i.boundary == number and i.status == "open" and i.deadline_ms > 0
     )
 
 

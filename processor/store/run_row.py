@@ -74,6 +74,9 @@ class RunRow(BaseModel):
     boundary_items: int = 0
     boundary_on_timeout: str = "fail"
     boundary_dispatched: bool = False
+    boundary_total: int = 0
+    boundary_settled: int = 0
+    boundary_failed: int = 0
     sleep_step: int | None = None  # while sleeping
     sleep_wake_ms: int | None = None
     interactions: dict[str, Interaction] = {}
@@ -159,6 +162,9 @@ _PARTS: tuple[tuple[str, type[BaseModel], tuple[tuple[str, str], ...]], ...] = (
             ("boundary_items", "items"),
             ("boundary_on_timeout", "on_timeout"),
             ("boundary_dispatched", "dispatched"),
+            ("boundary_total", "total"),
+            ("boundary_settled", "settled"),
+            ("boundary_failed", "failed"),
         ),
     ),
     ("sleep", Sleep, (("sleep_step", "step"), ("sleep_wake_ms", "wake_ms"))),
