@@ -108,7 +108,9 @@ class Settings(BaseSettings):
         "worker) without charging a step's retry budget; past it, a loss is a failure",
     )
     poll_timeout_ms: int = Field(default=50, ge=1)
-    timer_interval_ms: int = Field(default=100, ge=1, description="Due-work scan period")
+    timer_interval_ms: int = Field(
+        default=100, ge=1, description="Periodic due-work scan; a timer also fires when due"
+    )
     timer_batch: int = Field(default=1000, ge=1, description="Due timers fired per scan")
     keep_runs: int = Field(
         default=4096,

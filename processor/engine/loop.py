@@ -21,7 +21,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -328,7 +328,7 @@ class ProcessorLoop:
         if self._session is None:
             self._join()
         assert self._session is not None
-        records = self._session.poll(self._config.max_batch, self._config.poll_timeout_s)
+        records = self._session.poll(self._config.max_batch, self._poll_timeout_s())
         now = self._clock()
         self._wake_blocked(now)
         for record in records:
@@ -336,8 +336,26 @@ class ProcessorLoop:
         if time.monotonic() >= self._next_timer_scan:
             self._fire_timers(now)
             self._next_timer_scan = time.monotonic() + self._config.timer_interval_ms / 1000
+            stagings = self._stagings.values()
+            self._scan_when_due(_earliest(staging.store.next_due_ms(now) for staging in stagings))
         self._commit()
+        self._scan_when_due(_earliest(s.take_earliest_due() for s in self._stagings.values()))
         return len(records)
+
+    def _poll_timeout_s(self) -> float:
+        """The poll's wait: no longer than until the next timer scan."""
+        until_scan = self._next_timer_scan - time.monotonic()
+        return max(0.0, min(self._config.poll_timeout_s, until_scan))
+
+    def _scan_when_due(self, due_ms: int | None) -> None:
+        """Bring the next timer scan forward to ``due_ms`` (the earliest timer still to
+        come after a scan, or the earliest a commit wrote): a retry's backoff, a sleep or
+        a deadline fires when it is due, not at the next periodic scan (every
+        ``timer_interval_ms``, which still finds every due row)."""
+        if due_ms is None or self._next_timer_scan == math.inf:  # none, or timers held
+            return
+        at = time.monotonic() + (max(0, due_ms - self._clock()) + 1) / 1000
+        self._next_timer_scan = min(self._next_timer_scan, at)
 
     def _context(self, now: int) -> Context:
         config = self._config
@@ -734,6 +752,10 @@ class ProcessorLoop:
         session, self._session = self._session, None
         if session is not None:
             _close_quietly(session)
+
+
+def _earliest(due_times: Iterable[int | None]) -> int | None:
+    return min((due for due in due_times if due is not None), default=None)
 
 
 def _run(staging: Staging, run_id: str) -> RunState | None:

@@ -87,6 +87,11 @@ def due_key(entry: DueEntry) -> bytes:
     return _U64.pack(entry.due_ms) + string_key(entry.run_id) + tail
 
 
+def due_from(due_ms: int) -> bytes:
+    """Where the due rows of ``due_ms`` and later begin (rows sort by due time first)."""
+    return _U64.pack(due_ms)
+
+
 def decode_due(key: bytes) -> DueEntry:
     due_ms = _U64.unpack_from(key, 0)[0]
     length = _U32.unpack_from(key, 8)[0]

@@ -196,6 +196,12 @@ class PartitionStore:
             it.next()
         return found
 
+    def next_due_ms(self, after_ms: int) -> int | None:
+        """The due time of the earliest due row after ``after_ms`` (None: there is none)."""
+        it = self._cf["due"].iter()
+        it.seek(keys.due_from(after_ms + 1))
+        return keys.decode_due(it.key()).due_ms if it.valid() else None
+
     def keys_from(self, family: str, start: bytes, prefix: bytes) -> Iterator[bytes]:
         """The keys of ``family`` from ``start`` on (in key order) while they begin with
         ``prefix``: one listing of the runs index."""

@@ -69,6 +69,9 @@ class Staging:
         # The journal's fact keys of carried runs whose keys were read: a later batch
         # checks its appends against them instead of reading the run's whole history.
         self._carried_keys: dict[str, set[str]] = {}
+        # The earliest due time among the timers the flushes wrote since it was taken
+        # (``take_earliest_due``): the loop fires a timer when it is due, not at a scan.
+        self._earliest_due: int | None = None
 
     def run(self, run_id: str) -> RunState | None:
         if run_id in self._after:
@@ -187,7 +190,7 @@ class Staging:
             before = self._before.get(run_id)
             if after is not None and after is not before:
                 batch.put_run(after)
-                _write_due_changes(batch, before, after)
+                self._note_due(_write_due_changes(batch, before, after))
                 _write_index_changes(batch, before, after)
                 started += before is None
                 if self.census is not None:
@@ -200,6 +203,15 @@ class Staging:
         self.discard()
         self._carried, self._carried_keys = carried, carried_keys
         return started
+
+    def _note_due(self, due_ms: int | None) -> None:
+        if due_ms is not None and (self._earliest_due is None or due_ms < self._earliest_due):
+            self._earliest_due = due_ms
+
+    def take_earliest_due(self) -> int | None:
+        """The earliest due time of the timers written since the last call (None: none)."""
+        earliest, self._earliest_due = self._earliest_due, None
+        return earliest
 
     def _kept_after_flush(self) -> dict[str, RunState]:
         written = {run_id: state for run_id, state in self._after.items() if state is not None}
@@ -255,12 +267,19 @@ def _write_history(batch: StoreBatch, staged: Sequence[tuple[FactHeader, bytes]]
         batch.put_history(run_id, run_facts[0][0].seq, [encoded for _, encoded in run_facts])
 
 
-def _write_due_changes(batch: StoreBatch, before: RunState | None, after: RunState) -> None:
+def _write_due_changes(
+    batch: StoreBatch, before: RunState | None, after: RunState
+) -> int | None:
+    """Write the run's timer changes; the earliest due time of those it added."""
     old, new = due_entries(before), due_entries(after)
     for entry in old - new:
         batch.delete_due(entry)
+    earliest = None
     for entry in new - old:
         batch.put_due(entry)
+        if earliest is None or entry.due_ms < earliest:
+            earliest = entry.due_ms
+    return earliest
 
 
 def _write_index_changes(batch: StoreBatch, before: RunState | None, after: RunState) -> None:
