@@ -82,7 +82,9 @@ def test_no_worker_takes_work_before_all_of_the_processors_workers_have_joined(
     host.start()
     try:
         with Client(settings=settings) as client:
-            receipt = client.submit("steps3", {"n": 1}, wait_s=30)
+            # One long step: however long the gate stays shut on a loaded machine, the
+            # attempt is not lost and retried meanwhile (steps3's would be after 6 s).
+            receipt = client.submit("patient", {"n": 1}, wait_s=30)
             assert receipt.run_id is not None
             wait_until(
                 lambda: any(
