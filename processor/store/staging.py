@@ -267,9 +267,7 @@ def _write_history(batch: StoreBatch, staged: Sequence[tuple[FactHeader, bytes]]
         batch.put_history(run_id, run_facts[0][0].seq, [encoded for _, encoded in run_facts])
 
 
-def _write_due_changes(
-    batch: StoreBatch, before: RunState | None, after: RunState
-) -> int | None:
+def _write_due_changes(batch: StoreBatch, before: RunState | None, after: RunState) -> int | None:
     """Write the run's timer changes; the earliest due time of those it added."""
     old, new = due_entries(before), due_entries(after)
     for entry in old - new:
