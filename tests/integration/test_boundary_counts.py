@@ -9,25 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from processor import LocalEnvironment
-from processor.facts.models import BoundaryCompletionAdmitted, BoundaryDispatchCompleted
+from processor.facts.models import BoundaryDispatchCompleted
 from processor.model.continuation import plan_continuation
 from processor.model.graph import Tolerance
 from processor.model.reduce import reduce
 from processor.model.state import Boundary, RunState
 from processor.worker.pipeline import Application, Pipeline
-
-batched = Pipeline("counted_batch")
-
-
-@batched.await_step(target="labels", timeout_s=600, itemized=True, max_in_flight=3, tolerate=1)
-def print_labels(order: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"parcel": parcel} for parcel in range(order["parcels"])]
-
-
-@batched.step()
-def labelled(outputs: dict[str, Any]) -> dict[str, Any]:
-    return outputs
-
+from tests.apps.label_pipelines import answer_all, batched
 
 branches = Pipeline("counted_branches")
 
@@ -52,22 +40,6 @@ def done(outputs: dict[str, Any]) -> dict[str, Any]:
     return outputs
 
 
-def _answer_all(env: LocalEnvironment, run_id: str, failing: set[int]) -> None:
-    answered = 0
-    while True:
-        try:
-            opened = env.wait_pending(run_id, timeout_s=5)
-        except AssertionError:  # the run ended
-            return
-        request = min(opened, key=lambda r: r.item_index)
-        if request.item_index in failing:
-            env.fail(request, f"jammed on {request.item_index}")
-        else:
-            env.complete(request, {"label": request.item_index})
-        answered += 1
-        env.wait_fact(run_id, BoundaryCompletionAdmitted, count=answered)
-
-
 def _states(env: LocalEnvironment, run_id: str) -> list[RunState]:
     """The run after each fact of its history."""
     states, state = [], None
@@ -84,16 +56,16 @@ def _boundaries(state: RunState) -> list[Boundary]:
 
 def _uncounted(state: RunState) -> RunState:
     """``state`` as a row stored before the counts were kept reads back."""
-    blank = {"total": 0, "settled": 0, "failed": 0}
-    return state.evolve({"boundary": state.boundary.evolve(blank)})  # type: ignore[typeddict-item]
+    blank = state.boundary.evolve({"total": 0, "settled": 0, "failed": 0})
+    return state.evolve({"boundary": blank})
 
 
 def test_a_chains_counts_equal_a_reading_at_every_fact_with_queued_items_and_failures() -> None:
     with LocalEnvironment(Application([batched])) as env:
-        tolerated = env.submit("counted_batch", {"parcels": 6})
-        _answer_all(env, tolerated, failing={4})
-        failed = env.submit("counted_batch", {"parcels": 6})
-        _answer_all(env, failed, failing={1, 3})
+        tolerated = env.submit("batched", {"parcels": 6})
+        answer_all(env, tolerated, failing={4})
+        failed = env.submit("batched", {"parcels": 6})
+        answer_all(env, failed, failing={1, 3})
         assert env.wait(tolerated).status == "succeeded"
         assert env.wait(failed).status == "failed"
         runs = {run_id: _states(env, run_id) for run_id in (tolerated, failed)}

@@ -40,6 +40,7 @@ from processor.facts.payload import derive_run_id
 from processor.model.listing import is_unknown
 from processor.model.pipeline_spec import CheckpointSpec, RetryPolicy
 from processor.worker.pipeline import Application, NonRetryableError, Pipeline
+from tests.apps.label_pipelines import answer_all, batched
 
 ONCE = RetryPolicy(max_attempts=1)
 
@@ -857,46 +858,16 @@ def test_a_failed_graph_run_is_redriven_from_its_failed_branch_only() -> None:
 
 # --- itemized awaits under a limit ------------------------------------------------------------
 
-batched = Pipeline("batched")
-
-
-@batched.await_step(target="labels", timeout_s=600, itemized=True, max_in_flight=3, tolerate=1)
-def print_labels(order: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"parcel": parcel} for parcel in range(order["parcels"])]
-
-
-@batched.step()
-def labelled(outputs: dict[str, Any]) -> dict[str, Any]:
-    return outputs
-
-
-def _answer_all(env: LocalEnvironment, run_id: str, failing: set[int]) -> int:
-    """Answer the run's requests as they open, failing the items in ``failing``; the
-    most open at once."""
-    most = 0
-    while True:
-        try:
-            opened = env.wait_pending(run_id, timeout_s=5)
-        except AssertionError:  # the run ended
-            return most
-        most = max(most, len(opened))
-        request = min(opened, key=lambda r: r.item_index)
-        if request.item_index in failing:
-            env.fail(request, f"printer jammed on {request.item_index}")
-        else:
-            env.complete(request, {"label": request.item_index})
-        env.wait_fact(run_id, BoundaryCompletionAdmitted, count=request.item_index + 1)
-
 
 def test_an_itemized_await_sends_at_most_3_at_once_and_tolerates_one_failure() -> None:
     with LocalEnvironment(Application([batched])) as env:
         run_id = env.submit("batched", {"parcels": 8})
         env.wait_fact(run_id, BoundaryDispatchCompleted)
         assert [r.item_index for r in env.pending(run_id)] == [0, 1, 2]
-        most = _answer_all(env, run_id, failing={4})
+        most = answer_all(env, run_id, failing={4})
         result = env.wait(run_id)
         failing = env.submit("batched", {"parcels": 8})
-        _answer_all(env, failing, failing={2, 5})
+        answer_all(env, failing, failing={2, 5})
         failed = env.wait(failing)
     assert most == 3
     assert result.status == "succeeded", result
