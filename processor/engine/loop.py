@@ -198,6 +198,10 @@ class ProcessorLoop:
         self._next_timer_scan = (
             0.0  # monotonic seconds: the tick is wall time, due times use the clock
         )
+        # When the earliest timer known to be still to come is due (monotonic seconds;
+        # inf: none known): the loop scans then too, and its poll waits no longer.
+        self._next_due = math.inf
+        self._timers_held = False
         self.committed_batches = 0
         # Read by the HTTP server's threads (whole values are swapped or updated in
         # place under the GIL): the partitions being restored, the input positions
@@ -261,6 +265,7 @@ class ProcessorLoop:
         Operators may hold timers during a controlled maintenance; tests use it to
         decide an input before a timer that is already due.
         """
+        self._timers_held = held
         self._next_timer_scan = math.inf if held else 0.0
 
     def run_state(self, run_id: str) -> RunState | None:
@@ -333,29 +338,32 @@ class ProcessorLoop:
         self._wake_blocked(now)
         for record in records:
             self._handle(record, now)
-        if time.monotonic() >= self._next_timer_scan:
+        scan = time.monotonic()
+        if scan >= self._next_timer_scan or (scan >= self._next_due and not self._timers_held):
             self._fire_timers(now)
             self._next_timer_scan = time.monotonic() + self._config.timer_interval_ms / 1000
             stagings = self._stagings.values()
-            self._scan_when_due(_earliest(staging.store.next_due_ms(now) for staging in stagings))
+            self._next_due = self._due_at(_earliest(s.store.next_due_ms(now) for s in stagings))
         self._commit()
-        self._scan_when_due(_earliest(s.take_earliest_due() for s in self._stagings.values()))
+        written = self._due_at(_earliest(s.take_earliest_due() for s in self._stagings.values()))
+        self._next_due = min(self._next_due, written)
         return len(records)
 
     def _poll_timeout_s(self) -> float:
-        """The poll's wait: no longer than until the next timer scan."""
-        until_scan = self._next_timer_scan - time.monotonic()
-        return max(0.0, min(self._config.poll_timeout_s, until_scan))
+        """The poll's wait: no longer than until the earliest timer known is due (unless
+        timers are held)."""
+        if self._timers_held:
+            return self._config.poll_timeout_s
+        until_due = self._next_due - time.monotonic()
+        return max(0.0, min(self._config.poll_timeout_s, until_due))
 
-    def _scan_when_due(self, due_ms: int | None) -> None:
-        """Bring the next timer scan forward to ``due_ms`` (the earliest timer still to
-        come after a scan, or the earliest a commit wrote): a retry's backoff, a sleep or
-        a deadline fires when it is due, not at the next periodic scan (every
-        ``timer_interval_ms``, which still finds every due row)."""
-        if due_ms is None or self._next_timer_scan == math.inf:  # none, or timers held
-            return
-        at = time.monotonic() + (max(0, due_ms - self._clock()) + 1) / 1000
-        self._next_timer_scan = min(self._next_timer_scan, at)
+    def _due_at(self, due_ms: int | None) -> float:
+        """When (monotonic seconds) a timer due at ``due_ms`` (clock ms) is due; inf for
+        none. The loop scans then, besides every ``timer_interval_ms``: a retry's
+        backoff, a sleep or a deadline fires when it is due, not up to a period late."""
+        if due_ms is None:
+            return math.inf
+        return time.monotonic() + (max(0, due_ms - self._clock()) + 1) / 1000
 
     def _context(self, now: int) -> Context:
         config = self._config
