@@ -12,10 +12,11 @@ First ``--waiting`` runs start and wait on keys no event names (``idle-<i>``): t
 crowd that a router scanning the waiting runs would pay for. Then each round,
 alternated, ``--events`` more runs start and wait, and one event is sent to each:
 (a) by run id (``Client.signal(run_id=...)``), (b) by correlation key
-(``Client.signal(key=...)``: the event is copied to every partition, which looks up
-the runs waiting on the key in its index). A round's figures: events per second (the
-events over the time from the first send to the last outcome) and the p50/p99 from
-an event's send to its run's outcome (the wait's admission, then the no-op step). The
+(``Client.signal(key=...)``: the event goes through the partitions, each looking up
+the runs waiting on the key in its index; here one processor owns them all). A
+round's figures: events per second (the events over the time from the first send to
+the last outcome) and the p50/p99 from an event's send to its run's outcome (the
+wait's admission, then the no-op step). The
 figure is (b) against (a) in the same round, and one waiting count against another.
 """
 

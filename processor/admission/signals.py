@@ -19,7 +19,16 @@ from processor.facts.models import SignalEvent
 from processor.model import event_waits
 from processor.model.state import Interaction, RunState
 
-__all__ = ["KeyedEvent", "event_arrival", "event_interaction", "event_refusal"]
+__all__ = [
+    "NO_MATCHING_WAIT",
+    "KeyedEvent",
+    "event_arrival",
+    "event_interaction",
+    "event_refusal",
+]
+
+#: The reason an event is refused when no open wait takes it.
+NO_MATCHING_WAIT = "no_matching_wait"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,4 +105,4 @@ def event_refusal(arrival: Arrival, state: RunState) -> tuple[str, str]:
     if state.terminal:
         return "run_terminal", f"run {state.run_id} is already {state.status}"
     what = f"event {arrival.event!r} ({arrival.idempotency_key})"
-    return "no_matching_wait", f"{what}: run {state.run_id} has no open wait it matches"
+    return NO_MATCHING_WAIT, f"{what}: run {state.run_id} has no open wait it matches"

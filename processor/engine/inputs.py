@@ -145,8 +145,9 @@ class FleetNews(Generic[N]):
 @dataclass(frozen=True, slots=True)
 class ByKey:
     """An event by correlation key, for every run waiting on it whatever its partition:
-    the loop copies it to every partition, and each decides it for its own runs waiting
-    on the key, found in the runs index (docs/design/signals.md)."""
+    the loop decides it for the runs waiting on the key (found in the runs index) of
+    each partition it owns, then forwards it to a partition it does not own
+    (docs/design/signals.md)."""
 
     kind: type[KeyedEvent] = KeyedEvent
 

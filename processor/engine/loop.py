@@ -27,7 +27,7 @@ from pathlib import Path
 
 from processor.admission.admit import admit
 from processor.admission.arrivals import Refusal
-from processor.admission.signals import KeyedEvent
+from processor.admission.signals import NO_MATCHING_WAIT, KeyedEvent
 from processor.config.settings import Settings
 from processor.engine.fleet import Fleet
 from processor.engine.inputs import INPUTS, ByKey, FleetNews
@@ -458,32 +458,61 @@ class ProcessorLoop:
             return run_id, Decision.refuse(INTERNAL_ERROR, _exception_text(exc))
 
     def _by_key(self, keyed: KeyedEvent, record: Record, staging: Staging, now: int) -> None:
-        """An event by correlation key (docs/design/signals.md): the partition that reads
-        it first copies it to every partition, itself included, in this transaction; a
-        copy is decided for each run of its partition waiting on the key, found in the
-        runs index (never a scan of the runs). A run's refusal refuses only its copy."""
-        if not keyed.event.fanned_out:
-            copy = encode(keyed.event.model_copy(update={"fanned_out": True}))
-            self._batch.outbound.extend(
-                Outbound(record.topic, keyed.key.encode(), copy, (), partition)
-                for partition in range(self._partitions)
-            )
+        """An event by correlation key goes through the partitions (docs/design/signals.md):
+        this processor asks the waiting runs of each partition it owns that the event has
+        not been through (found in the partition's runs index: never a scan of the runs),
+        then forwards it, those partitions marked visited and the runs that admitted it
+        counted, to the lowest partition left. The processor that finds none left refuses
+        it (``no_matching_wait``) when no run admitted it. A run's refusal refuses only
+        its own part, with its run id; each step is one transaction."""
+        event = keyed.event
+        if event.fanned_out and not event.visited:  # a copy for its partition only (older)
+            self._ask_partition(keyed, record, record.partition, now)
             return
+        visited, matched = set(event.visited), event.matched
+        for partition in sorted(set(self._stagings) - visited):
+            matched += self._ask_partition(keyed, record, partition, now)
+            visited.add(partition)
+        visited.add(record.partition)  # read here, so owned here: the event always moves on
+        left = [partition for partition in range(self._partitions) if partition not in visited]
+        if left:
+            onward = {"fanned_out": True, "visited": tuple(sorted(visited)), "matched": matched}
+            value = encode(event.model_copy(update=onward))
+            self._batch.outbound.append(
+                Outbound(record.topic, keyed.key.encode(), value, (), left[0])
+            )
+        elif matched == 0:
+            detail = f"no run admitted event {event.name!r} by key {keyed.key!r}"
+            self._reject(record, NO_MATCHING_WAIT, detail, run_id=None, now=now)
+
+    def _ask_partition(self, keyed: KeyedEvent, record: Record, partition: int, now: int) -> int:
+        """Decide ``keyed`` for each run of ``partition`` waiting on its key; the runs that
+        admitted it."""
+        staging = self._stagings[partition]
         admitted = 0
         name, key = keyed.event.name, keyed.key
         for run_id in candidates(staging.store, staging.staged_runs(), name, key):
             if run_id in self.skipped_runs or not waits_on(_run(staging, run_id), name, key):
                 continue  # its wait ended since the last commit
             logs.bind_run(run_id)
-            decision = self._decide_copy(keyed, run_id, record, staging, now)
+            decision = self._decide_copy(keyed, run_id, (record.topic, partition), staging, now)
             admitted += decision.refusal is None and bool(decision.facts)
-            self._apply(staging, record, run_id, decision, now)  # a refusal: admission.rejected
+            # a refusal goes to admission.rejected
+            self._apply(staging, record, run_id, decision, now, partition=partition)
         metrics.KEYED_EVENT_COPIES.labels("matched" if admitted else "unmatched").inc()
+        return admitted
 
     def _decide_copy(
-        self, keyed: KeyedEvent, run_id: str, record: Record, staging: Staging, now: int
+        self,
+        keyed: KeyedEvent,
+        run_id: str,
+        where: tuple[str, int],
+        staging: Staging,
+        now: int,
     ) -> Decision:
-        """The decision on a keyed event's copy for one waiting run of this partition."""
+        """The decision on a keyed event (read from the topic ``where`` names) for one
+        waiting run of the partition it names."""
+        source, partition = where
         state = _run(staging, run_id)
         if state is not None and state.quarantine is not None:
             return quarantine.refused(state, None)
@@ -491,8 +520,8 @@ class ProcessorLoop:
             return admit(keyed.arrival(run_id), state, self._context(now))
         except TransportError:
             raise
-        except Exception as exc:  # a bug met by this run's copy: quarantine the run
-            self._quarantine(staging, record.partition, run_id, source=record.topic, exc=exc)
+        except Exception as exc:  # a bug met by this run's event: quarantine the run
+            self._quarantine(staging, partition, run_id, source=source, exc=exc)
             return Decision.refuse(INTERNAL_ERROR, _exception_text(exc))
 
     def _routed_here(self, record: Record, run_id: str) -> bool:
@@ -583,11 +612,21 @@ class ProcessorLoop:
             self.skipped_runs.add(run_id)
 
     def _apply(
-        self, staging: Staging, record: Record, run_id: str, decision: Decision, now: int
+        self,
+        staging: Staging,
+        record: Record,
+        run_id: str,
+        decision: Decision,
+        now: int,
+        *,
+        partition: int | None = None,
     ) -> None:
+        """Stage ``decision`` about the run (of ``partition``: the record's unless said)
+        on ``record``; a refusal of it goes to admission.rejected."""
         try:
             if decision.facts or decision.emits or decision.effects:
-                self._append(staging, record.partition, run_id, decision)
+                run_partition = record.partition if partition is None else partition
+                self._append(staging, run_partition, run_id, decision)
         except AppendConflictError as exc:  # a bug, never a reason to stop the partition
             logger.error("append conflict: %s", exc)
             self._reject(record, "append_conflict", str(exc), run_id=run_id, now=now)

@@ -802,6 +802,8 @@ class SignalEvent(AvroModel):
     interaction: str | None = None
     fanned_out: bool = False
     sent_ms: int = 0
+    visited: tuple[int, ...] = ()
+    matched: int = 0
 
 
 class ReleaseRun(AvroModel):

@@ -286,22 +286,90 @@ def test_an_event_by_key_before_the_wait_registers_does_not_reach_it(h: LoopHarn
     value = order(9)
     run_id = h.submit("paid", value)
     h.drive(lambda: h.loop_state(run_id) is not None, "the run accepted")
-    partitions = h.deployment.topology.partitions
-    here = TopicPartition(h.name(TopicName.EVENTS), partition_for(run_id.encode(), partitions))
-    start = h.reader.end_offset(here)
-    send_by_key(h, value["order"], "payment_received", "early", {"region": "eu"})
-    copies = 1 + (partition_for(value["order"].encode(), partitions) == here.partition)
-    h.drive(lambda: h.reader.end_offset(here) >= start + copies, "the early event's copy")
-    # An event for the run behind the copy on its partition: once it is refused, the copy
-    # was decided before the wait registered.
-    marker = send(h, run_id, "payment_received", "marker", correlation=value)
-    assert refused(h, marker).reason == "no_matching_wait"
+    early = send_by_key(h, value["order"], "payment_received", "early", {"region": "eu"})
+    # Refused as a whole: it was decided before the wait registered, and no other run
+    # waits on the key.
+    assert refused(h, early).reason == "no_matching_wait"
     play(h, lambda: h.suspended(run_id), "the wait registered")
     send_by_key(h, value["order"], "payment_received", "late", {"region": "eu"})
     finish(h, run_id)
     final = h.loop_state(run_id)
     assert final is not None and json.loads(final.result or b"") == {"shipped": "late"}
     assert len(admitted(h, run_id)) == 1
+
+
+def test_an_event_by_key_that_no_run_admits_is_refused_once_with_a_reason(
+    h: LoopHarness,
+) -> None:
+    value = order(13)
+    other_region = waiting(h, "paid", {**value, "region": "us"})
+    topic = h.name(TopicName.EVENTS)
+    partitions = range(h.deployment.topology.partitions)
+    ends = [h.reader.end_offset(TopicPartition(topic, p)) for p in partitions]
+    nobody = send_by_key(h, f"o-nobody-{uuid.uuid4().hex[:6]}", "payment_received", "lost?")
+    refusal = refused(h, nobody)
+    assert (refusal.reason, refusal.run_id) == ("no_matching_wait", None)
+    assert "no run admitted" in refusal.detail
+    # A run of the key whose correlation does not match refuses its part with its run
+    # id, and the event as a whole is refused too: nothing admitted it.
+    mismatched = send_by_key(h, value["order"], "payment_received", 1, {"region": "eu"})
+    h.drive(
+        lambda: any(r.run_id is None for r in _refusals_of(h, mismatched)),
+        "the mismatched event refused",
+    )
+    refusals = _refusals_of(h, mismatched)
+    assert sorted((r.run_id or "", r.reason) for r in refusals) == [
+        ("", "no_matching_wait"),
+        (other_region, "no_matching_wait"),
+    ]
+    assert h.suspended(other_region) and admitted(h, other_region) == []
+    # One processor owns every partition here: the events went through them all without
+    # a record more on boundary.events than the two sent.
+    after = [h.reader.end_offset(TopicPartition(topic, p)) for p in partitions]
+    assert sum(after) - sum(ends) == 2
+
+
+def test_a_copy_made_by_an_older_processor_is_decided_for_its_own_partition_only(
+    h: LoopHarness,
+) -> None:
+    # Before events by key went through the partitions, the key's owner copied them to
+    # every partition (fanned_out, no visited): a copy left in the log at an upgrade is
+    # decided for the runs of the partition it is on, and never refused as a whole.
+    value = order(14)
+    run_id = waiting(h, "paid", value)
+    partitions = h.deployment.topology.partitions
+    here = partition_for(run_id.encode(), partitions)
+    placed = next(
+        k for k in (f"k{i}" for i in range(1000)) if partition_for(k.encode(), partitions) == here
+    )
+
+    def copy(key: str, paid: int) -> Record:
+        event = SignalEvent(
+            event_id=uuid.uuid4().hex,
+            name="payment_received",
+            correlation_key=key,
+            correlation={"region": "eu"},
+            payload=json.dumps({"paid": paid}).encode(),
+            fanned_out=True,
+        )
+        return h.produce_model(TopicName.EVENTS, placed, event)
+
+    nobody = copy(f"o-nobody-{uuid.uuid4().hex[:6]}", 1)
+    copy(value["order"], 2)
+    finish(h, run_id)
+    final = h.loop_state(run_id)
+    assert final is not None and json.loads(final.result or b"") == {"shipped": {"paid": 2}}
+    assert _refusals_of(h, nobody) == []
+
+
+def _refusals_of(h: LoopHarness, source: Record) -> list[Rejected]:
+    h.rejected.refresh()
+    return [
+        r
+        for r in h.rejected.seen
+        if (r.source_topic, r.source_partition, r.source_offset)
+        == (source.topic, source.partition, source.offset)
+    ]
 
 
 def test_an_event_in_json_settles_a_wait_by_run_id_and_by_key(h: LoopHarness) -> None:

@@ -460,9 +460,9 @@ class _Checkpoints(_Topic):
 
 
 class _Events(_Topic):
-    """Events addressed to one run (never by key: one that matches no waiting run is
-    counted, not refused), each refused: the run does not exist or is over, or the
-    event is malformed."""
+    """Events addressed to one run, each refused: the run does not exist or is over, or
+    the event is malformed. (Never by key: on its way through the partitions a keyed
+    event is refused where the last of them is owned, not where it was produced.)"""
 
     carries = (SignalEvent,)
 
@@ -520,8 +520,8 @@ def _address_end(event: SignalEvent) -> int:
         update={"correlation": {}, "payload": b"", "content_type": "", "sent_ms": 0}
     )
     # The fields after the address, empty: a map's end, an empty bytes and string, a
-    # null, a false and a zero: one byte each.
-    return len(codec().encode(bare)) - 6
+    # null, a false, a zero, an empty array and a zero: one byte each.
+    return len(codec().encode(bare)) - 8
 
 
 _TOPICS: dict[str, type[_Topic]] = {

@@ -3,10 +3,13 @@
 Two ``processor run`` instances share the partitions, each with its own stores, as on
 two machines. Runs of ``paid`` wait on one order number, on partitions of both
 instances, and one run waits on another order. One event by that order number: the
-instance owning the key's partition copies it to every partition, and each owner
+instance owning the key's partition asks the runs of its partitions, forwards it to a
+partition of the other, whose owner asks its own:
 admits it to the runs it holds that wait on the key. Each of those runs gets it once
 and ships with its payload; the run waiting on another key is not asked; both stores
-pass ``replay --verify``.
+pass ``replay --verify``. An event by a key no run waits on goes through both
+instances' partitions and is refused once, with the reason, by the one that saw the
+last of them.
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ from pathlib import Path
 import pytest
 
 from processor.clients.client import Client
-from processor.facts.models import BoundaryCompletionAdmitted, RunSucceeded
+from processor.facts.codec import codec
+from processor.facts.models import BoundaryCompletionAdmitted, Rejected, RunSucceeded
+from processor.facts.topics import TopicName
 from processor.model.state import RunState
 from processor.transport.partitioner import partition_for
-from tests.apps.support import wait_until
+from tests.apps.support import read_topic, wait_until
 from tests.kafka.conftest import ProcessFactory
 from tests.kafka.support import KafkaSpace, assert_replay_verifies, read_facts, shared_by
 
@@ -78,6 +83,19 @@ def test_an_event_by_key_reaches_waiting_runs_owned_by_two_processors(
         admitted = [f.run_id for f in facts if isinstance(f, BoundaryCompletionAdmitted)]
         assert sorted(admitted) == sorted(runs)  # once each, and not the other key's run
         assert waiting(other)
+
+        client.signal("payment_received", {"paid": 6}, key="o-nobody")
+        client.flush()
+
+        def refusals() -> list[Rejected]:
+            records = read_topic(reader, topology.name(TopicName.REJECTED), topology.partitions)
+            found = [codec().decode_as(r.value, Rejected) for r in records]
+            return [r for r in found if r.original_key == b"o-nobody"]
+
+        wait_until(refusals, 60, "the event by an unknown key refused")
+        (refusal,) = refusals()  # once, though it went through both instances
+        assert (refusal.reason, refusal.run_id) == ("no_matching_wait", None)
+        assert "o-nobody" in refusal.detail
         for process in (first, second):
             assert process.stop() == 0, process.log_text()[-3000:]
     finally:
