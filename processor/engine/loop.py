@@ -439,7 +439,7 @@ class ProcessorLoop:
             return None
         if isinstance(entry, ByKey):  # for the runs waiting on its key, on every partition
             assert isinstance(message, KeyedEvent)
-            self._by_key(message, record, staging, now)
+            self._by_key(message, record, now)
             return None
         run_id = entry.run_id(message)
         if not self._routed_here(record, run_id):
@@ -457,7 +457,7 @@ class ProcessorLoop:
             self._quarantine(staging, record.partition, run_id, source=topic.value, exc=exc)
             return run_id, Decision.refuse(INTERNAL_ERROR, _exception_text(exc))
 
-    def _by_key(self, keyed: KeyedEvent, record: Record, staging: Staging, now: int) -> None:
+    def _by_key(self, keyed: KeyedEvent, record: Record, now: int) -> None:
         """An event by correlation key goes through the partitions (docs/design/signals.md):
         this processor asks the waiting runs of each partition it owns that the event has
         not been through (found in the partition's runs index: never a scan of the runs),
@@ -495,24 +495,17 @@ class ProcessorLoop:
             if run_id in self.skipped_runs or not waits_on(_run(staging, run_id), name, key):
                 continue  # its wait ended since the last commit
             logs.bind_run(run_id)
-            decision = self._decide_copy(keyed, run_id, (record.topic, partition), staging, now)
+            decision = self._decide_copy(keyed, run_id, record, partition, now)
             admitted += decision.refusal is None and bool(decision.facts)
-            # a refusal goes to admission.rejected
             self._apply(staging, record, run_id, decision, now, partition=partition)
         metrics.KEYED_EVENT_COPIES.labels("matched" if admitted else "unmatched").inc()
         return admitted
 
     def _decide_copy(
-        self,
-        keyed: KeyedEvent,
-        run_id: str,
-        where: tuple[str, int],
-        staging: Staging,
-        now: int,
+        self, keyed: KeyedEvent, run_id: str, record: Record, partition: int, now: int
     ) -> Decision:
-        """The decision on a keyed event (read from the topic ``where`` names) for one
-        waiting run of the partition it names."""
-        source, partition = where
+        """The decision on a keyed event (``record``) for one waiting run of ``partition``."""
+        staging = self._stagings[partition]
         state = _run(staging, run_id)
         if state is not None and state.quarantine is not None:
             return quarantine.refused(state, None)
@@ -521,7 +514,7 @@ class ProcessorLoop:
         except TransportError:
             raise
         except Exception as exc:  # a bug met by this run's event: quarantine the run
-            self._quarantine(staging, partition, run_id, source=source, exc=exc)
+            self._quarantine(staging, partition, run_id, source=record.topic, exc=exc)
             return Decision.refuse(INTERNAL_ERROR, _exception_text(exc))
 
     def _routed_here(self, record: Record, run_id: str) -> bool:

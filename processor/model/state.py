@@ -25,7 +25,6 @@ __all__ = [
     "LANE_FIELDS",
     "RUNNING",
     "RUNNING_PHASES",
-    "SETTLED",
     "SUCCEEDED",
     "TERMINAL",
     "Attempt",
@@ -163,7 +162,7 @@ class Interaction(BaseModel, Evolvable[InteractionChanges]):
 
 
 #: An interaction's statuses once it settled (queued and open ones have not).
-SETTLED = frozenset({"admitted", "timed_out"})
+_SETTLED = frozenset({"admitted", "timed_out"})
 
 
 class UnknownAttemptChanges(TypedDict, total=False):
@@ -296,23 +295,30 @@ class Boundary(BaseModel, Evolvable[BoundaryChanges]):
         """This boundary with its counts read from ``interactions`` (all of the run's)."""
         total = settled = failed = 0
         for interaction in interactions:
-            if interaction.boundary == self.number:
-                total += 1
-                settled += interaction.status in SETTLED
-                failed += interaction.failed(self.on_timeout)
+            t, s, f = self._tally(interaction)
+            total, settled, failed = total + t, settled + s, failed + f
         return self.evolve({"total": total, "settled": settled, "failed": failed})
 
     def recounted(self, before: Interaction | None, after: Interaction) -> Boundary:
         """This boundary's counts once ``after`` replaced ``before`` (None: added)."""
-        if after.boundary != self.number and (before is None or before.boundary != self.number):
+        t0, s0, f0 = (0, 0, 0) if before is None else self._tally(before)
+        t1, s1, f1 = self._tally(after)
+        if (t0, s0, f0) == (t1, s1, f1):
             return self
-        total, settled, failed = self.total, self.settled, self.failed
-        for interaction, sign in ((before, -1), (after, 1)):
-            if interaction is not None and interaction.boundary == self.number:
-                total += sign
-                settled += sign * (interaction.status in SETTLED)
-                failed += sign * interaction.failed(self.on_timeout)
-        return self.evolve({"total": total, "settled": settled, "failed": failed})
+        changes: BoundaryChanges = {
+            "total": self.total + t1 - t0,
+            "settled": self.settled + s1 - s0,
+            "failed": self.failed + f1 - f0,
+        }
+        return self.evolve(changes)
+
+    def _tally(self, interaction: Interaction) -> tuple[int, int, int]:
+        """What ``interaction`` adds to the counts: (total, settled, failed), nothing
+        unless it is this boundary's (``native/src/state.rs`` ``tally``)."""
+        if interaction.boundary != self.number:
+            return (0, 0, 0)
+        failed = interaction.failed(self.on_timeout)
+        return (1, int(interaction.status in _SETTLED), int(failed))
 
 
 class PublicationChanges(TypedDict, total=False):
