@@ -408,6 +408,10 @@ def test_the_registry_stopped_mid_workload_rejects_nothing(
         client.flush()
         rejected_topic = topology.name(TopicName.REJECTED)
         wait_until(lambda: read(rejected_topic), 90, "the refused submit")
+        # Its workers announce themselves in a schema of their own: the processor
+        # resolves that id now, or it would wait on it first during the outage.
+        for worker in ("w0", "w1"):
+            _wait_logged(process, f"-{worker} loads", "the workers' announcements")
         subject = f"{commands}-{SUBMIT_RUN}"
         old_id = registry.register_schema(subject, Schema(_history_schema("SubmitRun"), "AVRO"))
         subprocess.run([*launcher, "stop"], env=env, capture_output=True, timeout=60, check=True)
