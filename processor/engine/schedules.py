@@ -16,6 +16,11 @@ after any crash or move. Each round:
 3. produce all of it in one transaction with the consumed offsets, then, once it
    committed, fold the new facts into the owned state.
 
+A round that polled nothing is followed by a pause (``idle_s``, 0.1 s), not by a
+poll that waits: the embedded log wakes a waiting poll whenever any process commits,
+about ten times a run, and a stage that needs no millisecond latency paid ~1 ms of
+the processor's CPU a run for it. A command or a due fire waits at most that pause.
+
 A crash before 3 commits nothing: the round is decided again. A redo that submits a
 fire again (a zombie fenced too late, a fact not yet read back) submits the same run
 id with the same fields: the run's partition answers it as a repeat, starting nothing.
@@ -100,7 +105,7 @@ class ScheduleStage:
         run_ended: RunEnded,
         clock: Clock = wall_clock_ms,
         max_batch: int = 500,
-        poll_timeout_s: float = 0.1,
+        idle_s: float = 0.1,
         snapshots: Path | None = None,
         snapshot_every_s: float = SNAPSHOT_EVERY_S,
     ) -> None:
@@ -112,7 +117,7 @@ class ScheduleStage:
         self._run_ended = run_ended
         self._clock = clock
         self._max_batch = max_batch
-        self._poll_timeout_s = poll_timeout_s
+        self._idle_s = idle_s
         self._topic = topology.name(TopicName.SCHEDULES)
         self._session: ProcessorSession | None = None
         # Owned partitions -> schedule id -> state (committed), and each partition's
@@ -138,7 +143,8 @@ class ScheduleStage:
         try:
             while not stop.is_set():
                 try:
-                    self.run_once()
+                    if not self.run_once():
+                        stop.wait(self._idle_s)
                     pause = 0.1
                 except TransportError as exc:
                     logger.warning("schedules: %s; retrying in %.1fs", exc, pause)
@@ -219,7 +225,7 @@ class ScheduleStage:
     def run_once(self) -> int:
         """Poll, decide commands, fire due schedules, commit; return the records polled."""
         session = self._session or self._join()
-        records = session.poll(self._max_batch, self._poll_timeout_s)
+        records = session.poll(self._max_batch, 0.0)
         now = self._clock()
         staged = {p: dict(owned) for p, owned in self._owned.items()}
         round_ = _Round()
