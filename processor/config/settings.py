@@ -93,6 +93,15 @@ class Settings(BaseSettings):
         "in one child process (off the processor's GIL; it ends with the processor); "
         "thread, as threads of the processor's own process",
     )
+    inline_steps: bool = Field(
+        default=False,
+        description="The processor runs a segment of a pipeline its own application "
+        "loads (processor run --app) before it commits, instead of sending a work item to "
+        "a worker: what dispatched it, its steps' outputs and what follows commit together "
+        "(two transactions for the standard run instead of four). For quick sync steps: "
+        "they run on the processor's loop. Async, effectful (claimed) steps and other "
+        "pipelines still go to workers",
+    )
     start_report_after_ms: int = Field(
         default=1000,
         ge=0,

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from processor.config.resume_secret import resume_keys
 from processor.engine.guarded import start_guarded
+from processor.engine.inline import InlineSteps
 from processor.engine.instance import InstanceClaim, claim_instance
 from processor.engine.loop import LoopConfig, ProcessorLoop
 from processor.engine.schedules import RunEndedReader, ScheduleStage
@@ -92,6 +93,7 @@ class Host:
                 config,
                 self.clock,
                 on_owned=self._ownership.publish,
+                inline=self._inline_steps(),
             )
             self.loop.start()
         except BaseException:
@@ -172,6 +174,16 @@ class Host:
             instance_id=self.instance_id,
             clock=self.clock,
         )
+
+    def _inline_steps(self) -> InlineSteps | None:
+        """What the loop runs itself (PROCESSOR_INLINE_STEPS), if on and the
+        application loads any pipeline."""
+        settings = self.deployment.settings
+        if not settings.inline_steps or not self.app.versions:
+            return None
+        worker_id = f"{self.instance_id}-inline"
+        logger.info("inline steps: %s runs segments of its own pipelines", worker_id)
+        return InlineSteps(self.app, worker_id, settings.max_payload_bytes, settings.max_batch)
 
     def _schedule_stage(self) -> ScheduleStage:
         deployment = self.deployment

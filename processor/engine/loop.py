@@ -30,6 +30,7 @@ from processor.admission.arrivals import Refusal
 from processor.admission.signals import NO_MATCHING_WAIT, KeyedEvent
 from processor.config.settings import Settings
 from processor.engine.fleet import Fleet
+from processor.engine.inline import InlineSegment, InlineSteps
 from processor.engine.inputs import INPUTS, ByKey, FleetNews
 from processor.engine.spans import Traced, record_spans
 from processor.errors import (
@@ -42,7 +43,7 @@ from processor.errors import (
 from processor.facts import json_wire
 from processor.facts.codec import encode
 from processor.facts.keyring import KeyRing
-from processor.facts.models import AvroModel, BoundaryRequest, RunSubmitted
+from processor.facts.models import AvroModel, BoundaryRequest, RunSubmitted, SegmentResult
 from processor.facts.rejection import rejected
 from processor.facts.topics import RUN_ADDRESSED_INPUTS, TopicName
 from processor.facts.traceparent import TRACEPARENT_HEADER
@@ -57,6 +58,7 @@ from processor.model.decide import (
     decide_timer,
     decide_unblock,
 )
+from processor.model.decision import LiveVersions
 from processor.model.state import RunState
 from processor.restore.assignment import RestoreConfig, restore_assigned
 from processor.store.census import RunCensus, blocked_runs
@@ -156,6 +158,7 @@ class _Batch:
     consumed: dict[TopicPartition, int] = field(default_factory=dict)
     effects: list[Outbound] = field(default_factory=list)  # terminal publications
     traced: list[Traced] = field(default_factory=list)  # only while spans are on
+    inline: list[InlineSegment] = field(default_factory=list)  # work items to run here
     finished: list[RunState] = field(default_factory=list)  # runs that became terminal
     tally: metrics.TransactionTally = field(default_factory=metrics.TransactionTally)
 
@@ -175,11 +178,14 @@ class ProcessorLoop:
         clock: Clock = wall_clock_ms,
         *,
         on_owned: OnOwned | None = None,
+        inline: InlineSteps | None = None,
     ) -> None:
         """``on_owned(partitions, partition_count)`` is told the partitions whose stores
         this loop has caught up and writes, each time they change (``Host``: for the
-        readers of the state directory, ``store/ownership.py``)."""
+        readers of the state directory, ``store/ownership.py``). ``inline``: the work
+        items this loop runs itself before it commits (``engine/inline.py``)."""
         self._transport = transport
+        self._inline = inline
         self._on_owned = on_owned
         self._catalog = catalog
         self._topology = topology
@@ -187,6 +193,7 @@ class ProcessorLoop:
         self._clock = clock
         self._inputs = {topology.name(t): t for t in RUN_ADDRESSED_INPUTS}
         self._facts_topic = topology.name(TopicName.FACTS)
+        self._results_topic = topology.name(TopicName.RESULTS)
         self._stagings: dict[int, Staging] = {}
         self._partitions = topology.partitions
         self._reader = transport.reader()
@@ -194,7 +201,7 @@ class ProcessorLoop:
         self._batch = _Batch()
         # The live workers (not durable) and what they load, as of this round.
         self.fleet = Fleet(config.announce_interval_ms)
-        self._live = self.fleet.live_versions()
+        self._live = self._live_versions()
         self._next_timer_scan = (
             0.0  # monotonic seconds: the tick is wall time, due times use the clock
         )
@@ -344,6 +351,7 @@ class ProcessorLoop:
             self._next_timer_scan = time.monotonic() + self._config.timer_interval_ms / 1000
             stagings = self._stagings.values()
             self._next_due = self._due_at(_earliest(s.store.next_due_ms(now) for s in stagings))
+        self._run_inline(now)
         self._commit()
         written = self._due_at(_earliest(s.take_earliest_due() for s in self._stagings.values()))
         self._next_due = min(self._next_due, written)
@@ -382,7 +390,7 @@ class ProcessorLoop:
         whose version a live worker now loads (committed ones: a run blocked in the
         previous round is in the store by now). At most ``timer_batch`` of each version
         a partition a round; the rest in the next rounds."""
-        self._live = live = self.fleet.live_versions()
+        self._live = live = self._live_versions()
         if not self.fleet.take_change():
             return
         cap = self._config.timer_batch
@@ -435,7 +443,7 @@ class ProcessorLoop:
         entry = source.entry(message, record.value)
         if isinstance(entry, FleetNews):  # heard on every partition: not routed, not decided
             entry.hear(self.fleet, message)
-            self._live = self.fleet.live_versions()
+            self._live = self._live_versions()
             return None
         if isinstance(entry, ByKey):  # for the runs waiting on its key, on every partition
             assert isinstance(message, KeyedEvent)
@@ -632,7 +640,14 @@ class ProcessorLoop:
         # whole or not at all (Staging.append is atomic too).
         before = staging.run(run_id)
         trace = _traceparent(before, decision)
-        emits = [self._emitted(emit, trace) for emit in decision.emits]
+        inline = self._inline
+        emits: list[Outbound] = []
+        kept: list[Emit] = []  # work items this loop runs itself (_run_inline)
+        for emit in decision.emits:
+            if inline is not None and inline.takes(emit):
+                kept.append(emit)
+            else:
+                emits.append(self._emitted(emit, trace))
         effects = [self._effect(effect, trace) for effect in decision.effects]
         appended = staging.append(run_id, decision.expected_version, decision.facts)
         key = run_id.encode()
@@ -640,6 +655,7 @@ class ProcessorLoop:
             Outbound(self._facts_topic, key, staged.encoded, (), partition) for staged in appended
         )
         self._batch.outbound.extend(emits)
+        self._batch.inline.extend(InlineSegment(partition, emit, trace) for emit in kept)
         self._batch.effects.extend(effects)
         after = staging.run(run_id) if appended else None
         if after is None:
@@ -700,6 +716,51 @@ class ProcessorLoop:
             name = self._topology.name(emit.topic)
             return Outbound(name, emit.key.encode(), value, json_wire.request_headers() + headers)
         return self._outbound(emit.topic, emit.key, emit.value, headers)
+
+    # --- inline segments (engine/inline.py) --------------------------------------------
+
+    def _live_versions(self) -> LiveVersions | None:
+        """What live workers load, and what this loop runs itself; None while not known."""
+        live = self.fleet.live_versions()
+        if live is None or self._inline is None:
+            return live
+        return live | self._inline.versions
+
+    def _run_inline(self, now: int) -> None:
+        """Run the batch's inline segments and decide each result as if it came from
+        segments.results (offset -1: it never was on it), so that what follows a
+        segment commits with it; what a result dispatches runs too, up to the limit a
+        batch, and the rest go out as work items for the workers."""
+        inline, ran = self._inline, 0
+        while self._batch.inline:
+            segments, self._batch.inline = self._batch.inline, []
+            for segment in segments:
+                staging = self._stagings.get(segment.partition)
+                result = None
+                if inline is not None and staging is not None and ran < inline.limit:
+                    ran += 1
+                    result = self._run_segment(inline, segment)
+                if result is None or staging is None:
+                    self._batch.outbound.append(self._emitted(segment.emit, segment.trace))
+                    continue
+                record = Record(
+                    self._results_topic,
+                    segment.partition,
+                    -1,
+                    result.run_id.encode(),
+                    encode(result),
+                )
+                with logs.run_scope():
+                    self._handle_in_scope(record, staging, now)
+        metrics.INLINE_SEGMENTS.inc(ran)
+
+    def _run_segment(self, inline: InlineSteps, segment: InlineSegment) -> SegmentResult | None:
+        """The segment's result; None if running it raised (a bug: a worker runs it)."""
+        try:
+            return inline.run(segment)
+        except Exception:
+            logger.exception("run %s: its inline segment raised; sent to a worker", segment.run_id)
+            return None
 
     # --- commit --------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 
 __all__ = [
     "DECISIONS_QUARANTINED",
+    "INLINE_SEGMENTS",
     "KEYED_EVENT_COPIES",
     "PROGRESS_REFUSED",
     "QUARANTINE_FAILED",
@@ -132,6 +133,11 @@ DECISIONS_QUARANTINED = Counter(
 QUARANTINE_FAILED = Counter(
     "processor_quarantine_failures",
     "Quarantines that raised too (the fold is broken): the run is skipped until a restart",
+    registry=REGISTRY,
+)
+INLINE_SEGMENTS = Counter(
+    "processor_inline_segments",
+    "Segments the processor ran itself before committing (PROCESSOR_INLINE_STEPS)",
     registry=REGISTRY,
 )
 TIMERS_FIRED = Counter(

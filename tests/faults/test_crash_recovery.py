@@ -1,4 +1,5 @@
-"""kill -9 a real ``processor run`` process again and again while runs are in flight.
+"""kill -9 a real ``processor run`` process again and again while runs are in flight
+(its steps run by its workers, or by itself: ``PROCESSOR_INLINE_STEPS``).
 
 The test submits thousands of runs from this process, kills the processor at
 moments chosen by a seeded RNG (after a random amount of committed progress, or
@@ -34,9 +35,13 @@ RUNS = 2_100
 KILLS = 6
 
 
-@pytest.fixture
-def processor_process(tmp_path: Path) -> Iterator[ProcessorProcess]:
+@pytest.fixture(params=["workers", "inline"])
+def processor_process(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ProcessorProcess]:
+    """``processor run`` with its workers; or running the steps itself (engine/inline.py)."""
     process = ProcessorProcess(tmp_path / "data", tmp_path / "processor.log", workers=2)
+    if request.param == "inline":
+        # A whole run commits at once here: small batches leave runs in flight to kill.
+        process.extra_env |= {"PROCESSOR_INLINE_STEPS": "true", "PROCESSOR_MAX_BATCH": "20"}
     try:
         yield process
     finally:
@@ -123,7 +128,10 @@ def test_kill_9_during_load_loses_and_duplicates_nothing(
         codec().decode_as(r.value, RunOutcome)
         for r in read_topic(reader, topology.name(TopicName.OUTCOMES), topology.partitions)
     ]
+    work = list(read_topic(reader, topology.name(TopicName.WORK), topology.partitions))
     reader.close()
+    if processor_process.extra_env.get("PROCESSOR_INLINE_STEPS"):
+        assert work == []  # every segment ran in the processor, none in its workers
     _assert_exactly_once(facts, inputs)
     assert Counter(o.run_id for o in outcomes) == Counter(dict.fromkeys(inputs, 1))
     assert {o.status for o in outcomes} == {"succeeded"}

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from processor.clients.client import Client
-from tests.apps.support import wait_until
+from processor.facts.topics import TopicName
+from tests.apps.support import read_topic, wait_until
 from tests.kafka.conftest import ProcessFactory
 from tests.kafka.support import (
     FactsWatch,
@@ -35,10 +36,14 @@ RUNS = 2_100
 KILLS = 6
 
 
+@pytest.mark.parametrize("steps", ["workers", "inline"])
 def test_kill_9_during_load_on_kafka_loses_and_duplicates_nothing(
-    space: KafkaSpace, processes: ProcessFactory, tmp_path: Path
+    space: KafkaSpace, processes: ProcessFactory, tmp_path: Path, steps: str
 ) -> None:
     processor = processes("processor")
+    if steps == "inline":  # the processor runs the steps itself (engine/inline.py)
+        # A whole run commits at once then: small batches leave runs in flight to kill.
+        processor.extra_env |= {"PROCESSOR_INLINE_STEPS": "true", "PROCESSOR_MAX_BATCH": "20"}
     deployment = space.deployment(tmp_path / "client")
     topology = deployment.topology
     client = Client(deployment.transport, topology, deployment.settings.state_dir)
@@ -92,6 +97,8 @@ def test_kill_9_during_load_on_kafka_loses_and_duplicates_nothing(
     finally:
         client.close()
 
+    if steps == "inline":  # every segment ran in the processor, none in its workers
+        assert not list(read_topic(reader, topology.name(TopicName.WORK), topology.partitions))
     facts = assert_steps3_once(reader, topology, inputs)
     report = assert_replay_verifies(space, processor.data_dir)
     assert report["facts"] == len(facts)

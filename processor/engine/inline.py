@@ -1,0 +1,82 @@
+"""Segments run where they are decided (``PROCESSOR_INLINE_STEPS``).
+
+A work item the loop dispatches normally goes out on segments.work; a worker runs it
+and its result comes back on segments.results: two records, two hops and a
+transaction more per segment. With inline steps on, the loop runs a segment of a
+pipeline its own application loads before it commits, and decides the result in the
+same batch: the decision that dispatched the segment, the steps' outputs and what
+follows them (the next segment, an await's request, the outcome) commit together.
+
+Steps stay at least once: a batch that does not commit is decided again, and its
+segments run again, as a worker's would after a crash. What is not run here goes out
+as before: a segment with an ``async def`` step (it would hold the loop for as long
+as it awaits), one that must be claimed before it runs (an effectful step, run at
+most once: the claim needs a round trip), a version this application does not load,
+and any beyond ``limit`` a batch (a fan-out of thousands would hold its partition).
+A step here runs on the loop's thread: it holds up every run of the process while it
+runs, so inline steps are for quick ones (no step timeout can interrupt one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from processor.facts.models import SegmentResult, WorkItem
+from processor.facts.topics import TopicName
+from processor.model.decision import Emit, LiveVersions
+from processor.worker.executor import execute, needs_loop
+from processor.worker.pipeline import Application
+
+__all__ = ["InlineSegment", "InlineSteps"]
+
+
+@dataclass(frozen=True, slots=True)
+class InlineSegment:
+    """A work item kept back to run in the loop (``emit``, as it would have gone out),
+    with its run's partition and trace."""
+
+    partition: int
+    emit: Emit
+    trace: str | None
+
+    @property
+    def item(self) -> WorkItem:
+        assert isinstance(self.emit.value, WorkItem)  # InlineSteps.takes said so
+        return self.emit.value
+
+    @property
+    def run_id(self) -> str:
+        return self.item.run_id
+
+
+class InlineSteps:
+    """Which work items the loop runs itself, and how."""
+
+    def __init__(
+        self, app: Application, worker_id: str, max_payload_bytes: int, limit: int
+    ) -> None:
+        self._app = app
+        self.worker_id = worker_id
+        self._max_payload_bytes = max_payload_bytes
+        self.limit = limit
+        self.versions: LiveVersions = frozenset(app.versions)
+
+    def takes(self, emit: Emit) -> bool:
+        """Whether ``emit`` is a work item this loop may run itself."""
+        item = emit.value
+        if emit.topic is not TopicName.WORK or not isinstance(item, WorkItem):
+            return False
+        spec = self._app.get(item.pipeline, item.pipeline_version)
+        if spec is None or spec.needs_claim(item.kind, item.first_step):
+            return False
+        return not needs_loop(item, self._app)
+
+    def run(self, segment: InlineSegment) -> SegmentResult:
+        """Run the segment's steps here, as a worker would."""
+        return execute(
+            segment.item,
+            self._app,
+            self.worker_id,
+            segment.trace,
+            self._max_payload_bytes,
+        )

@@ -1,0 +1,196 @@
+"""Segments run where they are decided (``PROCESSOR_INLINE_STEPS``, ``engine/inline.py``).
+
+With inline steps on, the processor runs a quick sync segment of a pipeline its own
+application loads before it commits: no work item out, no result back, and what
+follows the segment commits with the decision that dispatched it. These hosts have no
+workers at all, so only the processor itself can have run a step.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from processor.clients.client import Client
+from processor.engine.host import Host
+from processor.facts.codec import codec, decode_fact
+from processor.facts.models import (
+    BoundaryRequest,
+    RetryScheduled,
+    RunSucceeded,
+    SegmentCompleted,
+    StepCompleted,
+)
+from processor.facts.topics import TopicName
+from processor.model.pipeline_spec import RetryPolicy
+from processor.transport.deployment import Deployment
+from processor.worker.pipeline import Application, Pipeline
+from tests.apps.boundary_pipelines import scalar
+from tests.apps.pipelines import expected_steps3_result, steps3
+from tests.apps.support import read_topic, transport_settings, wait_until
+from tests.kafka.support import KafkaSpace
+from tests.kafka_broker import kafka_bootstrap, unavailable_reason
+
+TRANSPORTS = ["embedded", pytest.param("kafka", marks=pytest.mark.kafka)]
+
+retried = Pipeline("inline_retried")
+_failed_once: set[str] = set()
+
+
+@retried.step(retry=RetryPolicy(max_attempts=3, initial_backoff_ms=10))
+def shaky(order: dict[str, Any]) -> dict[str, Any]:
+    if order["id"] not in _failed_once:  # each run's first attempt fails
+        _failed_once.add(order["id"])
+        raise RuntimeError("the first attempt fails")
+    return {"ok": order["id"]}
+
+
+awaiting = Pipeline("inline_async")
+
+
+@awaiting.step()
+async def slow(order: dict[str, Any]) -> dict[str, Any]:
+    return order
+
+
+app = Application([steps3, scalar, retried, awaiting])
+
+
+@dataclass
+class Inline:
+    host: Host
+    client: Client
+    deployment: Deployment
+
+    def records(self, topic: TopicName) -> list[Any]:
+        reader = self.deployment.transport.reader()
+        try:
+            topology = self.deployment.topology
+            found = read_topic(reader, topology.name(topic), topology.partitions)
+            return [record for record in found]
+        finally:
+            reader.close()
+
+    def history(self, run_id: str) -> list[Any]:
+        facts = [decode_fact(r.value) for r in self.records(TopicName.FACTS)]
+        return [fact for fact in facts if fact.run_id == run_id]
+
+    def commits_after(self, action: Callable[[], object], until: Callable[[], bool]) -> int:
+        """The processor's commits from ``action`` until ``until`` holds (nothing else
+        makes it commit here: no workers, no other runs)."""
+        loop = self.host.loop
+        assert loop is not None
+        before = loop.committed_batches
+        action()
+        wait_until(until, 60, "the runs' commits")
+        return loop.committed_batches - before
+
+
+@pytest.fixture(params=TRANSPORTS)
+def inline(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Inline]:
+    space = None
+    if request.param == "embedded":
+        settings = transport_settings("embedded", tmp_path)
+    else:
+        bootstrap = kafka_bootstrap()
+        if bootstrap is None:
+            pytest.skip(unavailable_reason())
+        space = KafkaSpace.new(bootstrap, partitions=2)
+        settings = space.settings(tmp_path / "data")
+    deployment = Deployment.from_settings(settings.model_copy(update={"inline_steps": True}))
+    host = Host(deployment, app, workers=0)
+    host.start()
+    client = Client(deployment.transport, deployment.topology, settings.state_dir)
+    try:
+        yield Inline(host, client, deployment)
+    finally:
+        client.close()
+        host.stop()
+        if space is not None:
+            space.delete_topics()
+    assert not host.errors, host.errors
+
+
+def _run_ids(records: list[Any]) -> set[str]:
+    return {record.key.decode() for record in records}
+
+
+def test_a_run_of_quick_steps_is_run_by_the_processor_in_one_commit(inline: Inline) -> None:
+    receipt: list[str] = []
+
+    def submit() -> None:
+        receipt.append(inline.client.submit("steps3", {"n": 4}).run_id)
+
+    def ended() -> bool:
+        return bool(receipt) and _ended(inline, receipt[0])
+
+    commits = inline.commits_after(submit, ended)
+    (run_id,) = receipt
+    outcome = inline.client.wait(run_id, 5)
+    assert outcome.status == "succeeded" and outcome.output == expected_steps3_result(4)
+    assert commits == 1  # submitted, its three steps run, succeeded: one transaction
+    history = inline.history(run_id)
+    steps = [f for f in history if isinstance(f, StepCompleted)]
+    assert [f.step for f in steps] == [0, 1, 2]
+    (segment,) = [f for f in history if isinstance(f, SegmentCompleted)]
+    assert segment.last_step == 2
+    # Nothing went through the workers' topics.
+    assert run_id not in _run_ids(inline.records(TopicName.WORK))
+    assert run_id not in _run_ids(inline.records(TopicName.RESULTS))
+
+
+def test_an_await_is_dispatched_with_the_steps_before_it_and_resumed_in_one_commit(
+    inline: Inline,
+) -> None:
+    run_ids: list[str] = []
+
+    def requests() -> list[BoundaryRequest]:
+        records = inline.records(TopicName.REQUESTS)
+        found = [codec().decode_as(r.value, BoundaryRequest) for r in records]
+        return [r for r in found if r.run_id in run_ids]
+
+    submitted = inline.commits_after(
+        lambda: run_ids.append(inline.client.submit("scalar", {"n": 7}).run_id),
+        lambda: bool(requests()),
+    )
+    assert submitted == 1  # the submit, the step before the await, its request
+    (request,) = requests()
+    (run_id,) = run_ids
+
+    def succeeded() -> bool:
+        return any(isinstance(f, RunSucceeded) for f in inline.history(run_id))
+
+    answered = inline.commits_after(
+        lambda: inline.client.complete(request.resume_token, 49), succeeded
+    )
+    assert answered == 1  # the completion admitted, the last step run, succeeded
+    assert inline.client.wait(run_id, 5).output == {"answer": 49}
+    assert run_id not in _run_ids(inline.records(TopicName.WORK))
+
+
+def test_a_failed_inline_step_is_retried_after_its_backoff(inline: Inline) -> None:
+    order = f"o-{uuid.uuid4().hex[:8]}"
+    run_id = inline.client.submit("inline_retried", {"id": order}).run_id
+    outcome = inline.client.wait(run_id, 30)
+    assert outcome.status == "succeeded" and outcome.output == {"ok": order}
+    history = inline.history(run_id)
+    assert len([f for f in history if isinstance(f, RetryScheduled)]) == 1
+    assert run_id not in _run_ids(inline.records(TopicName.WORK))
+
+
+def test_an_async_step_is_left_to_the_workers(inline: Inline) -> None:
+    run_id = inline.client.submit("inline_async", {"id": "o-2"}).run_id
+    # No worker here: the work item waits on segments.work, and the run with it.
+    wait_until(lambda: run_id in _run_ids(inline.records(TopicName.WORK)), 30, "the work item")
+    status = inline.client.status(run_id)
+    assert status is not None and status.status == "running"
+
+
+def _ended(inline: Inline, run_id: str) -> bool:
+    status = inline.client.status(run_id)
+    return status is not None and status.status != "running"
