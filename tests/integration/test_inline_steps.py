@@ -32,9 +32,8 @@ from processor.transport.deployment import Deployment
 from processor.worker.pipeline import Application, Pipeline
 from tests.apps.boundary_pipelines import scalar
 from tests.apps.pipelines import expected_steps3_result, steps3
-from tests.apps.support import read_topic, transport_settings, wait_until
-from tests.kafka.support import KafkaSpace
-from tests.kafka_broker import kafka_bootstrap, unavailable_reason
+from tests.apps.support import read_topic, wait_until
+from tests.kafka.support import hosted
 
 TRANSPORTS = ["embedded", pytest.param("kafka", marks=pytest.mark.kafka)]
 
@@ -93,27 +92,11 @@ class Inline:
 
 @pytest.fixture(params=TRANSPORTS)
 def inline(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Inline]:
-    space = None
-    if request.param == "embedded":
-        settings = transport_settings("embedded", tmp_path)
-    else:
-        bootstrap = kafka_bootstrap()
-        if bootstrap is None:
-            pytest.skip(unavailable_reason())
-        space = KafkaSpace.new(bootstrap, partitions=2)
-        settings = space.settings(tmp_path / "data")
-    deployment = Deployment.from_settings(settings.model_copy(update={"inline_steps": True}))
-    host = Host(deployment, app, workers=0)
-    host.start()
-    client = Client(deployment.transport, deployment.topology, settings.state_dir)
-    try:
-        yield Inline(host, client, deployment)
-    finally:
-        client.close()
-        host.stop()
-        if space is not None:
-            space.delete_topics()
-    assert not host.errors, host.errors
+    def host_of(deployment: Deployment) -> Host:
+        return Host(deployment, app, workers=0)
+
+    with hosted(request.param, tmp_path, host_of, inline_steps=True) as (host, client):
+        yield Inline(host, client, host.deployment)
 
 
 def _run_ids(records: list[Any]) -> set[str]:

@@ -16,16 +16,19 @@ import subprocess
 import sys
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from processor.clients.client import Client, new_submit
 from processor.config.settings import Settings
+from processor.engine.host import Host
 from processor.errors import TransportError
 from processor.facts.codec import codec, decode_fact
 from processor.facts.models import FactHeader, RunFailed, RunOutcome, RunSucceeded
@@ -34,7 +37,15 @@ from processor.transport.base import Reader
 from processor.transport.deployment import Deployment, ensure_topics
 from processor.transport.topology import Topology
 from tests.apps.pipelines import app, expected_steps3_result
-from tests.apps.support import REPO_ROOT, ProcessorProcess, TopicTail, read_topic, wait_until
+from tests.apps.support import (
+    REPO_ROOT,
+    ProcessorProcess,
+    TopicTail,
+    read_topic,
+    transport_settings,
+    wait_until,
+)
+from tests.kafka_broker import kafka_bootstrap, unavailable_reason
 
 __all__ = [
     "FactsWatch",
@@ -188,6 +199,41 @@ class KafkaProcessorProcess(ProcessorProcess):
     def owned(self) -> set[int]:
         """The run partitions this start of the process owns now, from its log."""
         return owned_partitions(self.log_text(), self.space.prefix + TopicName.COMMANDS)
+
+
+def space_settings(
+    kind: str, data: Path, partitions: int = 2
+) -> tuple[Settings, KafkaSpace | None]:
+    """Settings of a deployment under ``data`` on ``kind`` (``embedded`` or ``kafka``); on
+    Kafka in a space of its own (delete its topics after), skipped with no broker."""
+    if kind == "embedded":
+        return transport_settings("embedded", data), None
+    bootstrap = kafka_bootstrap()
+    if bootstrap is None:
+        pytest.skip(unavailable_reason())
+    space = KafkaSpace.new(bootstrap, partitions=partitions)
+    return space.settings(data / "data"), space
+
+
+@contextmanager
+def hosted(
+    kind: str, data: Path, host_of: Callable[[Deployment], Host], **settings: Any
+) -> Iterator[tuple[Host, Client]]:
+    """A started host (``host_of`` the deployment on ``kind`` under ``data``, with
+    ``settings`` changed) and a client; stopped after, with no error, its topics gone."""
+    made, space = space_settings(kind, data)
+    deployment = Deployment.from_settings(made.model_copy(update=settings))
+    host = host_of(deployment)
+    host.start()
+    client = Client(deployment.transport, deployment.topology, deployment.settings.state_dir)
+    try:
+        yield host, client
+    finally:
+        client.close()
+        host.stop()
+        if space is not None:
+            space.delete_topics()
+    assert not host.errors, host.errors
 
 
 def shared_by(first: KafkaProcessorProcess, second: KafkaProcessorProcess, partitions: int) -> bool:

@@ -24,9 +24,8 @@ from processor.transport.deployment import Deployment
 from processor.worker.pipeline import Application
 from tests.apps.pipelines import expected_steps3_result, steps3
 from tests.apps.sleep_pipelines import alarm
-from tests.apps.support import FakeClock, read_topic, transport_settings, wait_until
-from tests.kafka.support import KafkaSpace
-from tests.kafka_broker import kafka_bootstrap, unavailable_reason
+from tests.apps.support import FakeClock, read_topic, wait_until
+from tests.kafka.support import hosted
 
 MINUTE = 60_000
 DAY = 86_400_000
@@ -62,29 +61,14 @@ class Env:
     params=["embedded", pytest.param("kafka", marks=[pytest.mark.kafka, pytest.mark.slow])],
 )
 def env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    data = tmp_path_factory.mktemp("schedules")
-    space = None
-    if request.param == "embedded":
-        settings = transport_settings("embedded", data)
-    else:
-        bootstrap = kafka_bootstrap()
-        if bootstrap is None:
-            pytest.skip(unavailable_reason())
-        space = KafkaSpace.new(bootstrap, partitions=2)
-        settings = space.settings(data / "data")
-    deployment = Deployment.from_settings(settings)
     clock = FakeClock()
-    host = Host(deployment, app, workers=1, clock=clock)
-    host.start()
-    client = Client(settings=settings)
-    try:
+
+    def host_of(deployment: Deployment) -> Host:
+        return Host(deployment, app, workers=1, clock=clock)
+
+    data = tmp_path_factory.mktemp("schedules")
+    with hosted(request.param, data, host_of) as (host, client):
         yield Env(host, clock, client)
-    finally:
-        client.close()
-        host.stop()
-        if space is not None:
-            space.delete_topics()
-    assert not host.errors, host.errors
 
 
 def _id() -> str:
