@@ -2,7 +2,7 @@
 
 Run: ``PYTHONPATH=. python bench/closed_loop.py [--transport kafka|embedded]
 [--bootstrap 127.0.0.1:9092] [--concurrency 64] [--runs 1000] [--warmup 200]
-[--repeat N] [--baseline-ref COMMIT] [--broker-warmup 60] [--json]``
+[--repeat N] [--baseline-ref COMMIT] [--broker-warmup 60] [--inline-steps] [--json]``
 
 Workload: the bundled ``processor.examples.demo:app`` ``orders`` pipeline: validate
 -> reserve_stock (fails once for one order in five: a retry after 20 ms) ->
@@ -19,7 +19,9 @@ a process of its own started by bench/kafka_support.py's ``Fleet``:
   --app ... --workers 1``, whose worker runs in the child process ``processor run``
   starts) and the responder (``bench/kafka_responder.py --broker embedded
   --data-dir D``), sharing the SQLite log under D. ``PROCESSOR_DURABLE_FSYNC=true``
-  in the environment reaches every process.
+  in the environment reaches every process. ``--inline-steps``: the processor runs
+  the steps itself (``PROCESSOR_INLINE_STEPS=true``, engine/inline.py; the workers
+  idle), on the current tree's side only in an A/B.
 
 This process is the clients. The C clients are one driver thread that keeps C runs
 in flight: the moment it sees a run's outcome it submits the next run
@@ -278,7 +280,9 @@ class Running:
 
 
 @contextlib.contextmanager
-def deployed(transport: str, bootstrap: str, root: Path) -> Iterator[Running]:
+def deployed(
+    transport: str, bootstrap: str, root: Path, *, inline_steps: bool = False
+) -> Iterator[Running]:
     """A fresh deployment of the demo app on ``transport`` (see the module doc)."""
     kafka = transport == "kafka"
     prefix = unique_prefix("closed")
@@ -287,6 +291,8 @@ def deployed(transport: str, bootstrap: str, root: Path) -> Iterator[Running]:
     with topics:
         deployment = deployment_for(settings)
         env = process_env(settings)
+        if inline_steps:
+            env["PROCESSOR_INLINE_STEPS"] = "true"
         fleet = Fleet(root / "logs")
         arrivals: queue.SimpleQueue[Arrival] = queue.SimpleQueue()
         watcher: OutcomeWatcher | LogOutcomes
@@ -435,7 +441,7 @@ def closed_loop(running: Running, runs: int, concurrency: int, timeout_s: float)
 def measure_round(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     """One round on a fresh deployment: warm-up runs, then the measured ones, counted."""
     background = broker_background(args.transport)
-    with deployed(args.transport, args.bootstrap, root) as running:
+    with deployed(args.transport, args.bootstrap, root, inline_steps=args.inline_steps) as running:
         closed_loop(running, args.warmup, args.concurrency, args.timeout)
         cpu_before = running.cpu()
         transactions_before = running.transactions()
@@ -555,7 +561,7 @@ def checkout(ref: str, root: Path) -> Iterator[tuple[Path, str]]:
         )
 
 
-def round_in(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
+def round_in(tree: Path, args: argparse.Namespace, *, inline_steps: bool) -> dict[str, Any]:
     """One round of this script in its own process, running ``tree``'s processor."""
     argv = [
         sys.executable,
@@ -564,6 +570,7 @@ def round_in(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
         *("--concurrency", str(args.concurrency), "--runs", str(args.runs)),
         *("--warmup", str(args.warmup), "--timeout", str(args.timeout)),
         *("--repeat", "1", "--broker-warmup", "0", "--json"),
+        *(["--inline-steps"] if inline_steps else []),
     ]
     env = dict(os.environ) | {"PYTHONPATH": str(tree), "PROCESSOR_NATIVE_FOLD": "false"}
     done = subprocess.run(argv, env=env, cwd=tree, capture_output=True, text=True, check=False)
@@ -589,7 +596,7 @@ def compare(args: argparse.Namespace, root: Path, say: Callable[[str], None]) ->
         warm_broker(args, root, say)
         for index in range(args.repeat):
             for side, tree in (("current", REPO), ("baseline", baseline)):
-                result = round_in(tree, args)
+                result = round_in(tree, args, inline_steps=args.inline_steps and tree == REPO)
                 sides[side].append(result)
                 say(describe(f"round {index + 1} {side}", result))
     current, base = medians(sides["current"]), medians(sides["baseline"])
@@ -638,6 +645,11 @@ def main() -> None:
     parser.add_argument("--baseline-ref", help="a commit to compare with, alternating rounds")
     parser.add_argument("--broker-warmup", type=float, default=60.0, help="seconds (Kafka)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds a phase")
+    parser.add_argument(
+        "--inline-steps",
+        action="store_true",
+        help="the processor runs the steps itself (PROCESSOR_INLINE_STEPS; current tree only)",
+    )
     parser.add_argument("--json", action="store_true", help="only the one-line JSON summary")
     args = parser.parse_args()
     if args.repeat is None:
@@ -680,6 +692,7 @@ def main() -> None:
         "broker_warmup_s": args.broker_warmup if args.transport == "kafka" else 0,
         "source": str(SOURCE),
         "durable_fsync": Settings().durable_fsync,
+        "inline_steps": args.inline_steps,
         **figures,
         "command": command,
     }

@@ -11,8 +11,10 @@ Steps stay at least once: a batch that does not commit is decided again, and its
 segments run again, as a worker's would after a crash. What is not run here goes out
 as before: a segment with an ``async def`` step (it would hold the loop for as long
 as it awaits), one that must be claimed before it runs (an effectful step, run at
-most once: the claim needs a round trip), a version this application does not load,
-and any beyond ``limit`` a batch (a fan-out of thousands would hold its partition).
+most once: the claim needs a round trip), one with a step that heartbeats (it says it
+takes long), a pipeline declared ``Pipeline(..., inline=False)``, a version this
+application does not load, and any beyond ``limit`` a batch (a fan-out of thousands
+would hold its partition).
 A step here runs on the loop's thread: it holds up every run of the process while it
 runs, so inline steps are for quick ones (no step timeout can interrupt one).
 """
@@ -60,14 +62,33 @@ class InlineSteps:
         self._max_payload_bytes = max_payload_bytes
         self.limit = limit
         self.versions: LiveVersions = frozenset(app.versions)
+        # (pipeline, version, kind, first step) -> whether such a segment runs here.
+        self._taken: dict[tuple[str, int, str, int], bool] = {}
 
     def takes(self, emit: Emit) -> bool:
         """Whether ``emit`` is a work item this loop may run itself."""
         item = emit.value
         if emit.topic is not TopicName.WORK or not isinstance(item, WorkItem):
             return False
+        key = (item.pipeline, item.pipeline_version, item.kind, item.first_step)
+        taken = self._taken.get(key)
+        if taken is None:
+            taken = self._taken[key] = self._quick(item)
+        return taken
+
+    def _quick(self, item: WorkItem) -> bool:
+        """Whether the item's segment is one to run here (the module doc): loaded, in a
+        pipeline that allows it, sync, unclaimed, and without a step that heartbeats
+        (a step that says it takes long)."""
+        pipeline = self._app.pipeline(item.pipeline, item.pipeline_version)
         spec = self._app.get(item.pipeline, item.pipeline_version)
-        if spec is None or spec.needs_claim(item.kind, item.first_step):
+        if pipeline is None or spec is None or not pipeline.inline:
+            return False
+        if spec.needs_claim(item.kind, item.first_step):
+            return False
+        last = item.first_step if item.kind == "compensate" else spec.segment_end(item.first_step)
+        steps = spec.steps[item.first_step : last + 1]
+        if any(step.heartbeat_timeout_ms is not None for step in steps):
             return False
         return not needs_loop(item, self._app)
 

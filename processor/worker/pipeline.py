@@ -99,8 +99,12 @@ class Pipeline:
         deadline_s: float | None = None,
         trigger: Trigger | None = None,
         emits: Iterable[str] = (),
+        inline: bool = True,
     ) -> None:
-        """``emits``: the topics its steps may emit events to (``ctx.emit``)."""
+        """``emits``: the topics its steps may emit events to (``ctx.emit``). ``inline``:
+        with ``PROCESSOR_INLINE_STEPS`` on, whether the processor may run this
+        pipeline's quick sync segments itself (False: always its workers, as for steps
+        that take long; README, "Steps run by the processor itself")."""
         if not name or version < 1:
             raise ConfigurationError("a pipeline needs a name and a version >= 1")
         if checkpoint is not None and not checkpoint.target.startswith(("pipeline:", "run:")):
@@ -113,6 +117,7 @@ class Pipeline:
         self.steps: list[Step] = []
         self.triggers: list[Trigger] = [] if trigger is None else [trigger]
         self.emit_topics = checked_topics(emits)
+        self.inline = inline
 
     def step(
         self,

@@ -57,7 +57,23 @@ async def slow(order: dict[str, Any]) -> dict[str, Any]:
     return order
 
 
-app = Application([steps3, scalar, retried, awaiting])
+declined = Pipeline("inline_declined", inline=False)
+
+
+@declined.step()
+def quick(order: dict[str, Any]) -> dict[str, Any]:
+    return order
+
+
+heartbeating = Pipeline("inline_heartbeats")
+
+
+@heartbeating.step(heartbeat_timeout_s=30)
+def long_running(order: dict[str, Any]) -> dict[str, Any]:
+    return order
+
+
+app = Application([steps3, scalar, retried, awaiting, declined, heartbeating])
 
 
 @dataclass
@@ -166,8 +182,11 @@ def test_a_failed_inline_step_is_retried_after_its_backoff(inline: Inline) -> No
     assert run_id not in _run_ids(inline.records(TopicName.WORK))
 
 
-def test_an_async_step_is_left_to_the_workers(inline: Inline) -> None:
-    run_id = inline.client.submit("inline_async", {"id": "o-2"}).run_id
+@pytest.mark.parametrize("pipeline", ["inline_async", "inline_declined", "inline_heartbeats"])
+def test_an_async_heartbeating_or_declined_step_is_left_to_the_workers(
+    inline: Inline, pipeline: str
+) -> None:
+    run_id = inline.client.submit(pipeline, {"id": "o-2"}).run_id
     # No worker here: the work item waits on segments.work, and the run with it.
     wait_until(lambda: run_id in _run_ids(inline.records(TopicName.WORK)), 30, "the work item")
     status = inline.client.status(run_id)
