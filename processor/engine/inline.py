@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from processor.facts.models import SegmentResult, WorkItem
 from processor.facts.topics import TopicName
 from processor.model.decision import Emit, LiveVersions
-from processor.worker.executor import execute, needs_loop
+from processor.model.state import RunState
+from processor.worker.executor import execute, needs_loop, not_run
 from processor.worker.pipeline import Application
 
 __all__ = ["InlineSegment", "InlineSteps"]
@@ -92,8 +93,14 @@ class InlineSteps:
             return False
         return not needs_loop(item, self._app)
 
-    def run(self, segment: InlineSegment) -> SegmentResult:
-        """Run the segment's steps here, as a worker would."""
+    def run(self, segment: InlineSegment, state: RunState | None) -> SegmentResult:
+        """Run the segment's steps here, as a worker would; not a forward segment of a
+        run stopping by now (a cancel decided in the same batch, say), whose result
+        says it was not run, as a worker's does after the stop notice."""
+        item = segment.item
+        stopped = state is None or state.terminal or state.stopping
+        if stopped and item.kind == "forward":
+            return not_run(item, self.worker_id, "its run is stopping")
         return execute(
             segment.item,
             self._app,

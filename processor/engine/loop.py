@@ -739,7 +739,7 @@ class ProcessorLoop:
                 result = None
                 if inline is not None and staging is not None and ran < inline.limit:
                     ran += 1
-                    result = self._run_segment(inline, segment)
+                    result = self._run_segment(inline, segment, staging.run(segment.run_id))
                 if result is None or staging is None:
                     self._batch.outbound.append(self._emitted(segment.emit, segment.trace))
                     continue
@@ -754,10 +754,12 @@ class ProcessorLoop:
                     self._handle_in_scope(record, staging, now)
         metrics.INLINE_SEGMENTS.inc(ran)
 
-    def _run_segment(self, inline: InlineSteps, segment: InlineSegment) -> SegmentResult | None:
+    def _run_segment(
+        self, inline: InlineSteps, segment: InlineSegment, state: RunState | None
+    ) -> SegmentResult | None:
         """The segment's result; None if running it raised (a bug: a worker runs it)."""
         try:
-            return inline.run(segment)
+            return inline.run(segment, state)
         except Exception:
             logger.exception("run %s: its inline segment raised; sent to a worker", segment.run_id)
             return None

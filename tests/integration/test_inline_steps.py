@@ -9,6 +9,7 @@ workers at all, so only the processor itself can have run a step.
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,11 +17,12 @@ from typing import Any
 
 import pytest
 
-from processor.clients.client import Client
+from processor.clients.client import Client, new_submit
 from processor.engine.host import Host
 from processor.facts.codec import codec, decode_fact
 from processor.facts.models import (
     BoundaryRequest,
+    CancelRun,
     RetryScheduled,
     RunSucceeded,
     SegmentCompleted,
@@ -73,7 +75,17 @@ def long_running(order: dict[str, Any]) -> dict[str, Any]:
     return order
 
 
-app = Application([steps3, scalar, retried, awaiting, declined, heartbeating])
+counted = Pipeline("inline_counted")
+_ran: Counter[str] = Counter()
+
+
+@counted.step()
+def count(order: dict[str, Any]) -> dict[str, Any]:
+    _ran[order["id"]] += 1
+    return order
+
+
+app = Application([steps3, scalar, retried, awaiting, declined, heartbeating, counted])
 
 
 @dataclass
@@ -102,7 +114,8 @@ class Inline:
         assert loop is not None
         before = loop.committed_batches
         action()
-        wait_until(until, 60, "the runs' commits")
+        # What a commit wrote is visible a moment before the loop counts the commit.
+        wait_until(lambda: until() and loop.committed_batches > before, 60, "the commits")
         return loop.committed_batches - before
 
 
@@ -196,3 +209,17 @@ def test_an_async_heartbeating_or_declined_step_is_left_to_the_workers(
 def _ended(inline: Inline, run_id: str) -> bool:
     status = inline.client.status(run_id)
     return status is not None and status.status != "running"
+
+
+def test_a_run_cancelled_in_the_batch_that_submits_it_runs_no_step(inline: Inline) -> None:
+    order = f"o-{uuid.uuid4().hex[:8]}"
+    submit = new_submit("inline_counted", {"id": order})
+    cancel = CancelRun(command_id=str(uuid.uuid4()), run_id=submit.run_id, requested_ms=0)
+    inline.client.send(submit)
+    inline.client.send(cancel)
+    inline.client.flush()  # on the embedded log one commit: the loop polls both at once
+    wait_until(lambda: _ended(inline, submit.run_id), 30, "the run to end")
+    status = inline.client.status(submit.run_id)
+    assert status is not None and status.status == "cancelled", status
+    if inline.host.deployment.transport.name == "embedded":  # Kafka may split the two
+        assert _ran[order] == 0  # its attempt was not run: as a worker given a stop notice
