@@ -27,7 +27,7 @@ from processor.facts.models import SegmentResult, WorkItem
 from processor.facts.topics import TopicName
 from processor.model.decision import Emit, LiveVersions
 from processor.model.state import RunState
-from processor.worker.executor import execute, needs_loop, not_run
+from processor.worker.executor import execute, needs_loop, not_run, segment_steps
 from processor.worker.pipeline import Application
 
 __all__ = ["InlineSegment", "InlineSteps"]
@@ -83,13 +83,12 @@ class InlineSteps:
         (a step that says it takes long)."""
         pipeline = self._app.pipeline(item.pipeline, item.pipeline_version)
         spec = self._app.get(item.pipeline, item.pipeline_version)
-        if pipeline is None or spec is None or not pipeline.inline:
+        steps = segment_steps(item, self._app)
+        if pipeline is None or spec is None or steps is None or not pipeline.inline:
             return False
         if spec.needs_claim(item.kind, item.first_step):
             return False
-        last = item.first_step if item.kind == "compensate" else spec.segment_end(item.first_step)
-        steps = spec.steps[item.first_step : last + 1]
-        if any(step.heartbeat_timeout_ms is not None for step in steps):
+        if any(step.spec.heartbeat_timeout_ms is not None for step in steps):
             return False
         return not needs_loop(item, self._app)
 
@@ -102,7 +101,7 @@ class InlineSteps:
         if stopped and item.kind == "forward":
             return not_run(item, self.worker_id, "its run is stopping")
         return execute(
-            segment.item,
+            item,
             self._app,
             self.worker_id,
             segment.trace,

@@ -732,12 +732,14 @@ class ProcessorLoop:
         segment commits with it; what a result dispatches runs too, up to the limit a
         batch, and the rest go out as work items for the workers."""
         inline, ran = self._inline, 0
+        if inline is None:  # then no work item was kept (_append)
+            return
         while self._batch.inline:
             segments, self._batch.inline = self._batch.inline, []
             for segment in segments:
                 staging = self._stagings.get(segment.partition)
                 result = None
-                if inline is not None and staging is not None and ran < inline.limit:
+                if staging is not None and ran < inline.limit:
                     ran += 1
                     result = self._run_segment(inline, segment, staging.run(segment.run_id))
                 if result is None or staging is None:
@@ -752,7 +754,8 @@ class ProcessorLoop:
                 )
                 with logs.run_scope():
                     self._handle_in_scope(record, staging, now)
-        metrics.INLINE_SEGMENTS.inc(ran)
+        if ran:
+            metrics.INLINE_SEGMENTS.inc(ran)
 
     def _run_segment(
         self, inline: InlineSteps, segment: InlineSegment, state: RunState | None

@@ -19,6 +19,7 @@ from typing import Any
 
 from processor.facts import payload
 from processor.facts.models import Emission, SegmentResult, StepOutput, WorkItem
+from processor.model.pipeline_spec import PipelineSpec
 from processor.telemetry import logs, tracing
 from processor.telemetry.metrics import observe_step
 from processor.worker.attempts import RunningAttempt
@@ -26,7 +27,15 @@ from processor.worker.context import StepContext, StopFlag, is_async, wants_cont
 from processor.worker.emitting import EmissionBuffer
 from processor.worker.pipeline import Application, NonRetryableError, Pipeline, Step
 
-__all__ = ["NOT_RUN", "SyncRunner", "execute", "execute_async", "needs_loop", "not_run"]
+__all__ = [
+    "NOT_RUN",
+    "SyncRunner",
+    "execute",
+    "execute_async",
+    "needs_loop",
+    "not_run",
+    "segment_steps",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -113,14 +122,23 @@ def not_run(item: WorkItem, worker_id: str, why: str) -> SegmentResult:
     )
 
 
+def segment_steps(item: WorkItem, app: Application) -> list[Step] | None:
+    """The steps an attempt of ``item`` runs (a compensation: the one step it undoes);
+    None when its pipeline is not loaded here."""
+    pipeline = app.pipeline(item.pipeline, item.pipeline_version)
+    spec = app.get(item.pipeline, item.pipeline_version)
+    if pipeline is None or spec is None:
+        return None
+    return [pipeline.steps[index] for index in _indexes(item, spec)]
+
+
 def needs_loop(item: WorkItem, app: Application) -> bool:
     """Whether the item's attempt calls an ``async def`` function (runs on an event loop)."""
     pipeline = app.pipeline(item.pipeline, item.pipeline_version)
-    if pipeline is None:
-        return False
     spec = app.get(item.pipeline, item.pipeline_version)
-    assert spec is not None  # the pipeline exists, so does its spec
-    return _has_async(pipeline, item.kind, item.first_step, spec.segment_end(item.first_step))
+    if pipeline is None or spec is None:
+        return False
+    return _has_async(pipeline, item.kind, _indexes(item, spec))
 
 
 def _forward_sync(run: _Attempt) -> SegmentResult:
@@ -268,11 +286,10 @@ class _Attempt:
         )
 
     def needs_loop(self) -> bool:
-        last = self.spec.segment_end(self.item.first_step)
-        return _has_async(self.pipeline, self.item.kind, self.item.first_step, last)
+        return _has_async(self.pipeline, self.item.kind, self.indexes())
 
     def indexes(self) -> range:
-        return range(self.item.first_step, self.spec.segment_end(self.item.first_step) + 1)
+        return _indexes(self.item, self.spec)
 
     def step(self, index: int) -> Step:
         return self.pipeline.steps[index]
@@ -424,14 +441,22 @@ class _Attempt:
         return SegmentResult(**self.common, kind="compensate", steps=(), outcome="completed")
 
 
+def _indexes(item: WorkItem, spec: PipelineSpec) -> range:
+    """The indexes of the steps an attempt of ``item`` runs: its segment's, or the one
+    step a compensation undoes."""
+    if item.kind == "compensate":
+        return range(item.first_step, item.first_step + 1)
+    return range(item.first_step, spec.segment_end(item.first_step) + 1)
+
+
 @lru_cache(maxsize=4096)
-def _has_async(pipeline: Pipeline, kind: str, first: int, last: int) -> bool:
-    """Whether steps ``first`` to ``last`` of ``pipeline`` (or the compensator of
-    ``first``) have an ``async def`` function; the same for every attempt."""
+def _has_async(pipeline: Pipeline, kind: str, indexes: range) -> bool:
+    """Whether what an attempt calls of the steps at ``indexes`` (their functions, or
+    a compensation's compensator) is ``async def``; the same for every attempt."""
+    steps = [pipeline.steps[index] for index in indexes]
     if kind == "compensate":
-        compensator = pipeline.steps[first].compensator
-        return compensator is not None and is_async(compensator)
-    return any(is_async(pipeline.steps[i].function) for i in range(first, last + 1))
+        return any(s.compensator is not None and is_async(s.compensator) for s in steps)
+    return any(is_async(s.function) for s in steps)
 
 
 def _what(step: Step, part: str) -> str:
