@@ -27,6 +27,7 @@ from processor.facts.models import SegmentResult, WorkItem
 from processor.facts.topics import TopicName
 from processor.model.decision import Emit, LiveVersions
 from processor.model.state import RunState
+from processor.telemetry import logs
 from processor.worker.executor import execute, needs_loop, not_run, segment_steps
 from processor.worker.pipeline import Application
 
@@ -100,10 +101,11 @@ class InlineSteps:
         stopped = state is None or state.terminal or state.stopping
         if stopped and item.kind == "forward":
             return not_run(item, self.worker_id, "its run is stopping")
-        return execute(
-            item,
-            self._app,
-            self.worker_id,
-            segment.trace,
-            self._max_payload_bytes,
-        )
+        with logs.run_context(item.run_id, item.pipeline, item.first_step, item.attempt):
+            return execute(
+                item,
+                self._app,
+                self.worker_id,
+                segment.trace,
+                self._max_payload_bytes,
+            )

@@ -764,7 +764,12 @@ class ProcessorLoop:
         try:
             return inline.run(segment, state)
         except Exception:
-            logger.exception("run %s: its inline segment raised; sent to a worker", segment.run_id)
+            item = segment.item
+            logger.exception(
+                "run %s: its inline segment raised; sent to a worker",
+                segment.run_id,
+                extra=logs.run_extra(item.run_id, item.pipeline, item.first_step, item.attempt),
+            )
             return None
 
     # --- commit --------------------------------------------------------------------------

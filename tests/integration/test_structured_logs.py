@@ -95,8 +95,13 @@ def test_configure_logging_refuses_an_unknown_format() -> None:
         configure_logging("yaml")  # type: ignore[arg-type]
 
 
-def test_records_about_runs_carry_the_run_fields(tmp_path: Path, captured: io.StringIO) -> None:
-    deployment = Deployment.from_settings(Settings(data_dir=tmp_path / "data"))
+@pytest.mark.parametrize("inline", [False, True], ids=["workers", "inline"])
+def test_records_about_runs_carry_the_run_fields(
+    tmp_path: Path, captured: io.StringIO, inline: bool
+) -> None:
+    """Also when the processor runs the steps itself (PROCESSOR_INLINE_STEPS)."""
+    settings = Settings(data_dir=tmp_path / "data", inline_steps=inline)
+    deployment = Deployment.from_settings(settings)
     host = Host(deployment, app, workers=2)
     host.start()
     client = Client(deployment.transport, deployment.topology, deployment.settings.state_dir)
@@ -123,7 +128,7 @@ def test_records_about_runs_carry_the_run_fields(tmp_path: Path, captured: io.St
         client.close()
     records = _lines(captured)
     about_runs = [r for r in records if any(run_id in r["message"] for run_id in pipelines)]
-    # finished runs (4), the failed steps of the worker (1 + 2 + 1), at least
+    # finished runs (4), the failed steps (1 + 2 + 1), at least
     assert len(about_runs) >= 8
     for record in about_runs:
         assert all(field in record for field in RUN_FIELDS), record
