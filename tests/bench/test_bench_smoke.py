@@ -260,6 +260,17 @@ def test_kafka_read_throughput(tmp_path: Path, bootstrap: str) -> None:
 
 
 @pytest.mark.kafka
+def test_kafka_transaction_floor(tmp_path: Path, bootstrap: str) -> None:
+    out = bench(
+        "kafka_transaction_floor.py",
+        tmp_path,
+        *("--bootstrap", bootstrap, "--runs", "20", "--warmup", "5", "--facts", "2"),
+    )
+    assert out["runs"] == 20 and out["facts_per_commit"] == 2
+    assert 0 < out["p50_ms"] <= out["p99_ms"]
+
+
+@pytest.mark.kafka
 def test_kafka_lifecycle(tmp_path: Path, bootstrap: str) -> None:
     out = bench(
         "kafka_lifecycle.py",
