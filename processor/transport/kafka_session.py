@@ -159,6 +159,10 @@ class KafkaSession(Closeable):
         self._baseline: dict[TopicPartition, int] = {}
         self._position: dict[TopicPartition, int] = {}
         self._txn: _Transaction | None = None
+        # Whether the producer has a transaction open that ``begin`` may take: one is
+        # begun right after each commit (an empty transaction holds nothing on the
+        # broker), so that ``begin`` costs nothing when a batch is ready.
+        self._begun = False
         self._fenced = False
         self._closed = False
 
@@ -219,6 +223,10 @@ class KafkaSession(Closeable):
         if self._txn is not None:
             raise TransportError(f"{self._name}: a transaction is already open")
         self._raise_if_fenced()
+        if self._begun:
+            self._begun = False
+            self._txn = _Transaction()
+            return
         try:
             self._producer.begin_transaction()
         except KafkaException as exc:
@@ -276,6 +284,7 @@ class KafkaSession(Closeable):
         except KafkaException as exc:
             raise self._commit_failed(exc) from exc
         self._txn = None
+        self._begin_next()
         self._baseline.update(consumed)
         self._reporter.recovered()
         positions = self._positions_of(txn)
@@ -429,6 +438,16 @@ class KafkaSession(Closeable):
         if consumed:
             return dict(consumed)
         return {tp: base for tp, base in self._baseline.items() if tp in self._assigned}
+
+    def _begin_next(self) -> None:
+        """Open the next transaction now, off the next batch's path; if that fails, the
+        next ``begin`` tries again and says why."""
+        try:
+            self._producer.begin_transaction()
+        except KafkaException as exc:
+            logger.debug("%s: beginning the next transaction failed: %s", self._name, exc)
+            return
+        self._begun = True
 
     def _send_offsets(self, offsets: Mapping[TopicPartition, int]) -> None:
         if not offsets:
