@@ -33,7 +33,7 @@ from processor.errors import TransportError
 from processor.facts.codec import codec, decode_fact
 from processor.facts.models import FactHeader, RunFailed, RunOutcome, RunSucceeded
 from processor.facts.topics import TopicName
-from processor.transport.base import Reader
+from processor.transport.base import ProcessorSession, Reader, Record
 from processor.transport.deployment import Deployment, ensure_topics
 from processor.transport.topology import Topology
 from tests.apps.pipelines import app, expected_steps3_result
@@ -409,3 +409,15 @@ def assert_replay_verifies(space: KafkaSpace, data_dir: Path, *options: str) -> 
     assert report["verified"] is True, report["differences"]
     assert report["differences"] == []
     return report
+
+
+def poll_records(session: ProcessorSession, count: int) -> list[Record]:
+    """What ``session`` polls until it has ``count`` records (a minute at most)."""
+    records: list[Record] = []
+
+    def enough() -> bool:
+        records.extend(session.poll(100, 0.1))
+        return len(records) >= count
+
+    wait_until(enough, 60, f"{count} records")
+    return records

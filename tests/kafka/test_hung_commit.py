@@ -25,12 +25,13 @@ from processor.config.settings import Settings
 from processor.errors import SessionLostError
 from processor.facts.models import RunSubmitted, RunSucceeded, SegmentAttemptStarted, WorkItem
 from processor.restore.replay import replay
-from processor.transport.base import Outbound, Record, TopicPartition, TopicSpec
+from processor.transport.base import Outbound, TopicPartition, TopicSpec
 from processor.transport.kafka import KafkaTransport
 from processor.transport.kafka_common import translate
 from processor.transport.kafka_session import KafkaSession
 from tests.apps.pipelines import app
 from tests.apps.support import LoopHarness, wait_until
+from tests.kafka.support import poll_records
 from tests.kafka_broker import kafka_bootstrap, unavailable_reason
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -106,17 +107,6 @@ def released() -> Iterator[list[HangingProducer]]:
         producer.released.set()
 
 
-def poll_until(session: KafkaSession, count: int) -> list[Record]:
-    records: list[Record] = []
-
-    def enough() -> bool:
-        records.extend(session.poll(100, 0.1))
-        return len(records) >= count
-
-    wait_until(enough, 60, f"{count} records")
-    return records
-
-
 def test_a_hung_commit_is_abandoned_and_the_next_session_fences_its_transaction(
     bootstrap: str, tmp_path: Path, released: list[HangingProducer]
 ) -> None:
@@ -144,7 +134,7 @@ def test_a_hung_commit_is_abandoned_and_the_next_session_fences_its_transaction(
     stuck = hang(first, "commit_transaction")
     released.append(stuck)
     first.subscribe([source], lambda _: None, lambda _: None)
-    consumed = poll_until(first, 5)
+    consumed = poll_records(first, 5)
     first.begin()
     first.produce(Outbound(sink, b"k", b"from the hung session", (), 0))
     started = time.monotonic()
@@ -166,7 +156,7 @@ def test_a_hung_commit_is_abandoned_and_the_next_session_fences_its_transaction(
     second = transport.session(group, "p1")
     try:
         second.subscribe([source], lambda _: None, lambda _: None)
-        again = poll_until(second, 5)
+        again = poll_records(second, 5)
         assert [record.offset for record in again[:5]] == [r.offset for r in consumed[:5]]
         second.begin()
         second.produce(Outbound(sink, b"k", b"from the next session", (), 0))

@@ -21,7 +21,7 @@ from processor.errors import FencedError
 from processor.transport.base import Outbound, Record, TopicPartition, TopicSpec
 from processor.transport.kafka import KafkaTransport
 from processor.transport.kafka_session import KafkaSession
-from tests.apps.support import wait_until
+from tests.kafka.support import poll_records
 from tests.kafka_broker import kafka_bootstrap, unavailable_reason
 
 pytestmark = pytest.mark.kafka
@@ -95,17 +95,6 @@ def space(tmp_path: Path) -> Iterator[Space]:
         future.result()
 
 
-def poll_all(session: KafkaSession, count: int) -> list[Record]:
-    records: list[Record] = []
-
-    def enough() -> bool:
-        records.extend(session.poll(100, 0.1))
-        return len(records) >= count
-
-    wait_until(enough, 60, f"{count} records")
-    return records
-
-
 def commit_one(session: KafkaSession, record: Record, sink: str) -> None:
     session.begin()
     session.produce(Outbound(sink, b"k", record.value, (), 0))
@@ -115,7 +104,7 @@ def commit_one(session: KafkaSession, record: Record, sink: str) -> None:
 def test_a_commit_begins_the_next_transaction_and_an_abort_does_not(space: Space) -> None:
     session, producer = space.session()
     try:
-        first, second, third, fourth = poll_all(session, INPUTS)[:4]
+        first, second, third, fourth = poll_records(session, INPUTS)[:4]
         commit_one(session, first, space.sink)
         assert producer.begun == 2  # the first begin, and the next one as it committed
         commit_one(session, second, space.sink)
@@ -135,7 +124,7 @@ def test_a_commit_begins_the_next_transaction_and_an_abort_does_not(space: Space
 
 def test_a_session_fenced_with_its_next_transaction_open_commits_nothing(space: Space) -> None:
     zombie, _ = space.session()
-    inputs = poll_all(zombie, INPUTS)
+    inputs = poll_records(zombie, INPUTS)
     commit_one(zombie, inputs[0], space.sink)  # and has begun the next transaction
 
     successor, _ = space.session()  # the same instance again: its producer fences the first
@@ -143,7 +132,7 @@ def test_a_session_fenced_with_its_next_transaction_open_commits_nothing(space: 
         with pytest.raises(FencedError):
             commit_one(zombie, inputs[1], space.sink)  # in the transaction begun before
         zombie.close()  # leaves the group: the successor gets the partition
-        again = poll_all(successor, INPUTS - 1)
+        again = poll_records(successor, INPUTS - 1)
         assert again[0].offset == inputs[1].offset  # the zombie's first commit counted
         commit_one(successor, again[0], space.sink)
         commit_one(successor, again[1], space.sink)
