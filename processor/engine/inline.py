@@ -12,9 +12,9 @@ segments run again, as a worker's would after a crash. What is not run here goes
 as before: a segment with an ``async def`` step (it would hold the loop for as long
 as it awaits), one that must be claimed before it runs (an effectful step, run at
 most once: the claim needs a round trip), one with a step that heartbeats (it says it
-takes long), a pipeline declared ``Pipeline(..., inline=False)``, a version this
-application does not load, and any beyond ``limit`` a batch (a fan-out of thousands
-would hold its partition).
+takes long) or is declared ``step(inline=False)``, a pipeline declared
+``Pipeline(..., inline=False)``, a version this application does not load, and any
+beyond ``limit`` a batch (a fan-out of thousands would hold its partition).
 A step here runs on the loop's thread: it holds up every run of the process while it
 runs, so inline steps are for quick ones (no step timeout can interrupt one).
 """
@@ -81,7 +81,7 @@ class InlineSteps:
     def _quick(self, item: WorkItem) -> bool:
         """Whether the item's segment is one to run here (the module doc): loaded, in a
         pipeline that allows it, sync, unclaimed, and without a step that heartbeats
-        (a step that says it takes long)."""
+        (a step that says it takes long) or is declared ``inline=False``."""
         pipeline = self._app.pipeline(item.pipeline, item.pipeline_version)
         spec = self._app.get(item.pipeline, item.pipeline_version)
         steps = segment_steps(item, self._app)
@@ -89,7 +89,7 @@ class InlineSteps:
             return False
         if spec.needs_claim(item.kind, item.first_step):
             return False
-        if any(step.spec.heartbeat_timeout_ms is not None for step in steps):
+        if any(not step.inline or step.spec.heartbeat_timeout_ms is not None for step in steps):
             return False
         return not needs_loop(item, self._app)
 

@@ -84,6 +84,8 @@ class Step:
     node: Node | None = None
     #: A graph step's guard: called with its input first; False skips the step.
     predicate: Callable[[Any], bool] | None = None
+    #: Whether the processor may run it itself (``PROCESSOR_INLINE_STEPS``).
+    inline: bool = True
 
 
 class Pipeline:
@@ -133,6 +135,7 @@ class Pipeline:
         routes: Iterable[str] | None = None,
         catch: str | None = None,
         when: Callable[[Any], bool] | None = None,
+        inline: bool = True,
     ) -> Callable[[StepFunction], StepFunction]:
         """Decorator appending a step; steps run in the order they are declared.
 
@@ -152,6 +155,9 @@ class Pipeline:
         ``ctx.heartbeat()`` at least that often or its attempt is lost at once.
         An ``effectful`` step whose attempt is lost (no result before its timeout)
         is not retried automatically: the run waits for an operator to resolve it.
+        ``inline=False``: with ``PROCESSOR_INLINE_STEPS`` on, a segment with this step
+        still goes to the workers (a slow or blocking step; README, "Steps run by the
+        processor itself").
         """
 
         def register(function: StepFunction) -> StepFunction:
@@ -174,7 +180,7 @@ class Pipeline:
                     routes=tuple(routes or ()),
                     catch=catch,
                 )
-            self.steps.append(Step(spec, function, node=node, predicate=when))
+            self.steps.append(Step(spec, function, node=node, predicate=when, inline=inline))
             return function
 
         return register

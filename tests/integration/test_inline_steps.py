@@ -67,6 +67,19 @@ def quick(order: dict[str, Any]) -> dict[str, Any]:
     return order
 
 
+step_declined = Pipeline("inline_step_declined")
+
+
+@step_declined.step()
+def quick_first(order: dict[str, Any]) -> dict[str, Any]:
+    return order
+
+
+@step_declined.step(inline=False)
+def slow_second(order: dict[str, Any]) -> dict[str, Any]:
+    return order
+
+
 heartbeating = Pipeline("inline_heartbeats")
 
 
@@ -85,7 +98,9 @@ def count(order: dict[str, Any]) -> dict[str, Any]:
     return order
 
 
-app = Application([steps3, scalar, retried, awaiting, declined, heartbeating, counted])
+app = Application(
+    [steps3, scalar, retried, awaiting, declined, step_declined, heartbeating, counted]
+)
 
 
 @dataclass
@@ -195,7 +210,10 @@ def test_a_failed_inline_step_is_retried_after_its_backoff(inline: Inline) -> No
     assert run_id not in _run_ids(inline.records(TopicName.WORK))
 
 
-@pytest.mark.parametrize("pipeline", ["inline_async", "inline_declined", "inline_heartbeats"])
+@pytest.mark.parametrize(
+    "pipeline",
+    ["inline_async", "inline_declined", "inline_step_declined", "inline_heartbeats"],
+)
 def test_an_async_heartbeating_or_declined_step_is_left_to_the_workers(
     inline: Inline, pipeline: str
 ) -> None:
