@@ -39,6 +39,7 @@ from kafka_support import create_topic, delete_topics, wait_until_stable
 from processor.transport.kafka import PRODUCER_CONFIG
 
 _POLL_S = 0.5
+_TOPICS = ("commands", "requests", "completions", "outcomes", "facts")
 
 
 def _consumer(bootstrap: str, group: str, topics: list[str]) -> Consumer:
@@ -105,12 +106,9 @@ def _responder(
 
 def measure(bootstrap: str, runs: int, warmup: int, facts: int) -> dict[str, Any]:
     prefix = f"bench-floor-{uuid.uuid4().hex[:8]}."
-    names = {
-        topic: prefix + topic
-        for topic in ("commands", "requests", "completions", "outcomes", "facts")
-    }
+    names = {topic: prefix + topic for topic in _TOPICS}
     names["group"] = prefix + "processor"
-    for topic in ("commands", "requests", "completions", "outcomes", "facts"):
+    for topic in _TOPICS:
         create_topic(bootstrap, names[topic], 1)
         wait_until_stable(bootstrap, names[topic], 1)
     stop = threading.Event()

@@ -218,15 +218,18 @@ class KafkaSession(Closeable):
         return records
 
     def begin(self) -> None:
-        """Open a transaction."""
+        """Open a transaction (the one the last commit began, if it could)."""
         self._require_open()
         if self._txn is not None:
             raise TransportError(f"{self._name}: a transaction is already open")
         self._raise_if_fenced()
         if self._begun:
             self._begun = False
-            self._txn = _Transaction()
-            return
+        else:
+            self._begin_producer()
+        self._txn = _Transaction()
+
+    def _begin_producer(self) -> None:
         try:
             self._producer.begin_transaction()
         except KafkaException as exc:
@@ -239,7 +242,6 @@ class KafkaSession(Closeable):
                     f"{self._name}: begin transaction: {err.str()}; opening a new session"
                 ) from exc
             raise self._failed("begin transaction", exc) from exc
-        self._txn = _Transaction()
 
     def produce(self, record: Outbound) -> None:
         """Produce ``record`` into the open transaction."""
