@@ -12,6 +12,9 @@ The deployment, in one ``KafkaSpace`` on the cluster (replication 3,
 ``min.insync.replicas`` 2): two ``processor run`` instances sharing the partitions
 (``--workers 0``), two ``processor worker`` processes, and the responder (the demo's
 payment system, ``bench/kafka_responder.py``). The app is ``tests.soak.soak_app``.
+The second processor runs the quick segments itself (``PROCESSOR_INLINE_STEPS``,
+issue 31): as partitions move between the two, a run's segments go one way or the
+other, and the verdict counts the attempts that ran in a processor.
 
 This process submits runs at ``--rate`` runs/s, a seeded mix: ``orders`` (the standard
 workload; some with a deadline of a second or two), ``fanned`` (a fan-out under a
@@ -73,6 +76,8 @@ from processor.facts.models import (
     RunStopped,
     RunSubmitted,
     RunSucceeded,
+    SegmentAttemptStarted,
+    WorkItem,
 )
 from processor.facts.topics import TopicName
 from processor.transport.base import Reader, TopicPartition
@@ -450,6 +455,22 @@ def _story(run_id: str, runs: dict[str, str], by_run: dict[str, list[FactHeader]
     return f"{runs.get(run_id, '?')} {run_id}: {facts}"
 
 
+def attempts_run_inline(reader: Reader, topology: Topology, facts: list[FactHeader]) -> int:
+    """Forward attempts started with no work item on segments.work (read committed):
+    the ones a processor ran itself (every other is dispatched with its start)."""
+    dispatched = {
+        (item.run_id, item.segment, item.attempt, item.generation)
+        for record in read_topic(reader, topology.name(TopicName.WORK), topology.partitions)
+        if isinstance(item := codec().decode(record.value), WorkItem) and item.kind == "forward"
+    }
+    started = {
+        (f.run_id, f.segment, f.attempt, f.generation)
+        for f in facts
+        if isinstance(f, SegmentAttemptStarted)
+    }
+    return len(started - dispatched)
+
+
 def emitted_event_ids(reader: Reader, topic: str, partitions: int) -> Counter[str]:
     """How many times each event id is on the emit topic, read committed."""
     return Counter(
@@ -493,6 +514,7 @@ def deployed(cluster: Cluster, root: Path) -> Iterator[tuple[KafkaSpace, Fleet]]
     for process in [*processors, *workers]:
         process.app = APP
         process.extra_env = {"SOAK_EMIT_TOPIC": emit_topic(space)}
+    processors[1].extra_env |= {"PROCESSOR_INLINE_STEPS": "true"}
     fleet = Fleet(processors, workers, Responder(space, root / "r", root / "responder.log"))
     try:
         yield space, fleet
@@ -580,6 +602,7 @@ def soak(cluster: Cluster, root: Path, minutes: float, seed: int, rate: float) -
         facts = read_facts(reader, topology)
         outcomes.refresh(0)
         emitted = emitted_event_ids(reader, emit_topic(space), topology.partitions)
+        run_inline = attempts_run_inline(reader, topology, facts)
         reader.close()
         verdict = check(runs, facts, outcomes.by_run, emitted)
         replays = [replay_verifies(space, p.data_dir) for p in fleet.processors]
@@ -594,6 +617,7 @@ def soak(cluster: Cluster, root: Path, minutes: float, seed: int, rate: float) -
             "faults": dict(faults.done),
             "longest_stall_s": round(outcomes.longest_stall_s, 1),
             **verdict,
+            "attempts_run_inline": run_inline,
             "replay_verified": [r.get("verified") is True for r in replays],
             "replay_failures": [
                 json.dumps(r)[:3000] for r in replays if r.get("verified") is not True
