@@ -172,7 +172,7 @@ class Settings(BaseSettings):
         ge=1,
         description="A processor or worker that stops heartbeating (crash, kill -9, SIGSTOP) "
         "loses its partitions after this (librdkafka heartbeats from a background thread, "
-        "so a slow batch does not count)",
+        "three times a session and at most every 3 s, so a slow batch does not count)",
     )
     kafka_max_poll_interval_ms: int = Field(
         default=300_000,

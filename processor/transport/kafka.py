@@ -96,6 +96,9 @@ class KafkaTransport:
         )
         self._membership: dict[str, Any] = {
             "session.timeout.ms": session_timeout_ms,
+            # Three heartbeats a session, as Kafka advises: librdkafka's own 3 s would
+            # let a shorter session expire between two of them, again and again.
+            "heartbeat.interval.ms": min(3_000, max(1, session_timeout_ms // 3)),
             "max.poll.interval.ms": max(max_poll_interval_ms, session_timeout_ms),
         }
         self._base: dict[str, Any] = {

@@ -119,7 +119,11 @@ def test_the_kafka_transport_takes_its_timeouts_from_the_settings() -> None:
         kafka_transaction_timeout_ms=9_000,
     )
     transport = KafkaTransport(settings)
-    assert transport._membership == {"session.timeout.ms": 7_000, "max.poll.interval.ms": 8_000}
+    assert transport._membership == {
+        "session.timeout.ms": 7_000,
+        "heartbeat.interval.ms": 2_333,
+        "max.poll.interval.ms": 8_000,
+    }
     assert transport._transaction_timeout_ms == 9_000
     overridden = KafkaTransport(settings, transaction_timeout_ms=2_000)
     assert overridden._transaction_timeout_ms == 2_000
