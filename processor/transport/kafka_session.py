@@ -26,7 +26,14 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+)
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from processor.errors import FencedError, SessionLostError, TransportError
@@ -158,6 +165,9 @@ class KafkaSession(Closeable):
         # past control records and aborted data) and advanced by each commit.
         self._baseline: dict[TopicPartition, int] = {}
         self._position: dict[TopicPartition, int] = {}
+        # The partitions revoked (or lost) during the poll under way: records of them
+        # that the poll fetched before the rebalance are not ours to consume.
+        self._revoked_in_poll: set[TopicPartition] = set()
         self._txn: _Transaction | None = None
         # Whether the producer has a transaction open that ``begin`` may take: one is
         # begun right after each commit (an empty transaction holds nothing on the
@@ -199,6 +209,7 @@ class KafkaSession(Closeable):
         if not self._subscribed:
             raise TransportError(f"{self._name}: poll before subscribe")
         self._raise_if_fenced()
+        self._revoked_in_poll.clear()
         try:
             messages = wait_for_first(
                 self._consumer.consume, self._consumer.poll, max_records, timeout_s
@@ -209,6 +220,8 @@ class KafkaSession(Closeable):
         except RuntimeError as exc:  # the consumer was closed
             raise TransportError(f"{self._name}: poll: {exc}") from exc
         records = records_of(messages, self._name, self._reporter)
+        if self._revoked_in_poll:
+            records = self._drop_revoked(records)
         baseline, position = self._baseline, self._position
         for record in records:
             tp = record.position
@@ -216,6 +229,32 @@ class KafkaSession(Closeable):
                 baseline[tp] = record.offset
             position[tp] = record.offset + 1
         return records
+
+    def _drop_revoked(self, records: list[Record]) -> list[Record]:
+        """``records`` without those of partitions revoked during the poll.
+
+        librdkafka hands over the records it fetched before a rebalance in the same
+        batch as those after it. Consuming them would commit their offsets under the
+        new generation, which the coordinator accepts: a partition's new owner that
+        looked up its committed offset before then reads them again (a trigger's
+        record submitted twice). A partition given back to us in the same rebalance is
+        read again from its committed position.
+        """
+        revoked, self._revoked_in_poll = self._revoked_in_poll, set()
+        kept = [record for record in records if record.position not in revoked]
+        for tp in sorted(revoked & self._assigned):
+            start = self._baseline.get(tp, OFFSET_BEGINNING)
+            try:
+                self._consumer.seek(KafkaTopicPartition(tp.topic, tp.partition, start))
+            except KafkaException as exc:
+                raise translate(f"{self._name}: reread {tp.topic}[{tp.partition}]", exc) from exc
+        if len(kept) != len(records):
+            logger.info(
+                "%s: dropped %d records fetched before a rebalance",
+                self._name,
+                len(records) - len(kept),
+            )
+        return kept
 
     def begin(self) -> None:
         """Open a transaction (the one the last commit began, if it could)."""
@@ -398,6 +437,7 @@ class KafkaSession(Closeable):
     def _revoke(self, partitions: Sequence[TopicPartition], how: str) -> None:
         """Forget ``partitions`` and tell the owner, once per assignment."""
         revoked = sorted(tp for tp in partitions if tp in self._assigned)
+        self._revoked_in_poll.update(revoked)
         for tp in revoked:
             self._assigned.discard(tp)
             self._baseline.pop(tp, None)

@@ -3,17 +3,20 @@
 ``begin_transaction`` is a call into librdkafka's own thread (a few tenths of a
 millisecond in the loop); made right after a commit, it is off the next batch's path.
 An empty transaction holds nothing on the broker: closing, aborting or being fenced
-with one open must lose and leak nothing.
+with one open must lose and leak nothing. Records fetched before a rebalance are not
+consumed after it.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processor.config.settings import Settings
@@ -140,3 +143,55 @@ def test_a_session_fenced_with_its_next_transaction_open_commits_nothing(space: 
         zombie.close()
         successor.close()
     assert space.written() == [b"input 0", b"input 1", b"input 2"]
+
+
+class RebalancingConsumer:
+    """The real consumer, but the first call that returns records then serves a
+    rebalance of their partition, as librdkafka does when a rebalance comes after
+    records it had already fetched: the session's revoke callback runs, and with
+    ``give_back`` its assign callback too (the partition came back to it)."""
+
+    def __init__(self, real: Any, session: KafkaSession, give_back: bool) -> None:
+        self._real, self._session, self._give_back = real, session, give_back
+        self.rebalanced = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def consume(self, num_messages: int, timeout: float) -> list[Any]:
+        return self._after(self._real.consume(num_messages, timeout))
+
+    def poll(self, timeout: float) -> Any:
+        message = self._real.poll(timeout)
+        return message if message is None else self._after([message])[0]
+
+    def _after(self, messages: list[Any]) -> list[Any]:
+        if messages and not self.rebalanced:
+            self.rebalanced = True
+            partitions = [KafkaTopicPartition(messages[0].topic(), messages[0].partition())]
+            self._session._revoked_cb(self._real, partitions)
+            if self._give_back:
+                self._session._assigned_cb(self._real, partitions)
+        return messages
+
+
+@pytest.mark.parametrize("give_back", [False, True], ids=["moved", "given_back"])
+def test_records_fetched_before_a_rebalance_are_not_consumed(space: Space, give_back: bool) -> None:
+    # Consuming them would commit their offsets under the new generation, which the
+    # coordinator accepts: a new owner that looked its offset up before would read
+    # them again (a trigger's record submitted twice).
+    session, _ = space.session()
+    consumer = RebalancingConsumer(session._consumer, session, give_back)
+    session._consumer = consumer
+    try:
+        deadline = time.monotonic() + 60
+        while not consumer.rebalanced:
+            assert time.monotonic() < deadline, "no record arrived"
+            assert session.poll(100, 0.1) == []  # the rebalancing poll returns none
+        if give_back:  # read again from the committed position (the start: none yet)
+            again = poll_records(session, INPUTS)
+            assert [r.offset for r in again] == list(range(INPUTS))
+            commit_one(session, again[0], space.sink)
+    finally:
+        session.close()
+    assert space.written() == ([b"input 0"] if give_back else [])
