@@ -240,14 +240,10 @@ class KafkaSession(Closeable):
         record submitted twice). A partition given back to us in the same rebalance is
         read again from its committed position.
         """
-        revoked, self._revoked_in_poll = self._revoked_in_poll, set()
+        revoked = self._revoked_in_poll
         kept = [record for record in records if record.position not in revoked]
         for tp in sorted(revoked & self._assigned):
-            start = self._baseline.get(tp, OFFSET_BEGINNING)
-            try:
-                self._consumer.seek(KafkaTopicPartition(tp.topic, tp.partition, start))
-            except KafkaException as exc:
-                raise translate(f"{self._name}: reread {tp.topic}[{tp.partition}]", exc) from exc
+            self._seek(tp, self._baseline.get(tp, OFFSET_BEGINNING), "reread")
         if len(kept) != len(records):
             logger.info(
                 "%s: dropped %d records fetched before a rebalance",
@@ -562,11 +558,15 @@ class KafkaSession(Closeable):
             base = self._baseline.get(tp)
             if base is None or base == position or tp not in self._assigned:
                 continue
-            try:
-                self._consumer.seek(KafkaTopicPartition(tp.topic, tp.partition, base))
-            except KafkaException as exc:
-                raise translate(f"{self._name}: rewind {tp.topic}[{tp.partition}]", exc) from exc
+            self._seek(tp, base, "rewind")
             self._position[tp] = base
+
+    def _seek(self, tp: TopicPartition, offset: int, what: str) -> None:
+        """Read ``tp`` next from ``offset``."""
+        try:
+            self._consumer.seek(KafkaTopicPartition(tp.topic, tp.partition, offset))
+        except KafkaException as exc:
+            raise translate(f"{self._name}: {what} {tp.topic}[{tp.partition}]", exc) from exc
 
     def _positions_of(self, txn: _Transaction) -> list[tuple[TopicPartition, int]]:
         """Wait for every delivery report of the committed transaction (normally queued)."""
