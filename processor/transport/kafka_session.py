@@ -562,10 +562,19 @@ class KafkaSession(Closeable):
             self._position[tp] = base
 
     def _seek(self, tp: TopicPartition, offset: int, what: str) -> None:
-        """Read ``tp`` next from ``offset``."""
+        """Read ``tp`` next from ``offset``, its committed position.
+
+        A partition just assigned does not fetch until the client has looked up its
+        committed offset, and refuses a seek until then (``_STATE``): it will start
+        from that offset, where the seek would have put it.
+        """
         try:
             self._consumer.seek(KafkaTopicPartition(tp.topic, tp.partition, offset))
         except KafkaException as exc:
+            err = kafka_error(exc)
+            if err is not None and err.code() == KafkaError._STATE:
+                logger.debug("%s: %s %s: not fetching yet", self._name, what, tp)
+                return
             raise translate(f"{self._name}: {what} {tp.topic}[{tp.partition}]", exc) from exc
 
     def _positions_of(self, txn: _Transaction) -> list[tuple[TopicPartition, int]]:

@@ -148,8 +148,11 @@ def test_a_session_fenced_with_its_next_transaction_open_commits_nothing(space: 
 class RebalancingConsumer:
     """The real consumer, but the first call that returns records then serves a
     rebalance of their partition, as librdkafka does when a rebalance comes after
-    records it had already fetched: the session's revoke callback runs, and with
-    ``give_back`` its assign callback too (the partition came back to it)."""
+    records it had already fetched: the session's revoke callback runs and the
+    partition is unassigned; with ``give_back`` its assign callback runs too and the
+    partition is assigned again, as the client does after each callback. The new
+    assignment starts fetching only once the client has looked up its committed
+    offset, a moment later."""
 
     def __init__(self, real: Any, session: KafkaSession, give_back: bool) -> None:
         self._real, self._session, self._give_back = real, session, give_back
@@ -170,8 +173,10 @@ class RebalancingConsumer:
             self.rebalanced = True
             partitions = [KafkaTopicPartition(messages[0].topic(), messages[0].partition())]
             self._session._revoked_cb(self._real, partitions)
+            self._real.unassign()
             if self._give_back:
                 self._session._assigned_cb(self._real, partitions)
+                self._real.assign(partitions)
         return messages
 
 
