@@ -649,7 +649,9 @@ class ProcessorLoop:
             else:
                 emits.append(self._emitted(emit, trace))
         effects = [self._effect(effect, trace) for effect in decision.effects]
-        appended = staging.append(run_id, decision.expected_version, decision.facts)
+        appended = staging.append(
+            run_id, decision.expected_version, decision.facts, decision.folded
+        )
         key = run_id.encode()
         self._batch.outbound.extend(
             Outbound(self._facts_topic, key, staged.encoded, (), partition) for staged in appended

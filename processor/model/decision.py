@@ -113,6 +113,14 @@ class Publish:
 
 
 @dataclass(frozen=True, slots=True)
+class Folded:
+    """A run before a decision's facts (None: a new run) and after them."""
+
+    base: RunState | None
+    after: RunState
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     """What one input did: facts to append against ``expected_version``, messages to send."""
 
@@ -122,6 +130,10 @@ class Decision:
     refusal: str | None = None
     detail: str = ""
     effects: tuple[Publish, ...] = ()
+    #: The run it was decided on and the run with ``facts`` folded in, as its maker
+    #: folded them (None: not known). A staging that appends every fact unchanged to
+    #: that very run takes the folded one rather than folding them again.
+    folded: Folded | None = field(default=None, compare=False, repr=False)
 
     @staticmethod
     def refuse(reason: str, detail: str, *emits: Emit) -> Decision:
@@ -234,7 +246,13 @@ class FactMaker:
             refusal,
             detail,
             tuple(self.effects),
+            self._folded_by_facts(),
         )
+
+    def _folded_by_facts(self) -> Folded | None:
+        if not self.facts or self._folded is None:
+            return None
+        return Folded(self.state, self._folded)
 
 
 Reply = Callable[..., Emit]

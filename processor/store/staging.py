@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from processor.facts.codec import encode
 from processor.facts.models import FactHeader
+from processor.model.decision import Folded
 from processor.model.due import due_entries
 from processor.model.journal import plan_append
 from processor.model.listing import index_entries
@@ -117,9 +118,19 @@ class Staging:
         return fact_key in stored
 
     def append(
-        self, run_id: str, expected_version: int, facts: tuple[FactHeader, ...]
+        self,
+        run_id: str,
+        expected_version: int,
+        facts: tuple[FactHeader, ...],
+        folded: Folded | None = None,
     ) -> list[StagedFact]:
-        """Conditionally append decided facts; return those actually appended, encoded."""
+        """Conditionally append decided facts; return those actually appended, encoded.
+
+        ``folded`` is the run before ``facts`` and after them, as their decider folded
+        them: when it decided on this staging's very run and every fact is appended
+        as it is, the run after them is the run's next state, and the facts are not
+        folded a second time.
+        """
         if not facts:
             return []
         state = self.run(run_id)
@@ -130,9 +141,12 @@ class Staging:
         # Encode and fold everything before changing anything, so that a fact that
         # raises (a bug) leaves the staging as it was: the input is refused whole.
         staged = [StagedFact(fact, encode(fact)) for fact in fresh]
-        after = {fact.run_id: self.run(fact.run_id) for fact in fresh}
-        for fact in fresh:
-            after[fact.run_id] = reduce(after[fact.run_id], fact)
+        if folded is not None and folded.base is state and _unchanged(fresh, facts):
+            after: dict[str, RunState | None] = {run_id: folded.after}
+        else:
+            after = {fact.run_id: self.run(fact.run_id) for fact in fresh}
+            for fact in fresh:
+                after[fact.run_id] = reduce(after[fact.run_id], fact)
         self._after.update(after)
         self._keys.update((fact.run_id, fact.fact_key) for fact in fresh)
         self._staged.extend((s.fact, s.encoded) for s in staged)
@@ -248,6 +262,12 @@ class Staging:
         self._staged.clear()
         self._carried = {}
         self._carried_keys = {}
+
+
+def _unchanged(fresh: Sequence[FactHeader], facts: Sequence[FactHeader]) -> bool:
+    """Whether ``plan_append`` appends ``facts`` as they are: none a duplicate, none
+    renumbered (it returns the very facts then)."""
+    return len(fresh) == len(facts) and all(a is b for a, b in zip(fresh, facts, strict=True))
 
 
 def _pairs_of(

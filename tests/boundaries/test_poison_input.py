@@ -145,29 +145,30 @@ def test_an_input_whose_decision_raises_is_refused_as_internal_error(
     assert len(h.rejected.refresh()) == 4
 
 
-def test_a_fold_that_raises_leaves_the_batch_untouched(
+def test_a_fact_that_fails_to_stage_leaves_the_batch_untouched(
     harness: LoopHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An exception while the decided facts are staged refuses the input and stages none
-    of its facts or messages, so the same batch commits the other inputs exactly once."""
+    """An exception while the decided facts are staged (the second one's encoding
+    raises) refuses the input and stages none of its facts or messages, so the same
+    batch commits the other inputs exactly once."""
     import processor.store.staging as staging_module
 
     h = harness
-    real_reduce = staging_module.reduce
+    real_encode = staging_module.encode
     calls: list[int] = []
 
-    def reduce_failing_on_the_second_fact(state: Any, fact: Any) -> Any:
+    def encode_failing_on_the_second_fact(fact: Any) -> bytes:
         calls.append(1)
         if len(calls) == 2:
-            raise RuntimeError("fold failed")
-        return real_reduce(state, fact)
+            raise RuntimeError("encoding failed")
+        return real_encode(fact)
 
-    monkeypatch.setattr(staging_module, "reduce", reduce_failing_on_the_second_fact)
+    monkeypatch.setattr(staging_module, "encode", encode_failing_on_the_second_fact)
     doomed = new_submit("scalar", {"n": 2})
     source = h.produce(TopicName.COMMANDS, doomed.run_id, encode(doomed))
     rejected = h.drive(lambda: h.rejected.find(source), "the refusal of the doomed submit")
-    assert (rejected.reason, rejected.detail) == ("internal_error", "RuntimeError: fold failed")
-    monkeypatch.setattr(staging_module, "reduce", real_reduce)
+    assert (rejected.reason, rejected.detail) == ("internal_error", "RuntimeError: encoding failed")
+    monkeypatch.setattr(staging_module, "encode", real_encode)
     assert h.facts(doomed.run_id) == []  # not one of its facts reached the journal
     assert h.loop_state(doomed.run_id) is None
     _good_run_still_succeeds(h)

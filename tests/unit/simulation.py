@@ -56,6 +56,8 @@ class Simulation:
     facts: list[FactHeader] = field(default_factory=list)
     counter: int = 0
     keys: KeyRing = SIMULATION_KEYS
+    #: Decisions whose own folded run (``Decision.folded``) was checked against the fold.
+    folded_checked: int = 0
 
     @property
     def ctx(self) -> Context:
@@ -67,6 +69,10 @@ class Simulation:
             state = reduce(self.states.get(fact.run_id), fact)
             assert state is not None
             self.states[fact.run_id] = state
+        if decision.facts:  # the run its decider folded is the one the reducer folds
+            assert decision.folded is not None
+            assert decision.folded.after == self.states[decision.facts[0].run_id]
+            self.folded_checked += 1
         return decision
 
     def submit(self, key: str | None = None, value: int = 0) -> str:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from processor.facts.codec import encode
 from processor.facts.models import FactHeader, RunSubmitted
+from processor.model.decision import Folded
 from processor.model.reduce import fold, reduce
 from processor.model.state import RunState
 from processor.store.rocks import PartitionStore
@@ -133,6 +134,54 @@ def test_runs_kept_in_memory_between_flushes_equal_the_stored_ones(
         for run_id, state in sim.states.items():
             assert store.run(run_id) == state
             assert staging.run(run_id) == state
+    finally:
+        store.close()
+
+
+@given(events)
+def test_a_decision_carries_the_run_its_facts_fold_into(script: list[Event]) -> None:
+    sim = simulate(script)  # Simulation._take compares each decision's run with the fold
+    assert sim.folded_checked > 0 or not sim.facts
+
+
+def test_an_append_takes_the_deciders_run_only_if_it_appends_the_facts_as_they_are(
+    tmp_path: Path,
+) -> None:
+    sim = Simulation()
+    run_id = sim.submit()
+    decision = sim.result(run_id, fail=False)
+    assert decision.folded is not None and len(decision.facts) > 1
+    earlier = sim.facts[: -len(decision.facts)]
+    store = PartitionStore(tmp_path / "store")
+
+    def staged() -> Staging:
+        """A staging at the run the decision was decided on."""
+        staging = Staging(store)
+        for fact in earlier:
+            staging.fold(fact, encode(fact))
+        return staging
+
+    try:
+        # Decided on a run equal to the staged one, but not on that very one: folded.
+        staging = staged()
+        assert decision.folded.base == staging.run(run_id)
+        staging.append(run_id, decision.expected_version, decision.facts, decision.folded)
+        assert staging.run(run_id) is not decision.folded.after
+        assert staging.run(run_id) == decision.folded.after
+
+        # Decided on the staged run: its folded run is taken, not folded again.
+        staging = staged()
+        on_it = Folded(staging.run(run_id), decision.folded.after)
+        staging.append(run_id, decision.expected_version, decision.facts, on_it)
+        assert staging.run(run_id) is on_it.after
+
+        # Renumbered by the append (numbered past the journal here): folded as appended.
+        staging = staged()
+        on_it = Folded(staging.run(run_id), decision.folded.after)
+        later = tuple(f.model_copy(update={"seq": f.seq + 5}) for f in decision.facts)
+        staging.append(run_id, decision.expected_version, later, on_it)
+        assert staging.run(run_id) is not on_it.after
+        assert staging.run(run_id) == decision.folded.after
     finally:
         store.close()
 
