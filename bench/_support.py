@@ -26,6 +26,7 @@ from typing import Any
 
 from processor.clients.client import Client, new_submit
 from processor.config.settings import Settings
+from processor.engine import heap
 from processor.engine.host import Host
 from processor.facts.codec import codec
 from processor.facts.models import RunOutcome
@@ -167,6 +168,7 @@ def app_host(data_dir: Path, application: Any, app_ref: str) -> Iterator[tuple[D
     deployment = Deployment.from_settings(settings)
     host = Host(deployment, application, app_ref=app_ref)
     host.start()
+    heap.settle()  # as ``processor run`` does once started
     try:
         host.workers_ready(60)
         client = Client(deployment.transport, deployment.topology, settings.state_dir)

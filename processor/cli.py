@@ -33,6 +33,7 @@ from processor.clients.client import (
     status_dict,
 )
 from processor.config.settings import Settings
+from processor.engine import heap
 from processor.engine.host import Host
 from processor.errors import ProcessorError, SchemaRefusedError
 from processor.facts.models import CommandReply
@@ -386,6 +387,7 @@ def run(
         except ProcessorError:
             host.stop()
             raise
+    heap.settle()  # started: what is allocated so far stays for the process's life
     try:
         _run_until_stopped(inv, host, workers, web.address if web is not None else None)
     finally:

@@ -20,6 +20,7 @@ import threading
 import time
 from typing import BinaryIO, TextIO
 
+from processor.engine import heap
 from processor.engine.guarded import start_guarded
 from processor.engine.worker_process import STOP, ChildSpec, in_process_workers
 from processor.telemetry import tracing
@@ -66,6 +67,7 @@ def main(control_fd: int, events_fd: int) -> int:
         start_guarded(worker.worker_id, functools.partial(worker.run, stop), crashed, stop)
         for worker in workers
     ]
+    heap.settle()  # started: the application and the workers stay for the process's life
     _relay_until_stopped(events, relay, gate, stop)
     for thread in threads:
         thread.join(30)
