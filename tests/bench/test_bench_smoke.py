@@ -181,7 +181,7 @@ def test_fan_out(tmp_path: Path) -> None:
 
 def test_children(tmp_path: Path) -> None:
     out = bench("children.py", tmp_path, "--children", "5", "--repeat", "1")
-    assert (out["children"], out["rounds"]) == (5, 1)
+    assert (out["children"], out["rounds"], out["warmup_rounds"]) == (5, 1, 1)
     assert out["independent_ms"] >= 0 and out["as_children_ms"] > 0
     assert len(out["ratio_rounds"]) == 1
 
