@@ -197,11 +197,17 @@ def _roll_out(rollout: Rollout, tmp_path: Path) -> dict[str, Any]:
     assert (shown["step_attempts"], shown["infrastructure_losses"]) == (0, 0), shown
     assert shown["retry_reason"] is None, shown
     assert shown["blocked"]["waiting_for"] == "a live worker that loads greet v3", shown
-    listed = {run["run_id"]: run for run in rollout.cli_json("runs", "--status", "running")["runs"]}
-    assert (listed[blocked]["phase"], listed[blocked]["pipeline_version"]) == (
-        "definition_blocked",
-        3,
+
+    def listed_blocked() -> dict[str, Any] | None:
+        listing = rollout.cli_json("runs", "--status", "running")
+        return next((run for run in listing["runs"] if run["run_id"] == blocked), None)
+
+    # The listing reads only the processor's store, written just after each commit;
+    # the status above reads the journal's tail as well, so it may see the run first.
+    row = wait_until(
+        listed_blocked, OUTCOME_WITHIN_S, "the blocked run in the listing", max_pause_s=0.2
     )
+    assert (row["phase"], row["pipeline_version"]) == ("definition_blocked", 3), row
     worker_v3 = rollout.start_worker(3)
     rollout.stop_worker(worker_v2)
     assert rollout.result(blocked) == {"who": "blocked", "ran": 3}
