@@ -121,7 +121,7 @@ def advance(maker: FactMaker, spec: PipelineSpec, step: int) -> bool:
 
 def _release(maker: FactMaker, step: int, node: NodeRun, progress: FanOutProgress) -> None:
     """The step's end: failed beyond its tolerance, or its output in item order."""
-    errors = node.item_errors
+    errors = node.item_errors.as_dict()
     if progress.failed:
         first = min(errors)
         kind, message = errors[first]
@@ -131,7 +131,7 @@ def _release(maker: FactMaker, step: int, node: NodeRun, progress: FanOutProgres
         )
         settle(maker, step, "failed", error=detail, error_type=FAN_OUT_FAILED)
         return
-    released = assemble(progress.total, node.item_outputs, errors)
+    released = assemble(progress.total, node.item_outputs.as_dict(), errors)
     failed = [
         {"item": item, "type": kind, "message": message}
         for item, (kind, message) in released.errors

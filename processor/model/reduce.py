@@ -59,6 +59,7 @@ from processor.facts.models import (
     TerminalPublicationPrepared,
 )
 from processor.model import waits
+from processor.model.item_map import ItemMap
 from processor.model.lanes import items_of_step, segment_of
 from processor.model.parent_link import ParentLink
 from processor.model.schedule_link import ScheduleLink
@@ -824,11 +825,11 @@ def _(fact: FanOutItemSettled, state: RunState) -> RunChanges:
     node = state.nodes[fact.step]
     changes: NodeRunChanges
     if fact.status == "succeeded":
-        outputs = {**node.item_outputs, fact.item: fact.output}
+        outputs = node.item_outputs.with_item(fact.item, fact.output)
         changes = {"succeeded_items": node.succeeded_items + 1, "item_outputs": outputs}
     else:
         failure = (fact.error_type or "Error", fact.error or "")
-        errors = {**node.item_errors, fact.item: failure}
+        errors = node.item_errors.with_item(fact.item, failure)
         changes = {"failed_items": node.failed_items + 1, "item_errors": errors}
     lanes = {segment: lane for segment, lane in state.lanes.items() if segment != fact.segment}
     return {"nodes": {**state.nodes, fact.step: node.evolve(changes)}, "lanes": lanes}
@@ -859,8 +860,8 @@ def _(fact: NodeSettled, state: RunState) -> RunChanges:
             "error": fact.error,
             "error_type": fact.error_type,
             "attempts": fact.attempts,
-            "item_outputs": {},  # released in the step's output (StepCompleted)
-            "item_errors": {},
+            "item_outputs": ItemMap(),  # released in the step's output (StepCompleted)
+            "item_errors": ItemMap(),
         }
     )
     # Its lane closes, and a fan-out step's item lanes with it.

@@ -15,6 +15,7 @@ from typing import Literal, TypedDict
 from pydantic import BaseModel, ConfigDict
 
 from processor.facts.trusted import Evolvable
+from processor.model.item_map import ItemMap
 from processor.model.parent_link import ParentLink
 from processor.model.schedule_link import ScheduleLink
 
@@ -466,8 +467,8 @@ class NodeRunChanges(TypedDict, total=False):
     started_items: int
     succeeded_items: int
     failed_items: int
-    item_outputs: dict[int, bytes]
-    item_errors: dict[int, tuple[str, str]]
+    item_outputs: ItemMap[bytes]
+    item_errors: ItemMap[tuple[str, str]]
 
 
 class NodeRun(BaseModel, Evolvable[NodeRunChanges]):
@@ -488,8 +489,8 @@ class NodeRun(BaseModel, Evolvable[NodeRunChanges]):
     started_items: int = 0
     succeeded_items: int = 0
     failed_items: int = 0
-    item_outputs: dict[int, bytes] = {}
-    item_errors: dict[int, tuple[str, str]] = {}
+    item_outputs: ItemMap[bytes] = ItemMap()
+    item_errors: ItemMap[tuple[str, str]] = ItemMap()
 
 
 class RunChanges(TypedDict, total=False):
