@@ -62,8 +62,8 @@ def open_targets(state: RunState) -> frozenset[str]:
     return frozenset(
         i.target
         for view in waits.in_wait(state, waits.SUSPENDED)
-        for i in view.boundary_interactions()
-        if i.status == "open"
+        for i in view.interactions.values()  # a set: no need to put them in order
+        if i.boundary == view.boundary.number and i.status == "open"
     )
 
 
@@ -71,7 +71,11 @@ def waiting_targets(state: RunState) -> tuple[str, ...]:
     """The targets the run waits on, sorted, each once: ``open_targets``, an event wait's
     as ``event:<name>`` (its correlation values would make a target, and a metric label,
     per order number)."""
-    return tuple(sorted({event_waits.listed_target(t) for t in open_targets(state)}))
+    return _listed(open_targets(state))
+
+
+def _listed(targets: frozenset[str]) -> tuple[str, ...]:
+    return tuple(sorted({event_waits.listed_target(t) for t in targets}))
 
 
 def is_unknown(state: RunState | None) -> bool:
@@ -90,11 +94,12 @@ def index_entries(state: RunState | None) -> frozenset[IndexEntry]:
         IndexEntry("status", (status,), at, run_id),
         IndexEntry("pipeline_status", (pipeline, status), at, run_id),
     ]
-    for target in waiting_targets(state):
+    targets = open_targets(state)  # every interaction of the boundary: read them once
+    for target in _listed(targets):
         rows.append(IndexEntry("waiting", (target,), at, run_id))
         rows.append(IndexEntry("waiting_pipeline", (target, pipeline), at, run_id))
     # An event wait keyed by correlation: found by (event name, key) (docs/design/signals.md).
-    keyed = event_waits.keyed(open_targets(state))
+    keyed = event_waits.keyed(targets)
     rows.extend(IndexEntry("event_key", parts, at, run_id) for parts in keyed)
     if waits.in_wait(state, waits.DEFINITION_BLOCKED) and not state.terminal:
         rows.append(

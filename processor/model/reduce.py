@@ -59,7 +59,7 @@ from processor.facts.models import (
     TerminalPublicationPrepared,
 )
 from processor.model import waits
-from processor.model.item_map import ItemMap
+from processor.model.chunked_map import ChunkedMap
 from processor.model.lanes import items_of_step, segment_of
 from processor.model.parent_link import ParentLink
 from processor.model.schedule_link import ScheduleLink
@@ -493,7 +493,7 @@ def _put(state: RunState, interaction_id: str, interaction: Interaction) -> RunC
     run, the lane's: these facts are its lane's, ``_LANE_FACTS``)."""
     before = state.interactions.get(interaction_id)
     return {
-        "interactions": {**state.interactions, interaction_id: interaction},
+        "interactions": state.interactions.with_item(interaction_id, interaction),
         "boundary": state.boundary.recounted(before, interaction),
     }
 
@@ -521,10 +521,12 @@ def _(fact: InteractionTimedOut, state: RunState) -> RunChanges:
 
 @_changes.register
 def _(fact: ContinuationSegmentCreated, state: RunState) -> RunChanges:
-    released = {
-        key: (i.evolve({"output": None}) if i.boundary == fact.boundary else i)
-        for key, i in state.interactions.items()
-    }
+    released = ChunkedMap(
+        {
+            key: (i.evolve({"output": None}) if i.boundary == fact.boundary else i)
+            for key, i in state.interactions.items()
+        }
+    )
     attempt = state.attempt.evolve(
         {"segment": fact.segment, "number": 0, "next_step": fact.first_step, "step_attempts": 0}
     )
@@ -756,7 +758,9 @@ def _(fact: RunRedriven, state: RunState) -> RunChanges:
         },
     )
     recorded = RecordedResolution(fingerprint=f"redrive/{fact.redrive}", response=fact.response)
-    kept_interactions = {k: i for k, i in state.interactions.items() if i.status != "open"}
+    kept_interactions = ChunkedMap(
+        {k: i for k, i in state.interactions.items() if i.status != "open"}
+    )
     return {
         "status": RUNNING,
         "phase": "idle",
@@ -860,8 +864,8 @@ def _(fact: NodeSettled, state: RunState) -> RunChanges:
             "error": fact.error,
             "error_type": fact.error_type,
             "attempts": fact.attempts,
-            "item_outputs": ItemMap(),  # released in the step's output (StepCompleted)
-            "item_errors": ItemMap(),
+            "item_outputs": ChunkedMap(),  # released in the step's output (StepCompleted)
+            "item_errors": ChunkedMap(),
         }
     )
     # Its lane closes, and a fan-out step's item lanes with it.

@@ -15,7 +15,7 @@ from typing import Literal, TypedDict
 from pydantic import BaseModel, ConfigDict
 
 from processor.facts.trusted import Evolvable
-from processor.model.item_map import ItemMap
+from processor.model.chunked_map import ChunkedMap
 from processor.model.parent_link import ParentLink
 from processor.model.schedule_link import ScheduleLink
 
@@ -467,8 +467,8 @@ class NodeRunChanges(TypedDict, total=False):
     started_items: int
     succeeded_items: int
     failed_items: int
-    item_outputs: ItemMap[bytes]
-    item_errors: ItemMap[tuple[str, str]]
+    item_outputs: ChunkedMap[int, bytes]
+    item_errors: ChunkedMap[int, tuple[str, str]]
 
 
 class NodeRun(BaseModel, Evolvable[NodeRunChanges]):
@@ -489,8 +489,8 @@ class NodeRun(BaseModel, Evolvable[NodeRunChanges]):
     started_items: int = 0
     succeeded_items: int = 0
     failed_items: int = 0
-    item_outputs: ItemMap[bytes] = ItemMap()
-    item_errors: ItemMap[tuple[str, str]] = ItemMap()
+    item_outputs: ChunkedMap[int, bytes] = ChunkedMap()
+    item_errors: ChunkedMap[int, tuple[str, str]] = ChunkedMap()
 
 
 class RunChanges(TypedDict, total=False):
@@ -515,7 +515,7 @@ class RunChanges(TypedDict, total=False):
     step_outputs: dict[int, bytes]
     boundary: Boundary
     sleep: Sleep
-    interactions: dict[str, Interaction]
+    interactions: ChunkedMap[str, Interaction]
     publication: Publication
     result: bytes | None
     error: str | None
@@ -566,7 +566,7 @@ class RunState(BaseModel, Evolvable[RunChanges]):
     step_outputs: dict[int, bytes] = {}
     boundary: Boundary = Boundary()
     sleep: Sleep = Sleep()
-    interactions: dict[str, Interaction] = {}
+    interactions: ChunkedMap[str, Interaction] = ChunkedMap()
     publication: Publication = Publication()
     result: bytes | None = None
     error: str | None = None

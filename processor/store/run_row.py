@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from processor.facts.trusted import builder
+from processor.model.chunked_map import ChunkedMap
 from processor.model.parent_link import ParentLink
 from processor.model.schedule_link import ScheduleLink
 from processor.model.state import (
@@ -79,7 +80,7 @@ class RunRow(BaseModel):
     boundary_failed: int = 0
     sleep_step: int | None = None  # while sleeping
     sleep_wake_ms: int | None = None
-    interactions: dict[str, Interaction] = {}
+    interactions: ChunkedMap[str, Interaction] = ChunkedMap()
     publications: dict[str, str] = {}  # topic -> "prepared" | "completed"
     publication_key: str | None = None
     publication_due_ms: int | None = None

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 
 from processor.facts import trusted
 from processor.facts.trusted import SLOT_SETTERS, assemble, evolve
+from processor.model.chunked_map import ChunkedMap
 from processor.model.state import ForwardAttempt, Interaction, RunState, Sleep, Stop
 from processor.store.run_row import RunRow, row_json, state_of
 
@@ -122,7 +123,7 @@ def _interaction() -> dict[str, Any]:
 def test_stored_run_json_is_the_flat_row_without_defaults() -> None:
     parts = {"attempt": ForwardAttempt(segment=2, number=3), "stop": Stop(reason="cancelled")}
     outputs = {"step_outputs": {0: b"o"}}
-    interactions = {"interactions": {"i": assemble(Interaction, _interaction())}}
+    interactions = {"interactions": ChunkedMap({"i": assemble(Interaction, _interaction())})}
     state = evolve(assemble(RunState, RUN), {**interactions, **outputs, **parts})
     stored = row_json(state)
     flat = {"segment": 2, "attempt": 3, "stop_reason": "cancelled"}
