@@ -183,7 +183,8 @@ def test_children(tmp_path: Path) -> None:
     out = bench("children.py", tmp_path, "--children", "5", "--repeat", "1")
     assert (out["children"], out["rounds"], out["warmup_rounds"]) == (5, 1, 1)
     assert out["independent_ms"] >= 0 and out["as_children_ms"] > 0
-    assert len(out["ratio_rounds"]) == 1
+    assert len(out["ratio_rounds"]) == len(out["children_done_ratio_rounds"]) == 1
+    assert 0 < out["children_done_ms"] <= out["as_children_ms"]  # children end first
 
 
 def test_signals_by_key(tmp_path: Path) -> None:
