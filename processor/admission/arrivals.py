@@ -109,9 +109,9 @@ def completion_arrival(
     decoded from JSON, any other as Avro; both give the same BoundaryCompletion.
     """
     completion = _decode_completion(value, headers)
-    claimed = tokens.parse(completion.token)
     claims = tokens.verify(keys, completion.token)
-    if claims is None:
+    if claims is None:  # refused; its run, if the token names one, for the record
+        claimed = tokens.parse(completion.token)
         run_id = claimed.run_id if claimed is not None else None
         return Refusal("invalid_token", _token_problem(keys, completion.token), run_id)
     body = canonical_payload(completion.payload, completion.content_type, claims.run_id)

@@ -46,6 +46,14 @@ class ChunkedMap(Mapping[K, V]):
         self._len = len(pairs)
 
     @classmethod
+    def adopting(cls, entries: dict[K, V]) -> ChunkedMap[K, V]:
+        """A map of ``entries``, a dict nobody else holds or changes (a validator's or a
+        comprehension's fresh one): kept as the one chunk when it fits, not copied."""
+        if len(entries) > CHUNK:
+            return cls(entries)
+        return cls._of_chunks((entries,) if entries else (), len(entries))
+
+    @classmethod
     def _of_chunks(cls, chunks: tuple[dict[K, V], ...], length: int) -> ChunkedMap[K, V]:
         made: ChunkedMap[K, V] = cls.__new__(cls)
         made._chunks, made._len = chunks, length
@@ -54,6 +62,10 @@ class ChunkedMap(Mapping[K, V]):
     def with_item(self, key: K, value: V) -> ChunkedMap[K, V]:
         """This map with ``key`` set to ``value`` (in its place if it was there)."""
         chunks = self._chunks
+        if len(chunks) == 1:  # most maps: one chunk, copied as a dict would be
+            (only,) = chunks
+            if key in only or len(only) < CHUNK:
+                return self._of_chunks(({**only, key: value},), self._len + (key not in only))
         for index, chunk in enumerate(chunks):
             if key in chunk:
                 changed = (*chunks[:index], {**chunk, key: value}, *chunks[index + 1 :])
@@ -65,11 +77,17 @@ class ChunkedMap(Mapping[K, V]):
         return self._of_chunks(grown, self._len + 1)
 
     def as_dict(self) -> dict[K, V]:
-        """The entries in one dict, in insertion order."""
-        if len(self._chunks) == 1:
-            return dict(self._chunks[0])
+        """The entries in a dict of the caller's own, in insertion order."""
+        whole = self._whole()
+        return dict(whole) if len(self._chunks) == 1 else whole
+
+    def _whole(self) -> dict[K, V]:
+        """The entries in one dict, to read only: the chunk itself when there is one."""
+        chunks = self._chunks
+        if len(chunks) == 1:
+            return chunks[0]
         merged: dict[K, V] = {}
-        for chunk in self._chunks:
+        for chunk in chunks:
             merged.update(chunk)
         return merged
 
@@ -84,6 +102,8 @@ class ChunkedMap(Mapping[K, V]):
     @overload
     def get(self, key: K, default: V | D, /) -> V | D: ...
     def get(self, key: K, default: object = None) -> object:
+        if len(self._chunks) == 1:
+            return self._chunks[0].get(key, default)
         for chunk in self._chunks:
             if key in chunk:
                 return chunk[key]
@@ -93,15 +113,14 @@ class ChunkedMap(Mapping[K, V]):
         return any(key in chunk for chunk in self._chunks)
 
     def __iter__(self) -> Iterator[K]:
-        for chunk in self._chunks:
-            yield from chunk
+        return iter(self._whole())
 
     def items(self) -> ItemsView[K, V]:
-        # Mapping's own would look each key up, chunk by chunk.
-        return self.as_dict().items()
+        # Mapping's own would look each key up, chunk by chunk. A view: read only.
+        return self._whole().items()
 
     def values(self) -> ValuesView[V]:
-        return self.as_dict().values()
+        return self._whole().values()
 
     def __len__(self) -> int:
         return self._len
@@ -115,10 +134,20 @@ class ChunkedMap(Mapping[K, V]):
             return NotImplemented
         if len(other) != self._len:
             return False
-        theirs = other.as_dict() if isinstance(other, ChunkedMap) else dict(other)
-        return self.as_dict() == theirs
+        if not self._len:
+            return True
+        theirs = other._whole() if isinstance(other, ChunkedMap) else dict(other)
+        return self._whole() == theirs
 
     __hash__ = None  # type: ignore[assignment]  # as a dict's: it compares by content
+
+    def __copy__(self) -> ChunkedMap[K, V]:
+        return self  # immutable: a copy would be the same map
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ChunkedMap[K, V]:
+        # Pydantic copies a field's default for every model it builds without the
+        # field (every run row read without interactions): the same map will do.
+        return self
 
     def __repr__(self) -> str:
         return f"ChunkedMap({self.as_dict()!r})"
@@ -131,7 +160,7 @@ class ChunkedMap(Mapping[K, V]):
         key_type, value_type = get_args(source) or (Any, Any)
         as_dict = handler.generate_schema(dict[key_type, value_type])  # type: ignore[valid-type]
         return core_schema.no_info_after_validator_function(
-            cls,
+            cls.adopting,
             as_dict,
             serialization=core_schema.plain_serializer_function_ser_schema(
                 _as_dict, return_schema=as_dict
@@ -139,5 +168,5 @@ class ChunkedMap(Mapping[K, V]):
         )
 
 
-def _as_dict(value: Mapping[Any, Any]) -> dict[Any, Any]:
-    return value.as_dict() if isinstance(value, ChunkedMap) else dict(value)
+def _as_dict(value: Mapping[Any, Any]) -> Mapping[Any, Any]:
+    return value._whole() if isinstance(value, ChunkedMap) else value

@@ -521,7 +521,7 @@ def _(fact: InteractionTimedOut, state: RunState) -> RunChanges:
 
 @_changes.register
 def _(fact: ContinuationSegmentCreated, state: RunState) -> RunChanges:
-    released = ChunkedMap(
+    released = ChunkedMap.adopting(
         {
             key: (i.evolve({"output": None}) if i.boundary == fact.boundary else i)
             for key, i in state.interactions.items()
@@ -758,7 +758,7 @@ def _(fact: RunRedriven, state: RunState) -> RunChanges:
         },
     )
     recorded = RecordedResolution(fingerprint=f"redrive/{fact.redrive}", response=fact.response)
-    kept_interactions = ChunkedMap(
+    kept_interactions = ChunkedMap.adopting(
         {k: i for k, i in state.interactions.items() if i.status != "open"}
     )
     return {

@@ -52,11 +52,8 @@ def test_adding_an_item_leaves_the_map_it_was_added_to_unchanged() -> None:
     assert small == {1: "a", 2: "b"}
 
 
-def _fan_out_run(items: int) -> RunState:
-    outputs = ChunkedMap({item: b"1" for item in range(items)})
-    node = NodeRun(
-        items=items + 1, started_items=items + 1, succeeded_items=items, item_outputs=outputs
-    )
+def _run(**fields: Any) -> RunState:
+    """A run of pipeline ``p`` with ``fields`` set."""
     return RunState(
         run_id="r",
         pipeline="p",
@@ -67,8 +64,16 @@ def _fan_out_run(items: int) -> RunState:
         updated_ms=1,
         submit_command_id="c",
         last_output=b"null",
-        nodes={1: node},
+        **fields,
     )
+
+
+def _fan_out_run(items: int) -> RunState:
+    outputs = ChunkedMap({item: b"1" for item in range(items)})
+    node = NodeRun(
+        items=items + 1, started_items=items + 1, succeeded_items=items, item_outputs=outputs
+    )
+    return _run(nodes={1: node})
 
 
 def _allocated(call: Callable[[], T]) -> tuple[int, T]:
@@ -105,14 +110,19 @@ def test_settling_an_item_does_not_copy_the_items_settled_before() -> None:
 
 
 def test_a_run_row_stores_the_items_as_a_json_object_and_reads_them_back() -> None:
-    state = _settle_last(_fan_out_run(3), 3)
-    stored: dict[str, Any] = json.loads(row_json(state))
-    ones = dict.fromkeys("012", "MQ==")  # b"1" in base64, as the dict was stored
-    assert stored["nodes"]["1"]["item_outputs"] == {**ones, "3": "Mg=="}
-    again = state_of(row_json(state))
+    items = 2 * CHUNK + 3  # in three chunks
+    state = _settle_last(_fan_out_run(items), items)
+    text = row_json(state)
+    stored: dict[str, Any] = json.loads(text)
+    ones = {str(item): "MQ==" for item in range(items)}  # b"1" in base64, as dicts were
+    assert list(stored["nodes"]["1"]["item_outputs"].items()) == [
+        *ones.items(),
+        (str(items), "Mg=="),
+    ]
+    again = state_of(text)
     assert again == state
     assert isinstance(again.nodes[1].item_outputs, ChunkedMap)
-    assert again.nodes[1].item_outputs == {0: b"1", 1: b"1", 2: b"1", 3: b"2"}
+    assert again.nodes[1].item_outputs == {**dict.fromkeys(range(items), b"1"), items: b"2"}
 
 
 def _awaiting(interactions: int) -> RunState:
@@ -123,19 +133,8 @@ def _awaiting(interactions: int) -> RunState:
         )
         for index in range(interactions)
     }
-    return RunState(
-        run_id="r",
-        pipeline="p",
-        pipeline_version=1,
-        input=b"[]",
-        submitted_ms=1,
-        created_ms=1,
-        updated_ms=1,
-        submit_command_id="c",
-        last_output=b"null",
-        interactions=opened,
-        boundary=Boundary(number=1, itemized=True, items=interactions, total=interactions),
-    )
+    boundary = Boundary(number=1, itemized=True, items=interactions, total=interactions)
+    return _run(interactions=opened, boundary=boundary)
 
 
 def test_admitting_an_interaction_does_not_copy_the_others() -> None:
