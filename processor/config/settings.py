@@ -125,7 +125,8 @@ class Settings(BaseSettings):
         default=4096,
         ge=0,
         description="Runs kept in memory per partition after they were written (the most "
-        "recently written), so that their next input skips the store read; 0: none",
+        "recently written that have not ended), so that their next input skips the store "
+        "read; 0: none",
     )
     stable_wait_ms: int = Field(
         default=120_000,

@@ -41,9 +41,10 @@ class Staging:
 
     - ``carry``: the runs of the last flush only (catch-up and replay, which meet a
       run's facts in consecutive batches);
-    - ``keep_runs``: up to this many of the most recently written runs (the live loop,
-      where a run's next input comes a few batches later); the least recently written
-      go first, so memory stays bounded.
+    - ``keep_runs``: up to this many of the most recently written runs that have not
+      ended (the live loop, where a run's next input comes a few batches later; an
+      ended run expects none); the least recently written go first, so memory stays
+      bounded.
 
     ``census``, if given, is told each written run's state before and after.
     """
@@ -236,7 +237,8 @@ class Staging:
         kept = self._carried
         for run_id, state in written.items():
             kept.pop(run_id, None)  # re-inserted last: the most recently written
-            kept[run_id] = state
+            if not state.terminal:  # an ended run expects no input: read if one comes
+                kept[run_id] = state
         for run_id in list(itertools.islice(kept, max(0, len(kept) - self._keep_runs))):
             del kept[run_id]
         return kept
