@@ -60,10 +60,7 @@ def open_targets(state: RunState) -> frozenset[str]:
     if state.terminal:
         return frozenset()
     return frozenset(
-        i.target
-        for view in waits.in_wait(state, waits.SUSPENDED)
-        for i in view.interactions.values()  # a set: no need to put them in order
-        if i.boundary == view.boundary.number and i.status == "open"
+        i.target for view in waits.in_wait(state, waits.SUSPENDED) for i in view.open_interactions()
     )
 
 

@@ -8,7 +8,7 @@ own ``evolve`` and ``assemble``, so mypy refuses a field the model does not decl
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal, TypedDict
 
@@ -677,6 +677,14 @@ class RunState(BaseModel, Evolvable[RunChanges]):
             return None
         attempt = self.attempt_of(kind)
         return attempt if attempt.running else None
+
+    def open_interactions(self) -> Iterator[Interaction]:
+        """The current boundary's interactions still open, in no particular order: for
+        readers that take them as a set (a boundary may have thousands; no sort)."""
+        number = self.boundary.number
+        return (
+            i for i in self.interactions.values() if i.boundary == number and i.status == "open"
+        )
 
     def boundary_interactions(self) -> list[Interaction]:
         """The current boundary's interactions in item-index order."""

@@ -138,11 +138,10 @@ def _retrying(kind: AttemptKind) -> Arms:
 
 def _interaction_timeouts(state: RunState) -> frozenset[DueEntry]:
     """The deadline of each open interaction of the boundary (0: none)."""
-    number = state.boundary.number
     return frozenset(
         DueEntry(i.deadline_ms, state.run_id, "interaction_timeout", i.boundary, i.item_index)
-        for i in state.interactions.values()  # a set: no need to put them in order
-        if i.boundary == number and i.status == "open" and i.deadline_ms > 0
+        for i in state.open_interactions()
+        if i.deadline_ms > 0
     )
 
 
@@ -152,7 +151,7 @@ def children_open(state: RunState) -> bool:
     its unwind begins, as seed 002 says a parent does not terminalize before them."""
     if state.boundary.kind != "child":
         return False
-    return any(i.kind == "child" and i.status == "open" for i in state.boundary_interactions())
+    return any(i.kind == "child" for i in state.open_interactions())
 
 
 def stop_held_by_children(state: RunState) -> bool:
