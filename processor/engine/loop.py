@@ -159,6 +159,7 @@ class _Batch:
     effects: list[Outbound] = field(default_factory=list)  # terminal publications
     traced: list[Traced] = field(default_factory=list)  # only while spans are on
     inline: list[InlineSegment] = field(default_factory=list)  # work items to run here
+    here: list[Record] = field(default_factory=list)  # inputs for runs of this loop (_here)
     finished: list[RunState] = field(default_factory=list)  # runs that became terminal
     tally: metrics.TransactionTally = field(default_factory=metrics.TransactionTally)
 
@@ -194,6 +195,7 @@ class ProcessorLoop:
         self._inputs = {topology.name(t): t for t in RUN_ADDRESSED_INPUTS}
         self._facts_topic = topology.name(TopicName.FACTS)
         self._results_topic = topology.name(TopicName.RESULTS)
+        self._completions_topic = topology.name(TopicName.COMPLETIONS)
         self._stagings: dict[int, Staging] = {}
         self._partitions = topology.partitions
         self._reader = transport.reader()
@@ -351,7 +353,7 @@ class ProcessorLoop:
             self._next_timer_scan = time.monotonic() + self._config.timer_interval_ms / 1000
             stagings = self._stagings.values()
             self._next_due = self._due_at(_earliest(s.store.next_due_ms(now) for s in stagings))
-        self._run_inline(now)
+        self._decide_here(now)
         self._commit()
         written = self._due_at(_earliest(s.take_earliest_due() for s in self._stagings.values()))
         self._next_due = min(self._next_due, written)
@@ -642,10 +644,13 @@ class ProcessorLoop:
         trace = _traceparent(before, decision)
         inline = self._inline
         emits: list[Outbound] = []
-        kept: list[Emit] = []  # work items this loop runs itself (_run_inline)
+        kept: list[Emit] = []  # work items this loop runs itself (_decide_here)
+        here: list[Record] = []  # inputs this loop decides itself (_here)
         for emit in decision.emits:
             if inline is not None and inline.takes(emit):
                 kept.append(emit)
+            elif (record := self._here(emit)) is not None:
+                here.append(record)
             else:
                 emits.append(self._emitted(emit, trace))
         effects = [self._effect(effect, trace) for effect in decision.effects]
@@ -658,6 +663,7 @@ class ProcessorLoop:
         )
         self._batch.outbound.extend(emits)
         self._batch.inline.extend(InlineSegment(partition, emit, trace) for emit in kept)
+        self._batch.here.extend(here)
         self._batch.effects.extend(effects)
         after = staging.run(run_id) if appended else None
         if after is None:
@@ -728,36 +734,58 @@ class ProcessorLoop:
             return live
         return live | self._inline.versions
 
-    def _run_inline(self, now: int) -> None:
-        """Run the batch's inline segments and decide each result as if it came from
-        segments.results (offset -1: it never was on it), so that what follows a
-        segment commits with it; what a result dispatches runs too, up to the limit a
-        batch, and the rest go out as work items for the workers."""
-        inline, ran = self._inline, 0
-        if inline is None:  # then no work item was kept (_append)
-            return
-        while self._batch.inline:
-            segments, self._batch.inline = self._batch.inline, []
-            for segment in segments:
-                staging = self._stagings.get(segment.partition)
-                result = None
-                if staging is not None and ran < inline.limit:
-                    ran += 1
-                    result = self._run_segment(inline, segment, staging.run(segment.run_id))
-                if result is None or staging is None:
-                    self._batch.outbound.append(self._emitted(segment.emit, segment.trace))
-                    continue
-                record = Record(
-                    self._results_topic,
-                    segment.partition,
-                    -1,
-                    result.run_id.encode(),
-                    encode(result),
-                )
+    def _decide_here(self, now: int) -> None:
+        """Decide, before the batch commits, what its decisions left for this loop: its
+        inline segments (``_run_inline``) and the inputs for runs of its own partitions
+        (``_here``), and what those decide in turn, until nothing is left."""
+        batch, ran = self._batch, 0
+        while batch.inline or batch.here:
+            segments, batch.inline = batch.inline, []
+            ran = self._run_inline(segments, ran, now)
+            records, batch.here = batch.here, []
+            for record in records:
                 with logs.run_scope():
-                    self._handle_in_scope(record, staging, now)
+                    self._handle_in_scope(record, self._stagings[record.partition], now)
+            metrics.LOCAL_INPUTS.inc(len(records))
         if ran:
             metrics.INLINE_SEGMENTS.inc(ran)
+
+    def _here(self, emit: Emit) -> Record | None:
+        """A completion for a run of a partition this loop owns (a child's outcome for its
+        parent, a child that may not start) as the input it would have been on
+        runs.completions (offset -1: it never was on it). Decided in the same batch, it
+        commits with the facts that sent it: no record, hop or transaction more. For a
+        run of another processor's partition: None, and it goes out on the topic."""
+        if emit.topic is not TopicName.COMPLETIONS or emit.wire != "avro":
+            return None
+        key = emit.key.encode()
+        partition = partition_for(key, self._partitions)
+        if partition not in self._stagings:
+            return None
+        return Record(self._completions_topic, partition, -1, key, encode(emit.value))
+
+    def _run_inline(self, segments: list[InlineSegment], ran: int, now: int) -> int:
+        """Run inline segments and decide each result as if it came from segments.results
+        (offset -1: it never was on it), so that what follows a segment commits with it;
+        what a result dispatches runs too (``_decide_here``), up to the limit a batch
+        (``ran`` so far: returned updated), and the rest go out as work items."""
+        inline = self._inline
+        for segment in segments:
+            assert inline is not None  # no work item is kept without it (_append)
+            staging = self._stagings.get(segment.partition)
+            result = None
+            if staging is not None and ran < inline.limit:
+                ran += 1
+                result = self._run_segment(inline, segment, staging.run(segment.run_id))
+            if result is None or staging is None:
+                self._batch.outbound.append(self._emitted(segment.emit, segment.trace))
+                continue
+            record = Record(
+                self._results_topic, segment.partition, -1, result.run_id.encode(), encode(result)
+            )
+            with logs.run_scope():
+                self._handle_in_scope(record, staging, now)
+        return ran
 
     def _run_segment(
         self, inline: InlineSteps, segment: InlineSegment, state: RunState | None

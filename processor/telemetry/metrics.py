@@ -21,6 +21,7 @@ __all__ = [
     "DECISIONS_QUARANTINED",
     "INLINE_SEGMENTS",
     "KEYED_EVENT_COPIES",
+    "LOCAL_INPUTS",
     "PROGRESS_REFUSED",
     "QUARANTINE_FAILED",
     "REGISTRY",
@@ -138,6 +139,12 @@ QUARANTINE_FAILED = Counter(
 INLINE_SEGMENTS = Counter(
     "processor_inline_segments",
     "Segments the processor ran itself before committing (PROCESSOR_INLINE_STEPS)",
+    registry=REGISTRY,
+)
+LOCAL_INPUTS = Counter(
+    "processor_local_inputs",
+    "Completions for runs of the processor's own partitions (a child's outcome for its "
+    "parent) decided in the batch that sent them, never produced to runs.completions",
     registry=REGISTRY,
 )
 TIMERS_FIRED = Counter(

@@ -19,6 +19,7 @@ import pytest
 from processor.clients.client import new_submit, status_dict
 from processor.facts import payload
 from processor.facts.models import (
+    BoundaryCompletionAdmitted,
     CancelRun,
     ChildRunLinked,
     FactHeader,
@@ -124,6 +125,28 @@ def test_a_child_runs_once_and_its_result_reaches_the_parent(harness: LoopHarnes
     again = h.produce_model(TopicName.COMMANDS, child, submit)
     h.drive(lambda: h.loop.input_positions.get(again.position, 0) > again.offset, "redelivery")
     assert _count(h.facts(child), RunSubmitted) == 1
+
+
+def _parent_completions(h: LoopHarness, parent: str) -> list[bytes | None]:
+    """The records on runs.completions addressed to ``parent`` (keyed by its run id)."""
+    topology = h.deployment.topology
+    tp = TopicPartition(
+        topology.name(TopicName.COMPLETIONS), partition_for(parent.encode(), topology.partitions)
+    )
+    return [r.value for batch in h.reader.read(tp, 0) for r in batch if r.key == parent.encode()]
+
+
+def test_a_childs_outcome_is_admitted_in_the_commit_that_ends_it(harness: LoopHarness) -> None:
+    """This loop owns the parent's partition: the child's outcome is admitted in the
+    batch that ends the child, with no round trip through runs.completions."""
+    h, n = harness, _unique()
+    run_id = h.submit("many", [n, n + 1, n + 2])
+    parent = _ended(h, run_id)
+    assert parent.status == "succeeded", parent.error
+    assert payload.loads(parent.result or b"")["items"] == [2 * n, 2 * (n + 1), 2 * (n + 2)]
+    admitted = [f for f in h.facts(run_id) if isinstance(f, BoundaryCompletionAdmitted)]
+    assert len(admitted) == 3
+    assert _parent_completions(h, run_id) == []
 
 
 def test_a_stale_parent_attempt_starts_no_second_child(harness: LoopHarness) -> None:
