@@ -338,6 +338,7 @@ class LoopHarness:
         settings: Settings | None = None,
         secret: bytes = b"",
         keys: KeyRing | None = None,
+        instance_id: str = "processor-1",
     ):
         settings = settings or Settings(data_dir=data_dir)
         self.keys = keys or KeyRing.single(secret)
@@ -348,7 +349,7 @@ class LoopHarness:
         transport, topology = self.deployment.transport, self.deployment.topology
         # Scan timers whenever the fake clock moved, so due times are exact to the millisecond.
         config = dataclasses.replace(
-            LoopConfig.from_settings(settings, instance_id="processor-1", resume_keys=self.keys),
+            LoopConfig.from_settings(settings, instance_id=instance_id, resume_keys=self.keys),
             poll_timeout_s=0.005,
             timer_interval_ms=1,
         )
