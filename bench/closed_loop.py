@@ -2,7 +2,8 @@
 
 Run: ``PYTHONPATH=. python bench/closed_loop.py [--transport kafka|embedded]
 [--bootstrap 127.0.0.1:9092] [--concurrency 64] [--runs 1000] [--warmup 200]
-[--repeat N] [--baseline-ref COMMIT] [--broker-warmup 60] [--inline-steps] [--json]``
+[--repeat N] [--baseline-ref COMMIT] [--broker-warmup 60] [--inline-steps]
+[--fact-batches] [--json]``
 
 Workload: the bundled ``processor.examples.demo:app`` ``orders`` pipeline: validate
 -> reserve_stock (fails once for one order in five: a retry after 20 ms) ->
@@ -21,7 +22,9 @@ a process of its own started by bench/kafka_support.py's ``Fleet``:
   --data-dir D``), sharing the SQLite log under D. ``PROCESSOR_DURABLE_FSYNC=true``
   in the environment reaches every process. ``--inline-steps``: the processor runs
   the steps itself (``PROCESSOR_INLINE_STEPS=true``, engine/inline.py; the workers
-  idle), on the current tree's side only in an A/B.
+  idle), on the current tree's side only in an A/B. ``--fact-batches``: a run's facts
+  of a transaction leave as one record (``PROCESSOR_FACT_BATCHES=true``,
+  facts/fact_batch.py), on the current tree's side only too.
 
 This process is the clients. The C clients are one driver thread that keeps C runs
 in flight: the moment it sees a run's outcome it submits the next run
@@ -281,7 +284,12 @@ class Running:
 
 @contextlib.contextmanager
 def deployed(
-    transport: str, bootstrap: str, root: Path, *, inline_steps: bool = False
+    transport: str,
+    bootstrap: str,
+    root: Path,
+    *,
+    inline_steps: bool = False,
+    fact_batches: bool = False,
 ) -> Iterator[Running]:
     """A fresh deployment of the demo app on ``transport`` (see the module doc)."""
     kafka = transport == "kafka"
@@ -293,6 +301,8 @@ def deployed(
         env = process_env(settings)
         if inline_steps:
             env["PROCESSOR_INLINE_STEPS"] = "true"
+        if fact_batches:
+            env["PROCESSOR_FACT_BATCHES"] = "true"
         fleet = Fleet(root / "logs")
         arrivals: queue.SimpleQueue[Arrival] = queue.SimpleQueue()
         watcher: OutcomeWatcher | LogOutcomes
@@ -441,7 +451,13 @@ def closed_loop(running: Running, runs: int, concurrency: int, timeout_s: float)
 def measure_round(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     """One round on a fresh deployment: warm-up runs, then the measured ones, counted."""
     background = broker_background(args.transport)
-    with deployed(args.transport, args.bootstrap, root, inline_steps=args.inline_steps) as running:
+    with deployed(
+        args.transport,
+        args.bootstrap,
+        root,
+        inline_steps=args.inline_steps,
+        fact_batches=args.fact_batches,
+    ) as running:
         closed_loop(running, args.warmup, args.concurrency, args.timeout)
         cpu_before = running.cpu()
         transactions_before = running.transactions()
@@ -561,7 +577,7 @@ def checkout(ref: str, root: Path) -> Iterator[tuple[Path, str]]:
         )
 
 
-def round_in(tree: Path, args: argparse.Namespace, *, inline_steps: bool) -> dict[str, Any]:
+def round_in(tree: Path, args: argparse.Namespace, *, current: bool) -> dict[str, Any]:
     """One round of this script in its own process, running ``tree``'s processor."""
     argv = [
         sys.executable,
@@ -570,7 +586,8 @@ def round_in(tree: Path, args: argparse.Namespace, *, inline_steps: bool) -> dic
         *("--concurrency", str(args.concurrency), "--runs", str(args.runs)),
         *("--warmup", str(args.warmup), "--timeout", str(args.timeout)),
         *("--repeat", "1", "--broker-warmup", "0", "--json"),
-        *(["--inline-steps"] if inline_steps else []),
+        *(["--inline-steps"] if current and args.inline_steps else []),
+        *(["--fact-batches"] if current and args.fact_batches else []),
     ]
     env = dict(os.environ) | {"PYTHONPATH": str(tree), "PROCESSOR_NATIVE_FOLD": "false"}
     done = subprocess.run(argv, env=env, cwd=tree, capture_output=True, text=True, check=False)
@@ -596,7 +613,7 @@ def compare(args: argparse.Namespace, root: Path, say: Callable[[str], None]) ->
         warm_broker(args, root, say)
         for index in range(args.repeat):
             for side, tree in (("current", REPO), ("baseline", baseline)):
-                result = round_in(tree, args, inline_steps=args.inline_steps and tree == REPO)
+                result = round_in(tree, args, current=tree == REPO)
                 sides[side].append(result)
                 say(describe(f"round {index + 1} {side}", result))
     current, base = medians(sides["current"]), medians(sides["baseline"])
@@ -650,6 +667,12 @@ def main() -> None:
         action="store_true",
         help="the processor runs the steps itself (PROCESSOR_INLINE_STEPS; current tree only)",
     )
+    parser.add_argument(
+        "--fact-batches",
+        action="store_true",
+        help="a run's facts of a transaction as one record (PROCESSOR_FACT_BATCHES; "
+        "current tree only)",
+    )
     parser.add_argument("--json", action="store_true", help="only the one-line JSON summary")
     args = parser.parse_args()
     if args.repeat is None:
@@ -693,6 +716,7 @@ def main() -> None:
         "source": str(SOURCE),
         "durable_fsync": Settings().durable_fsync,
         "inline_steps": args.inline_steps,
+        "fact_batches": args.fact_batches,
         **figures,
         "command": command,
     }

@@ -111,7 +111,8 @@ def read_topic_page(
     partitions: int | None = None,
     shape: RecordShape = record_dict,
 ) -> TopicPage:
-    """Up to ``limit`` records of ``topic`` from ``cursor`` (None: the start).
+    """Up to ``limit`` records of ``topic`` from ``cursor`` (None: the start); a few
+    more where ``limit`` would end a page inside a fact batch's facts (``_take``).
 
     ``partitions`` saves asking the log how many the topic has. A topic that does
     not exist is an empty page.
@@ -160,7 +161,7 @@ def _fill(
             reader.read(tp, start, end, batch_size=limit - len(records)), limit - len(records)
         )
         records += taken
-        if len(records) == limit:
+        if len(records) >= limit:
             offsets[partition] = taken[-1].offset + 1
             return records, True
         # Read to the end: offsets below it held no more committed records.
@@ -169,12 +170,20 @@ def _fill(
 
 
 def _take(batches: Iterator[list[Record]], wanted: int) -> list[Record]:
-    """Up to ``wanted`` records from ``batches``, then stop the read (no more is fetched)."""
+    """``wanted`` records from ``batches``, then stop the read (no more is fetched).
+
+    Facts read from one record (a fact batch, ``transport/fact_batches.py``) share its
+    offset and are taken together, so a page may hold a few more than ``wanted``: a
+    cursor is an offset, and the next page starts after the whole record.
+    """
     taken: list[Record] = []
     try:
         for batch in batches:
-            taken += batch[: wanted - len(taken)]
-            if len(taken) == wanted:
+            cut = wanted - len(taken)
+            while 0 < cut < len(batch) and batch[cut].offset == batch[cut - 1].offset:
+                cut += 1
+            taken += batch[:cut]
+            if len(taken) >= wanted:
                 break
     finally:
         close = getattr(batches, "close", None)

@@ -102,6 +102,15 @@ class Settings(BaseSettings):
         "they run on the processor's loop. Async, effectful (claimed) steps and other "
         "pipelines still go to workers",
     )
+    fact_batches: bool = Field(
+        default=False,
+        description="The facts one transaction appends to a run leave as one record of "
+        "runs.facts (a FactBatch) instead of one record each: a standard run writes 2-3 "
+        "fact records instead of about 15. Every reader of this version expands them; "
+        "turn it on once every processor, client and replay of the deployment runs a "
+        "version that reads them, and not while a consumer of your own "
+        "reads runs.facts record by record",
+    )
     start_report_after_ms: int = Field(
         default=1000,
         ge=0,

@@ -29,6 +29,7 @@ from processor.admission.admit import admit
 from processor.admission.arrivals import Refusal
 from processor.admission.signals import NO_MATCHING_WAIT, KeyedEvent
 from processor.config.settings import Settings
+from processor.engine import fact_records
 from processor.engine.fleet import Fleet
 from processor.engine.inline import InlineSegment, InlineSteps
 from processor.engine.inputs import INPUTS, ByKey, FleetNews
@@ -115,6 +116,8 @@ class LoopConfig:
     announce_interval_ms: int
     # Topics any pipeline's steps may emit to (PROCESSOR_EMIT_TOPICS; model/emission.py).
     emit_topics: frozenset[str] = frozenset()
+    # A run's facts of one transaction leave as one record (PROCESSOR_FACT_BATCHES).
+    fact_batches: bool = False
 
     @staticmethod
     def from_settings(settings: Settings, *, instance_id: str, resume_keys: KeyRing) -> LoopConfig:
@@ -136,6 +139,7 @@ class LoopConfig:
             max_infrastructure_losses=settings.max_infrastructure_losses,
             announce_interval_ms=settings.worker_announce_interval_ms,
             emit_topics=frozenset(settings.declared_emit_topics),
+            fact_batches=settings.fact_batches,
         )
 
     @property
@@ -869,7 +873,10 @@ class ProcessorLoop:
         self.committed_batches += 1
 
     def _produce(self, session: ProcessorSession, batch: _Batch) -> None:
-        for record in batch.outbound:
+        outbound = batch.outbound
+        if self._config.fact_batches:
+            outbound = fact_records.batched(outbound, self._facts_topic)
+        for record in outbound:
             session.produce(record)
         for effect in batch.effects:
             session.produce(effect)

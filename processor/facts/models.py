@@ -43,6 +43,7 @@ __all__ = [
     "DeadLetter",
     "Emission",
     "EventEmitted",
+    "FactBatch",
     "FactHeader",
     "FanOutItemSettled",
     "GraphSettled",
@@ -698,6 +699,13 @@ class StopNotice(AvroModel):
     at_ms: int
 
 
+class FactBatch(AvroModel):
+    """Facts of one run committed together, as one record of runs.facts
+    (``facts/fact_batch.py``): each a whole single-object value, in order."""
+
+    facts: list[bytes]
+
+
 class ClaimReply(AvroModel):
     """The processor's answer to a worker's claim of an attempt (on segments.control)."""
 
@@ -888,4 +896,5 @@ MESSAGE_TYPES: tuple[type[AvroModel], ...] = (
     ScheduleCommand,
     ScheduleRecorded,
     SignalEvent,
+    FactBatch,
 )

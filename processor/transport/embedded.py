@@ -23,6 +23,7 @@ from processor.config.settings import default_of
 from processor.transport.base import (
     Closeable,
     Outbound,
+    Reader,
     Record,
     TopicPartition,
     TopicSpec,
@@ -38,6 +39,7 @@ from processor.transport.embedded_sqlite import (
     TopicMeta,
     initialize_log,
 )
+from processor.transport.fact_batches import FactBatchReader
 from processor.transport.gc_pause import gc_paused
 
 if TYPE_CHECKING:
@@ -283,9 +285,9 @@ class EmbeddedTransport:
         """A competing consumer of ``topics`` in ``group`` (see EmbeddedConsumer)."""
         return EmbeddedConsumer(self.db_file, self.durable, group, topics, instance_id)
 
-    def reader(self) -> EmbeddedReader:
-        """A reader of committed records."""
-        return EmbeddedReader(self.db_file, self.durable)
+    def reader(self) -> Reader:
+        """A reader of committed records (fact batches expanded)."""
+        return FactBatchReader(EmbeddedReader(self.db_file, self.durable))
 
     def admin(self) -> EmbeddedAdmin:
         """An admin client."""

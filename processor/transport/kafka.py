@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from processor.config.settings import Settings, kafka_bootstrap, librdkafka_security
+from processor.transport.fact_batches import FactBatchReader
 from processor.transport.kafka_admin import KafkaAdmin
 from processor.transport.kafka_consumer import KafkaGroupConsumer
 from processor.transport.kafka_producer import KafkaProducer
@@ -170,9 +171,9 @@ class KafkaTransport:
         )
         return KafkaGroupConsumer(config, group, topics)
 
-    def reader(self) -> KafkaReader:
-        """A reader of committed records, outside any group."""
-        return KafkaReader(dict(self._base))
+    def reader(self) -> Reader:
+        """A reader of committed records, outside any group (fact batches expanded)."""
+        return FactBatchReader(KafkaReader(dict(self._base)))
 
     def admin(self) -> KafkaAdmin:
         """An admin client."""

@@ -11,6 +11,10 @@ registered under ``<topic>-<record full name>``; a record produced ``verbatim``
 - records read by readers (restore, replay, clients) are handed up in the
   single-object form, which the stores keep.
 
+A fact batch of runs.facts (``facts/fact_batch.py``) leaves with each of its facts
+in the Confluent framing as well, so a reader with nothing but the registry decodes
+the batch and then each fact; readers here expand it into single-object facts.
+
 Single-object values stay readable, so a deployment can switch either way
 without rewriting its topics. Records a poll returned while the registry was
 unreachable are kept and handed out by the next poll, so none is lost.
@@ -21,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from processor.facts.fact_batch import batch_of, is_batch, unpack
 from processor.transport.base import (
     AdminClient,
     Closeable,
@@ -35,6 +40,7 @@ from processor.transport.base import (
     Transport,
     ValueBatch,
 )
+from processor.transport.fact_batches import expand_records, expand_values, is_journal
 from processor.transport.schema_ids import SchemaIds
 
 __all__ = ["RegistryTransport"]
@@ -69,7 +75,12 @@ class RegistryTransport:
 def _framed(record: Outbound, ids: SchemaIds) -> Outbound:
     if record.verbatim:
         return record
-    value = ids.confluent(record.topic, record.value)
+    value = record.value
+    if is_journal(record.topic) and is_batch(value):
+        # Each fact in the Confluent framing too: a reader with the registry alone
+        # decodes the batch, then each of its facts.
+        value = batch_of([ids.confluent(record.topic, fact) for fact in unpack(value)])
+    value = ids.confluent(record.topic, value)
     if value is record.value:
         return record
     return Outbound(record.topic, record.key, value, record.headers, record.partition)
@@ -185,24 +196,41 @@ class _Reader(Closeable):
     def read(
         self, tp: TopicPartition, start: int, end: int | None = None, batch_size: int = 10_000
     ) -> Iterator[list[Record]]:
+        journal = is_journal(tp.topic)
+        for read in self._inner.read(tp, start, end, batch_size):
+            self._single_object(read)
+            if not journal:
+                yield read
+                continue
+            expanded = expand_records(read)  # a batch's facts: in the Confluent framing too
+            self._single_object(expanded)
+            yield expanded
+
+    def _single_object(self, batch: list[Record]) -> None:
         single_object = self._ids.single_object
-        for batch in self._inner.read(tp, start, end, batch_size):
-            for index, record in enumerate(batch):
-                value = single_object(record.value)
-                if value is not record.value:
-                    batch[index] = _with_value(record, value)
-            yield batch
+        for index, record in enumerate(batch):
+            value = single_object(record.value)
+            if value is not record.value:
+                batch[index] = _with_value(record, value)
 
     def read_values(
         self, tp: TopicPartition, start: int, end: int | None = None, batch_size: int = 10_000
     ) -> Iterator[ValueBatch]:
+        journal = is_journal(tp.topic)
+        for read in self._inner.read_values(tp, start, end, batch_size):
+            self._single_object_values(read.values)
+            if not journal:
+                yield read
+                continue
+            expanded = expand_values(read)
+            self._single_object_values(expanded.values)
+            yield expanded
+
+    def _single_object_values(self, values: list[bytes | None]) -> None:
         single_object = self._ids.single_object
-        for batch in self._inner.read_values(tp, start, end, batch_size):
-            values = batch.values
-            for index, value in enumerate(values):
-                if value and value[0] == 0:
-                    values[index] = single_object(value)
-            yield batch
+        for index, value in enumerate(values):
+            if value and value[0] == 0:
+                values[index] = single_object(value)
 
     def close(self) -> None:
         self._inner.close()

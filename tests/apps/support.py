@@ -21,6 +21,7 @@ from processor.clients.client import new_submit
 from processor.config.settings import Settings
 from processor.engine.loop import LoopConfig, ProcessorLoop
 from processor.facts.codec import codec, decode_fact, encode
+from processor.facts.fact_batch import is_batch
 from processor.facts.keyring import KeyRing
 from processor.facts.models import (
     AttemptProgress,
@@ -34,7 +35,9 @@ from processor.facts.topics import TopicName
 from processor.model.state import RunState
 from processor.transport.base import Headers, Outbound, Reader, Record, TopicPartition
 from processor.transport.deployment import Deployment, ensure_topics
+from processor.transport.fact_batches import FactBatchReader
 from processor.transport.partitioner import partition_for
+from processor.transport.topology import Topology
 from processor.worker.executor import execute
 from processor.worker.pipeline import Application
 
@@ -44,6 +47,7 @@ __all__ = [
     "LoopHarness",
     "ProcessorProcess",
     "TopicTail",
+    "assert_facts_batched",
     "cli",
     "decode_records",
     "read_topic",
@@ -81,6 +85,17 @@ def read_topic(reader: Reader, topic: str, partitions: int) -> Iterator[Record]:
     for partition in range(partitions):
         for batch in reader.read(TopicPartition(topic, partition), 0):
             yield from batch
+
+
+def assert_facts_batched(reader: Reader, topology: Topology) -> None:
+    """That the journal holds its facts in fewer than half as many records, some of them
+    fact batches (``PROCESSOR_FACT_BATCHES``)."""
+    assert isinstance(reader, FactBatchReader)
+    topic = topology.name(TopicName.FACTS)
+    records = list(read_topic(reader.inner, topic, topology.partitions))
+    facts = sum(1 for _ in read_topic(reader, topic, topology.partitions))
+    assert any(is_batch(r.value) for r in records)
+    assert 0 < len(records) * 2 < facts, (len(records), facts)
 
 
 def decode_records(records: Iterator[Record] | list[Record], model: type[Any]) -> list[Any]:

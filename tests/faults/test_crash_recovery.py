@@ -1,5 +1,6 @@
 """kill -9 a real ``processor run`` process again and again while runs are in flight
-(its steps run by its workers, or by itself: ``PROCESSOR_INLINE_STEPS``).
+(its steps run by its workers; or by itself, its facts of a transaction written as one
+record: ``PROCESSOR_INLINE_STEPS`` and ``PROCESSOR_FACT_BATCHES``).
 
 The test submits thousands of runs from this process, kills the processor at
 moments chosen by a seeded RNG (after a random amount of committed progress, or
@@ -26,7 +27,14 @@ from processor.facts.models import FactHeader, RunFailed, RunOutcome, RunSucceed
 from processor.facts.topics import TopicName
 from processor.transport.deployment import Deployment, ensure_topics
 from tests.apps.pipelines import expected_steps3_result
-from tests.apps.support import ProcessorProcess, TopicTail, cli, read_topic, wait_until
+from tests.apps.support import (
+    ProcessorProcess,
+    TopicTail,
+    assert_facts_batched,
+    cli,
+    read_topic,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +49,12 @@ def processor_process(request: pytest.FixtureRequest, tmp_path: Path) -> Iterato
     process = ProcessorProcess(tmp_path / "data", tmp_path / "processor.log", workers=2)
     if request.param == "inline":
         # A whole run commits at once here: small batches leave runs in flight to kill.
-        process.extra_env |= {"PROCESSOR_INLINE_STEPS": "true", "PROCESSOR_MAX_BATCH": "20"}
+        # Its facts of a transaction leave as one record (facts/fact_batch.py).
+        process.extra_env |= {
+            "PROCESSOR_INLINE_STEPS": "true",
+            "PROCESSOR_MAX_BATCH": "20",
+            "PROCESSOR_FACT_BATCHES": "true",
+        }
     try:
         yield process
     finally:
@@ -58,6 +71,7 @@ def test_kill_9_during_load_loses_and_duplicates_nothing(
     client = Client(deployment.transport, topology, deployment.settings.state_dir)
     reader = deployment.transport.reader()
     facts_tail = TopicTail(reader, topology.name(TopicName.FACTS), topology.partitions)
+    batched = processor_process.extra_env.get("PROCESSOR_FACT_BATCHES") == "true"
     rng = random.Random(SEED)
 
     inputs: dict[str, int] = {}
@@ -103,7 +117,9 @@ def test_kill_9_during_load_loses_and_duplicates_nothing(
                 # several). The processor commits up to 500 inputs per transaction,
                 # so progress comes in jumps, and a target near the chunk's end can be
                 # passed by the very commit that ends its last runs (none in flight).
-                target = committed_facts() + rng.randint(1, chunk * 2)
+                # With fact batches a run writes about two records (one a transaction).
+                span = chunk // 2 if batched else chunk * 2
+                target = committed_facts() + rng.randint(1, span)
                 wait_until(lambda t=target: progressed(t), 90, f"{target} facts", max_pause_s=0.01)
                 when = f"at {target} facts"
             all_ended()
@@ -129,9 +145,10 @@ def test_kill_9_during_load_loses_and_duplicates_nothing(
         for r in read_topic(reader, topology.name(TopicName.OUTCOMES), topology.partitions)
     ]
     work = list(read_topic(reader, topology.name(TopicName.WORK), topology.partitions))
-    reader.close()
     if processor_process.extra_env.get("PROCESSOR_INLINE_STEPS"):
         assert work == []  # every segment ran in the processor, none in its workers
+        assert_facts_batched(reader, topology)
+    reader.close()
     _assert_exactly_once(facts, inputs)
     assert Counter(o.run_id for o in outcomes) == Counter(dict.fromkeys(inputs, 1))
     assert {o.status for o in outcomes} == {"succeeded"}

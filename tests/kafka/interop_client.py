@@ -7,7 +7,8 @@ imported behind its back (it checks ``sys.modules`` before it prints)::
     python tests/kafka/interop_client.py answer BOOTSTRAP REGISTRY REQUESTS COMPLETIONS
 
 ``read`` prints every record of TOPIC (all partitions, to the end) as JSON lines
-``{"schema_id", "record_name", "value"}``; ``answer`` reads the first request on
+``{"schema_id", "record_name", "value"}``, each fact of a ``FactBatch`` record as a
+line of its own (with ``"batched": true``); ``answer`` reads the first request on
 REQUESTS and answers it on COMPLETIONS with the schema the registry holds for
 ``<COMPLETIONS>-processor.messages.BoundaryCompletion`` (AvroSerializer,
 TopicRecordNameStrategy), echoing the request payload under ``"echo"``.
@@ -27,6 +28,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 _DEADLINE_S = 60.0
+FACT_BATCH = "processor.messages.FactBatch"
 
 
 def _plain(value: Any) -> Any:
@@ -64,15 +66,28 @@ def read(bootstrap: str, registry: str, topic: str) -> list[dict[str, Any]]:
             if message.error():
                 remaining.discard(message.partition())  # partition EOF
                 continue
-            raw = message.value()
-            schema_id = int.from_bytes(raw[1:5], "big") if raw[:1] == b"\x00" else None
-            value = deserializer(raw, SerializationContext(topic, MessageField.VALUE))
-            name = client.get_schema(schema_id).schema_str if schema_id is not None else None
-            record_name = json.loads(name)["namespace"] + "." + json.loads(name)["name"]
-            out.append({"schema_id": schema_id, "record_name": record_name, "value": _plain(value)})
+            entry = _decoded(client, deserializer, topic, message.value())
+            if entry["record_name"] != FACT_BATCH:
+                out.append(entry)
+                continue
+            # Facts committed together: each one framed and registered on its own.
+            for fact in entry["raw_facts"]:
+                out.append({**_decoded(client, deserializer, topic, fact), "batched": True})
         return out
     finally:
         consumer.close()
+
+
+def _decoded(
+    client: SchemaRegistryClient, deserializer: AvroDeserializer, topic: str, raw: bytes
+) -> dict[str, Any]:
+    schema_id = int.from_bytes(raw[1:5], "big") if raw[:1] == b"\x00" else None
+    value = deserializer(raw, SerializationContext(topic, MessageField.VALUE))
+    name = client.get_schema(schema_id).schema_str if schema_id is not None else None
+    record_name = json.loads(name)["namespace"] + "." + json.loads(name)["name"]
+    if record_name == FACT_BATCH:
+        return {"schema_id": schema_id, "record_name": record_name, "raw_facts": value["facts"]}
+    return {"schema_id": schema_id, "record_name": record_name, "value": _plain(value)}
 
 
 def answer(bootstrap: str, registry: str, requests: str, completions: str) -> dict[str, Any]:

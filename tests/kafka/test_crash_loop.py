@@ -1,5 +1,8 @@
 """kill -9 a ``processor run`` on Kafka again and again while thousands of runs are in flight.
 
+Twice: with workers running the steps, and with the processor running them itself and
+writing a run's facts of a transaction as one record (inline steps, fact batches).
+
 Like ``tests/faults/test_crash_recovery.py`` on the embedded log: runs are
 submitted in chunks from this process; after each chunk the processor is killed
 at a moment chosen by a seeded RNG (after a random amount of committed progress,
@@ -19,7 +22,7 @@ import pytest
 
 from processor.clients.client import Client
 from processor.facts.topics import TopicName
-from tests.apps.support import read_topic, wait_until
+from tests.apps.support import assert_facts_batched, read_topic, wait_until
 from tests.kafka.conftest import ProcessFactory
 from tests.kafka.support import (
     FactsWatch,
@@ -43,7 +46,12 @@ def test_kill_9_during_load_on_kafka_loses_and_duplicates_nothing(
     processor = processes("processor")
     if steps == "inline":  # the processor runs the steps itself (engine/inline.py)
         # A whole run commits at once then: small batches leave runs in flight to kill.
-        processor.extra_env |= {"PROCESSOR_INLINE_STEPS": "true", "PROCESSOR_MAX_BATCH": "20"}
+        # Its facts of a transaction leave as one record (facts/fact_batch.py).
+        processor.extra_env |= {
+            "PROCESSOR_INLINE_STEPS": "true",
+            "PROCESSOR_MAX_BATCH": "20",
+            "PROCESSOR_FACT_BATCHES": "true",
+        }
     deployment = space.deployment(tmp_path / "client")
     topology = deployment.topology
     client = Client(deployment.transport, topology, deployment.settings.state_dir)
@@ -80,7 +88,9 @@ def test_kill_9_during_load_on_kafka_loses_and_duplicates_nothing(
                 # the processor commits up to 500 inputs per transaction, so progress
                 # comes in jumps, and a target near the chunk's end can be passed by
                 # the very commit that ends its last runs.
-                target = watch.committed() + rng.randint(1, chunk * 2)
+                # With fact batches (inline) a run writes about two records, not ten.
+                span = chunk // 2 if steps == "inline" else chunk * 2
+                target = watch.committed() + rng.randint(1, span)
                 wait_until(lambda t=target: progressed(t), 90, f"{target} facts", max_pause_s=0.01)
                 when = f"at {target} facts"
             assert processor.kill() == -9
@@ -99,6 +109,7 @@ def test_kill_9_during_load_on_kafka_loses_and_duplicates_nothing(
 
     if steps == "inline":  # every segment ran in the processor, none in its workers
         assert not list(read_topic(reader, topology.name(TopicName.WORK), topology.partitions))
+        assert_facts_batched(reader, topology)
     facts = assert_steps3_once(reader, topology, inputs)
     report = assert_replay_verifies(space, processor.data_dir)
     assert report["facts"] == len(facts)

@@ -36,6 +36,7 @@ from processor.transport.base import Outbound, Record
 from processor.transport.deployment import Deployment, ensure_topics
 from processor.transport.kafka import KafkaTransport
 from tests.apps import boundary_pipelines
+from tests.apps.pipelines import app as pipelines_app
 from tests.apps.pipelines import expected_steps3_result
 from tests.apps.support import REPO_ROOT, RejectedWatch, run_facts, wait_until
 from tests.kafka.support import (
@@ -80,15 +81,20 @@ def _interop(*args: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in result.stdout.splitlines()]
 
 
-def _host(space: KafkaSpace, data_dir: Path, app: Any) -> Host:
-    deployment = space.deployment(data_dir)
-    ensure_topics(deployment, app.output_topics)
+def _host(space: KafkaSpace, data_dir: Path, app: Any, *, fact_batches: bool = False) -> Host:
+    settings = space.settings(data_dir).model_copy(update={"fact_batches": fact_batches})
+    deployment = Deployment.from_settings(settings)
+    ensure_topics(deployment, [*app.output_topics, *pipelines_app.output_topics])
     return Host(deployment, app, workers=1)
 
 
 @pytest.fixture
-def boundary_host(registry_space: KafkaSpace, tmp_path: Path) -> Iterator[Host]:
-    running = _host(registry_space, tmp_path / "data", boundary_pipelines.app)
+def boundary_host(
+    request: pytest.FixtureRequest, registry_space: KafkaSpace, tmp_path: Path
+) -> Iterator[Host]:
+    """A host of the boundary pipelines; ``True`` as its parameter: with fact batches."""
+    batches = bool(getattr(request, "param", False))
+    running = _host(registry_space, tmp_path / "data", boundary_pipelines.app, fact_batches=batches)
     apply_schemas(running.deployment.settings)  # the external system's subject must exist
     running.start()
     try:
@@ -98,6 +104,7 @@ def boundary_host(registry_space: KafkaSpace, tmp_path: Path) -> Iterator[Host]:
     assert not running.errors, running.errors
 
 
+@pytest.mark.parametrize("boundary_host", [False, True], ids=["single", "batched"], indirect=True)
 def test_a_client_without_this_package_reads_a_run_and_answers_its_await(
     registry_space: KafkaSpace, boundary_host: Host
 ) -> None:
@@ -126,6 +133,10 @@ def test_a_client_without_this_package_reads_a_run_and_answers_its_await(
 
     story = _interop("read", bootstrap, registry, topology.name(TopicName.FACTS))
     assert story and all(r["schema_id"] is not None for r in story)  # 00 + a registered id
+    # With fact batches, the facts committed together read from one record, each fact
+    # framed with its own registered id.
+    batched = [r for r in story if r.get("batched")]
+    assert bool(batched) is deployment.settings.fact_batches
     names = [r["record_name"] for r in story if r["value"]["run_id"] == run_id]
     assert names[0] == "processor.facts.RunSubmitted"
     assert "processor.facts.BoundaryCompletionAdmitted" in names
