@@ -26,7 +26,6 @@ from typing import Any
 
 from processor.clients.client import Client, new_submit
 from processor.config.settings import Settings
-from processor.engine import heap
 from processor.engine.host import Host
 from processor.facts.codec import codec
 from processor.facts.models import RunOutcome
@@ -168,6 +167,9 @@ def app_host(data_dir: Path, application: Any, app_ref: str) -> Iterator[tuple[D
     deployment = Deployment.from_settings(settings)
     host = Host(deployment, application, app_ref=app_ref)
     host.start()
+    # Imported here: a baseline tree from before it still runs the other helpers (A/B).
+    from processor.engine import heap
+
     heap.settle()  # as ``processor run`` does once started
     try:
         host.workers_ready(60)

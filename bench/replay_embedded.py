@@ -19,6 +19,10 @@ Run: ``PYTHONPATH=. python bench/replay_embedded.py [--facts 1000000] [--data-di
    big). Prints facts/s of each and the ratio (b)/(a) (target >= 0.5), and the CPU
    seconds the machine spent on each (``machine_cpu_seconds``).
 
+With ``PROCESSOR_FACT_BATCHES=true`` in the environment the template engine writes a
+run's facts of a transaction as one record (facts/fact_batch.py), and the copies keep
+those records: (a) and (b) then read the batched journal (facts counted, not records).
+
 Replay folds with the compiled fold (``processor_native``) when it is installed;
 ``PROCESSOR_NATIVE_FOLD=false`` measures the Python reducers instead.
 
@@ -69,7 +73,8 @@ _COPY_NAMESPACE = uuid.UUID("1b0c5d3e-2f4a-4c6b-8d9e-0a1b2c3d4e5f")
 
 
 def build_template(root: Path, runs: int, workers: int) -> list[tuple[bytes, bytes]]:
-    """Run ``runs`` demo runs; return their facts as (run id, value) in commit order."""
+    """Run ``runs`` demo runs; return their records of runs.facts as (run id, value) in
+    commit order (with ``PROCESSOR_FACT_BATCHES=true``, fact batches as written)."""
     with engine(root, workers) as running:
         deployment = running.deployment
         outcomes = Outcomes(deployment)
@@ -80,11 +85,12 @@ def build_template(root: Path, runs: int, workers: int) -> list[tuple[bytes, byt
         outcomes.close()
         time.sleep(0.5)  # let the last terminal-publication facts commit
         reader = deployment.transport.reader()
+        records = getattr(reader, "inner", reader)  # as written: batches not expanded
         topic = deployment.topology.name(TopicName.FACTS)
         parts = []
         for partition in range(deployment.topology.partitions):
             rows = []
-            for batch in reader.read(TopicPartition(topic, partition), 0):
+            for batch in records.read(TopicPartition(topic, partition), 0):
                 rows += [(r.timestamp_ms, r.key or b"", r.value or b"") for r in batch]
             parts.append(rows)
         reader.close()
@@ -95,7 +101,9 @@ def build_template(root: Path, runs: int, workers: int) -> list[tuple[bytes, byt
 def replicate(
     transport: EmbeddedTransport, topic: str, template: list[tuple[bytes, bytes]], wanted: int
 ) -> int:
-    """Produce copies of ``template`` with fresh run ids until ``wanted`` facts exist."""
+    """Produce copies of ``template`` with fresh run ids until ``wanted`` facts exist;
+    how many facts were produced."""
+    facts_per_copy = sum(_facts_in(value) for _, value in template)
     producer = transport.producer()
     produced = copy = 0
     while produced < wanted:
@@ -108,10 +116,16 @@ def replicate(
                     raise ValueError(f"run id {old!r} cannot be substituted in place")
                 renamed[old] = new
             producer.produce(Outbound(topic, new, value.replace(old, new)))
-        produced += len(template)
+        produced += facts_per_copy
         copy += 1
     producer.close()
     return produced
+
+
+def _facts_in(value: bytes) -> int:
+    from processor.facts.fact_batch import is_batch, unpack
+
+    return len(unpack(value)) if is_batch(value) else 1
 
 
 def raw_read(
@@ -175,6 +189,8 @@ def open_log(path: Path, topology: Topology) -> tuple[EmbeddedTransport, int]:
     topic = topology.name(TopicName.FACTS)
     have = sum(reader.end_offset(TopicPartition(topic, p)) for p in range(PARTITIONS))
     reader.close()
+    if have:  # facts, not records: a record may hold several (fact batches)
+        have = raw_read(transport, topic)[0]
     return transport, have
 
 

@@ -280,6 +280,32 @@ pub fn longs(encoded: &[u8]) -> Result<Vec<i64>, Error> {
     Ok(items)
 }
 
+/// The items of an encoded array of bytes (``{"type": "array", "items": "bytes"}``)
+/// that ends where ``encoded`` ends: a fact batch's facts, in order.
+pub fn byte_items(encoded: &[u8]) -> Result<Vec<&[u8]>, Error> {
+    let mut input = Input {
+        raw: encoded,
+        pos: 0,
+    };
+    let mut items = Vec::new();
+    loop {
+        let count = input.long()?;
+        if count == 0 {
+            break;
+        }
+        if count < 0 {
+            input.long()?; // a negative count is followed by the block's size
+        }
+        for _ in 0..count.unsigned_abs() {
+            items.push(input.bytes()?);
+        }
+    }
+    if input.pos != encoded.len() {
+        return Err("bytes after the array's end".into());
+    }
+    Ok(items)
+}
+
 fn zigzag(encoded: u64) -> i64 {
     (encoded >> 1) as i64 ^ -((encoded & 1) as i64)
 }

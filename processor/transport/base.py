@@ -209,7 +209,13 @@ class Reader(Protocol):
     def read_values(
         self, tp: TopicPartition, start: int, end: int | None = None, batch_size: int = 10_000
     ) -> Iterator[ValueBatch]:
-        """``read``, yielding only the values of each batch: restore's lean path."""
+        """``read``, yielding only the values of each batch: restore's lean path.
+
+        The iterator may be a generator that takes a new ``batch_size`` by ``send``
+        for the batches after the one it yielded (both transports' are): a reader of
+        fact batches asks for as many records as make ``batch_size`` facts
+        (``transport/fact_batches.py``).
+        """
         ...
 
     def close(self) -> None: ...

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -183,7 +183,7 @@ class EmbeddedReader(_Client):
 
     def _value_batches(
         self, meta: TopicMeta, partition: int, start: int, stop: int, batch_size: int
-    ) -> Iterator[ValueBatch]:
+    ) -> Generator[ValueBatch, int | None, None]:
         while start < stop:
             # A batch's rows and values hold no reference cycles: the collections their
             # allocation would trigger (walking every long-lived object too) are pure
@@ -192,7 +192,9 @@ class EmbeddedReader(_Client):
                 batch = self._log.fetch_values(meta, partition, start, stop, batch_size)
             if batch is None:
                 return
-            yield batch
+            asked = yield batch
+            if asked:  # a new batch size (Reader.read_values)
+                batch_size = asked
             start = batch.next_offset
 
 

@@ -13,14 +13,23 @@ a record that happens to begin like a batch.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
+from functools import cache
 from typing import TypeVar
 
 from processor.facts.fact_batch import batch_header, unpack
 from processor.facts.topics import TopicName
 from processor.transport.base import Closeable, Reader, Record, TopicPartition, ValueBatch
 
-__all__ = ["FactBatchReader", "expand_records", "expand_values", "is_journal"]
+__all__ = [
+    "FactBatchReader",
+    "expand_records",
+    "expand_values",
+    "first_batch_size",
+    "is_journal",
+    "journal_values",
+]
 
 B = TypeVar("B")
 
@@ -47,8 +56,9 @@ class FactBatchReader(Closeable):
     def read_values(
         self, tp: TopicPartition, start: int, end: int | None = None, batch_size: int = 10_000
     ) -> Iterator[ValueBatch]:
-        batches = self.inner.read_values(tp, start, end, batch_size)
-        return _expanded(batches, expand_values) if is_journal(tp.topic) else batches
+        if is_journal(tp.topic):
+            return journal_values(self.inner, tp, start, end, batch_size, expand=expand_values)
+        return self.inner.read_values(tp, start, end, batch_size)
 
     def close(self) -> None:
         self.inner.close()
@@ -57,6 +67,57 @@ class FactBatchReader(Closeable):
 def is_journal(topic: str) -> bool:
     """Whether ``topic`` is a deployment's runs.facts (under its prefix)."""
     return topic.endswith(TopicName.FACTS.value)
+
+
+#: The first read of a journal asks for this share of the batch size in records: enough
+#: to learn how many facts a record holds before asking for more.
+_PROBE_SHARE = 8
+
+
+def journal_values(
+    inner: Reader,
+    tp: TopicPartition,
+    start: int,
+    end: int | None,
+    batch_size: int,
+    *,
+    expand: Callable[[ValueBatch], ValueBatch],
+) -> Iterator[ValueBatch]:
+    """``inner``'s value batches of the journal ``tp``, each through ``expand``, of about
+    ``batch_size`` facts rather than records.
+
+    A record of a journal written with fact batches holds several facts, so a batch of
+    ``batch_size`` records would hold several times the facts a restore means to fold
+    at once (and the memory it takes). After each batch the inner read is asked for as
+    many records as made ``batch_size`` facts in it (``Reader.read_values``).
+    """
+    first = first_batch_size(batch_size)
+    return _sized(inner.read_values(tp, start, end, first), batch_size, expand)
+
+
+def first_batch_size(batch_size: int) -> int:
+    """How many records the first read of a journal asks for (``journal_values``)."""
+    return max(1, batch_size // _PROBE_SHARE)
+
+
+def _sized(
+    batches: Iterator[ValueBatch], batch_size: int, expand: Callable[[ValueBatch], ValueBatch]
+) -> Iterator[ValueBatch]:
+    send = getattr(batches, "send", None)
+    try:
+        batch = next(batches)
+        while True:
+            records = len(batch.values)
+            expanded = expand(batch)
+            yield expanded
+            asked = max(1, batch_size * records // max(1, len(expanded.values)))
+            batch = send(asked) if send is not None else next(batches)
+    except StopIteration:
+        return
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()  # a read stopped early ends the inner one now
 
 
 def _expanded(batches: Iterator[B], expand: Callable[[B], B]) -> Iterator[B]:
@@ -101,7 +162,36 @@ def expand_records(batch: list[Record]) -> list[Record]:
 
 
 def expand_values(batch: ValueBatch) -> ValueBatch:
-    """``batch`` with each ``FactBatch`` value replaced by its facts' values."""
+    """``batch`` with each ``FactBatch`` value replaced by its facts' values.
+
+    Restore and replay read every fact this way: with the compiled extension installed
+    it scans and splits in Rust (``processor_native.expand_fact_batches``), which a
+    journal of batches needs to replay as fast as one of single facts.
+    """
+    native = _native_expand()
+    if native is not None:
+        try:
+            values = native(batch.values, batch_header())
+        except ValueError:
+            pass  # a batch that does not decode: the Python path below says why
+        else:
+            return batch if values is None else ValueBatch(values, batch.next_offset)
+    return _expand_values(batch)
+
+
+@cache
+def _native_expand() -> Callable[[list[bytes | None], bytes], list[bytes | None] | None] | None:
+    """The compiled split, when an extension that has it is installed."""
+    try:
+        extension = importlib.import_module("processor_native")
+    except ImportError:
+        return None
+    found: Callable[[list[bytes | None], bytes], list[bytes | None] | None] | None
+    found = getattr(extension, "expand_fact_batches", None)  # an older build has none
+    return found
+
+
+def _expand_values(batch: ValueBatch) -> ValueBatch:
     header = batch_header()
     values = batch.values
     first = next((i for i, v in enumerate(values) if v is not None and v.startswith(header)), None)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
@@ -214,14 +214,16 @@ class KafkaReader(Closeable):
         *,
         generation: int,
         convert: _Converter[B],
-    ) -> Iterator[B]:
+    ) -> Generator[B, int | None, None]:
         try:
             while True:
                 if self._generation != generation:
                     raise TransportError(f"read of {tp.topic}[{tp.partition}] was superseded")
                 batch, done = self._next(tp, stop, batch_size, convert)
                 if batch is not None:
-                    yield batch
+                    asked = yield batch
+                    if asked:  # a new batch size (Reader.read_values)
+                        batch_size = asked
                 if done:
                     return
         finally:

@@ -40,7 +40,13 @@ from processor.transport.base import (
     Transport,
     ValueBatch,
 )
-from processor.transport.fact_batches import expand_records, expand_values, is_journal
+from processor.transport.fact_batches import (
+    FactBatchReader,
+    expand_records,
+    expand_values,
+    is_journal,
+    journal_values,
+)
 from processor.transport.schema_ids import SchemaIds
 
 __all__ = ["RegistryTransport"]
@@ -216,15 +222,22 @@ class _Reader(Closeable):
     def read_values(
         self, tp: TopicPartition, start: int, end: int | None = None, batch_size: int = 10_000
     ) -> Iterator[ValueBatch]:
-        journal = is_journal(tp.topic)
-        for read in self._inner.read_values(tp, start, end, batch_size):
-            self._single_object_values(read.values)
-            if not journal:
-                yield read
-                continue
-            expanded = expand_values(read)
-            self._single_object_values(expanded.values)
-            yield expanded
+        if is_journal(tp.topic):
+            # Batches of about batch_size facts, each fact framed as single-object.
+            raw = self._inner.inner if isinstance(self._inner, FactBatchReader) else self._inner
+            return journal_values(raw, tp, start, end, batch_size, expand=self._journal_values)
+        return self._values(self._inner.read_values(tp, start, end, batch_size))
+
+    def _values(self, batches: Iterator[ValueBatch]) -> Iterator[ValueBatch]:
+        for batch in batches:
+            self._single_object_values(batch.values)
+            yield batch
+
+    def _journal_values(self, batch: ValueBatch) -> ValueBatch:
+        self._single_object_values(batch.values)
+        expanded = expand_values(batch)  # a batch's facts: in the Confluent framing too
+        self._single_object_values(expanded.values)
+        return expanded
 
     def _single_object_values(self, values: list[bytes | None]) -> None:
         single_object = self._ids.single_object

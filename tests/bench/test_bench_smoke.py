@@ -138,6 +138,21 @@ def test_closed_loop(tmp_path: Path) -> None:
     assert out["markers_per_run"] is None  # the embedded log has no control records
 
 
+def test_closed_loop_with_inline_steps_and_fact_batches(tmp_path: Path) -> None:
+    """Issue 31's two opt-ins: a run's facts of a transaction leave as one record, so the
+    records a run writes fall from about 20 (row 19) to under 12."""
+    out = bench(
+        "closed_loop.py",
+        tmp_path,
+        *("--transport", "embedded", "--concurrency", "1", "--runs", "10", "--warmup", "2"),
+        *("--inline-steps", "--fact-batches"),
+    )
+    assert out["inline_steps"] is True and out["fact_batches"] is True
+    (measured,) = out["per_round"]
+    assert (measured["succeeded"], measured["failed"]) == (10, 0)
+    assert 4 <= out["records_per_run"] < 12, out["records_per_run"]
+
+
 def test_closed_loop_against_a_baseline(tmp_path: Path) -> None:
     """The A/B mode, against HEAD checked out as a worktree under tmp_path."""
     out = bench(
@@ -231,6 +246,20 @@ def test_replay_embedded(tmp_path: Path) -> None:
         assert out["replay_facts_per_s"][mode] > 0
         assert out["ratio_replay_to_raw_read"][mode] > 0
     assert out["digests_equal"] is True and set(out["digest"]) == {"1", "2"}
+
+
+def test_replay_embedded_of_fact_batches(tmp_path: Path) -> None:
+    """A journal written with fact batches: the copies keep them, the facts are counted."""
+    out = bench(
+        "replay_embedded.py",
+        tmp_path,
+        *("--facts", "2000", "--template-runs", "20", "--workers", "1"),
+        *("--repeat", "1", "--processes", "1"),
+        env_extra={"PROCESSOR_FACT_BATCHES": "true"},
+    )
+    assert out["facts"] >= 2000 and out["runs"] > 0
+    assert out["facts_per_run"] > 10  # facts, not the few records a run writes
+    assert out["replay_facts_per_s"]["1"] > 0
 
 
 def test_http_runs_query(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ them back, and refusing a batch that is cut short."""
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
 import fastavro
@@ -17,7 +18,13 @@ from processor.facts.models import FactBatch, RunSucceeded
 from processor.facts.topics import TopicName
 from processor.transport.base import Outbound, Record, TopicPartition, TopicSpec, ValueBatch
 from processor.transport.embedded import EmbeddedTransport
-from processor.transport.fact_batches import expand_records, expand_values, is_journal
+from processor.transport.fact_batches import (
+    _expand_values,
+    _native_expand,
+    expand_records,
+    expand_values,
+    is_journal,
+)
 
 
 def _fact(seq: int, run_id: str = "run-1") -> bytes:
@@ -151,3 +158,29 @@ def test_only_the_journal_is_expanded(tmp_path: Path) -> None:
     assert [r.value for r in orders] == [batch] and values.values == [batch]
     assert [r.value for r in journal] == [_fact(1), _fact(2)]
     assert is_journal("runs.facts") and is_journal("x.runs.facts") and not is_journal("orders")
+
+
+requires_native_split = pytest.mark.skipif(
+    _native_expand() is None and os.environ.get("CI") != "true",
+    reason="processor_native is not installed (make installs it where cargo is found)",
+)
+
+
+@requires_native_split
+def test_the_compiled_split_agrees_with_the_python_one() -> None:
+    assert _native_expand() is not None
+    facts = [_fact(seq, f"run-{seq % 3}") for seq in range(1, 40)]
+    values: list[bytes | None] = [facts[0], None, *pack(facts[1:9]), facts[9], *pack(facts[10:])]
+    batch = ValueBatch(values, 17)
+    assert (
+        expand_values(batch)
+        == _expand_values(batch)
+        == ValueBatch([facts[0], None, *facts[1:]], 17)
+    )
+    plain = ValueBatch([facts[0], None, facts[1]], 3)
+    assert expand_values(plain) is plain
+    # A batch that does not decode: the Python path raises with the reason.
+    (cut,) = pack(facts[:3])
+    with pytest.raises(FactDecodeError) as raised:
+        expand_values(ValueBatch([facts[0], cut[:-2]], 2))
+    assert raised.value.reason == "malformed"
