@@ -69,9 +69,9 @@ def is_journal(topic: str) -> bool:
     return topic.endswith(TopicName.FACTS.value)
 
 
-#: The first read of a journal asks for this share of the batch size in records: enough
-#: to learn how many facts a record holds before asking for more.
-_PROBE_SHARE = 8
+#: The records the first read of a journal asks for (at most): enough to learn how many
+#: facts a record holds before asking for more, few enough to cost nothing otherwise.
+_PROBE_RECORDS = 64
 
 
 def journal_values(
@@ -97,7 +97,7 @@ def journal_values(
 
 def first_batch_size(batch_size: int) -> int:
     """How many records the first read of a journal asks for (``journal_values``)."""
-    return max(1, batch_size // _PROBE_SHARE)
+    return min(batch_size, _PROBE_RECORDS)
 
 
 def _sized(
