@@ -1,6 +1,7 @@
 """Readers that hand out the facts of a ``FactBatch`` record one by one.
 
-Every reader a transport makes is one of these, so whatever reads runs.facts
+Every reader a transport makes is one of these (the registry's expands the same way
+around its framing, ``transport/registry.py``), so whatever reads runs.facts
 (restore, replay, clients, pages) sees single facts whether or not they were
 written in batches (``facts/fact_batch.py``): each fact of a batch is handed out
 with the record's key, offset, headers and timestamp, in the batch's order. A read

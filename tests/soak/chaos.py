@@ -13,8 +13,10 @@ The deployment, in one ``KafkaSpace`` on the cluster (replication 3,
 (``--workers 0``), two ``processor worker`` processes, and the responder (the demo's
 payment system, ``bench/kafka_responder.py``). The app is ``tests.soak.soak_app``.
 The second processor runs the quick segments itself (``PROCESSOR_INLINE_STEPS``,
-issue 31): as partitions move between the two, a run's segments go one way or the
-other, and the verdict counts the attempts that ran in a processor.
+issue 31) and writes a run's facts of a transaction as one record
+(``PROCESSOR_FACT_BATCHES``): as partitions move between the two, a run's segments go
+one way or the other, each partition's journal mixes single facts and batches, and the
+verdict counts the attempts that ran in a processor and the batches written.
 
 This process submits runs at ``--rate`` runs/s, a seeded mix: ``orders`` (the standard
 workload; some with a deadline of a second or two), ``fanned`` (a fan-out under a
@@ -63,6 +65,7 @@ from processor.clients.client import Client, new_submit
 from processor.config.settings import default_of
 from processor.errors import TransportError
 from processor.facts.codec import codec
+from processor.facts.fact_batch import is_batch
 from processor.facts.models import (
     BoundaryCompletionAdmitted,
     CancelRun,
@@ -81,6 +84,7 @@ from processor.facts.models import (
 )
 from processor.facts.topics import TopicName
 from processor.transport.base import Reader, TopicPartition
+from processor.transport.fact_batches import FactBatchReader
 from processor.transport.topology import Topology
 from tests.apps.support import REPO_ROOT, read_topic, wait_until
 from tests.cluster.conftest import Cluster, start_cluster
@@ -471,6 +475,15 @@ def attempts_run_inline(reader: Reader, topology: Topology, facts: list[FactHead
     return len(started - dispatched)
 
 
+def fact_batches_written(reader: Reader, topology: Topology) -> int:
+    """The records of runs.facts that hold several facts (read as written)."""
+    records = reader.inner if isinstance(reader, FactBatchReader) else reader
+    return sum(
+        is_batch(record.value)
+        for record in read_topic(records, topology.name(TopicName.FACTS), topology.partitions)
+    )
+
+
 def emitted_event_ids(reader: Reader, topic: str, partitions: int) -> Counter[str]:
     """How many times each event id is on the emit topic, read committed."""
     return Counter(
@@ -514,7 +527,7 @@ def deployed(cluster: Cluster, root: Path) -> Iterator[tuple[KafkaSpace, Fleet]]
     for process in [*processors, *workers]:
         process.app = APP
         process.extra_env = {"SOAK_EMIT_TOPIC": emit_topic(space)}
-    processors[1].extra_env |= {"PROCESSOR_INLINE_STEPS": "true"}
+    processors[1].extra_env |= {"PROCESSOR_INLINE_STEPS": "true", "PROCESSOR_FACT_BATCHES": "true"}
     fleet = Fleet(processors, workers, Responder(space, root / "r", root / "responder.log"))
     try:
         yield space, fleet
@@ -603,6 +616,7 @@ def soak(cluster: Cluster, root: Path, minutes: float, seed: int, rate: float) -
         outcomes.refresh(0)
         emitted = emitted_event_ids(reader, emit_topic(space), topology.partitions)
         run_inline = attempts_run_inline(reader, topology, facts)
+        batches = fact_batches_written(reader, topology)
         reader.close()
         verdict = check(runs, facts, outcomes.by_run, emitted)
         replays = [replay_verifies(space, p.data_dir) for p in fleet.processors]
@@ -618,6 +632,7 @@ def soak(cluster: Cluster, root: Path, minutes: float, seed: int, rate: float) -
             "longest_stall_s": round(outcomes.longest_stall_s, 1),
             **verdict,
             "attempts_run_inline": run_inline,
+            "fact_batches": batches,
             "replay_verified": [r.get("verified") is True for r in replays],
             "replay_failures": [
                 json.dumps(r)[:3000] for r in replays if r.get("verified") is not True

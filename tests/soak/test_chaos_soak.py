@@ -36,7 +36,7 @@ def test_chaos_soak_loses_and_duplicates_nothing(
     assert report["passed"] is True
     # The soak did what it claims: faults of several kinds, every pipeline, redrives,
     # events admitted by correlation key, children, emitted events, scheduled runs and
-    # segments run in a processor.
+    # segments run in a processor, its facts written in batches.
     assert len(report["faults"]) >= 3, report["faults"]
     assert set(report["faults"]) <= set(FAULTS)
     assert set(MIX) <= set(report["submitted"]), report
@@ -46,3 +46,4 @@ def test_chaos_soak_loses_and_duplicates_nothing(
     assert report["emitted"] > 0, report
     assert report["scheduled_runs"] > 10, report
     assert report["attempts_run_inline"] > 0, report
+    assert report["fact_batches"] > 0, report
