@@ -15,6 +15,7 @@ import pytest
 
 from processor.facts.topics import TopicName
 from processor.transport.base import TopicPartition
+from processor.transport.fact_batches import FactBatchReader
 from processor.transport.kafka_reader import KafkaReader
 from tests.cluster.conftest import Cluster
 from tests.kafka.support import KafkaSpace
@@ -30,7 +31,8 @@ def test_watermarks_follow_a_new_leader(
     deployment = cluster_space.deployment(tmp_path)
     topic = deployment.topology.name(TopicName.FACTS)
     reader = deployment.transport.reader()
-    assert isinstance(reader, KafkaReader)
+    # The Kafka reader, behind the journal's expansion of fact batches.
+    assert isinstance(reader, FactBatchReader) and isinstance(reader.inner, KafkaReader)
     tp = TopicPartition(topic, 1)
     assert reader.end_offset(tp) == 0
     assert reader.wait_stable(tp, 5.0)  # makes its read_uncommitted consumer too
