@@ -65,6 +65,18 @@ class Record:
     def position(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
 
+    def with_value(self, value: bytes | None) -> Record:
+        """This record with another value (re-framed, or a fact of a fact batch)."""
+        return Record(
+            self.topic,
+            self.partition,
+            self.offset,
+            self.key,
+            value,
+            self.headers,
+            self.timestamp_ms,
+        )
+
 
 class ValueBatch(NamedTuple):
     """The values of a batch of records read in offset order (None: a tombstone)."""

@@ -116,9 +116,7 @@ def _sized(
     except StopIteration:
         return
     finally:
-        close = getattr(batches, "close", None)
-        if close is not None:
-            close()  # a read stopped early ends the inner one now
+        _end_read(batches)
 
 
 def _expanded(batches: Iterator[B], expand: Callable[[B], B]) -> Iterator[B]:
@@ -126,9 +124,14 @@ def _expanded(batches: Iterator[B], expand: Callable[[B], B]) -> Iterator[B]:
         for batch in batches:
             yield expand(batch)
     finally:
-        close = getattr(batches, "close", None)
-        if close is not None:
-            close()  # a read stopped early ends the inner one now
+        _end_read(batches)
+
+
+def _end_read(batches: Iterator[object]) -> None:
+    """End the inner read now when this one stopped early (not when it is collected)."""
+    close = getattr(batches, "close", None)
+    if close is not None:
+        close()
 
 
 def expand_records(batch: list[Record]) -> list[Record]:
@@ -147,18 +150,7 @@ def expand_records(batch: list[Record]) -> list[Record]:
         if value is None or not value.startswith(header):
             out.append(record)
             continue
-        out.extend(
-            Record(
-                record.topic,
-                record.partition,
-                record.offset,
-                record.key,
-                fact,
-                record.headers,
-                record.timestamp_ms,
-            )
-            for fact in unpack(value)
-        )
+        out.extend(record.with_value(fact) for fact in unpack(value))
     return out
 
 

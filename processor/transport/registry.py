@@ -217,7 +217,7 @@ class _Reader(Closeable):
         for index, record in enumerate(batch):
             value = single_object(record.value)
             if value is not record.value:
-                batch[index] = _with_value(record, value)
+                batch[index] = record.with_value(value)
 
     def read_values(
         self, tp: TopicPartition, start: int, end: int | None = None, batch_size: int = 10_000
@@ -247,18 +247,6 @@ class _Reader(Closeable):
 
     def close(self) -> None:
         self._inner.close()
-
-
-def _with_value(record: Record, value: bytes | None) -> Record:
-    return Record(
-        record.topic,
-        record.partition,
-        record.offset,
-        record.key,
-        value,
-        record.headers,
-        record.timestamp_ms,
-    )
 
 
 if TYPE_CHECKING:
