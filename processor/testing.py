@@ -273,8 +273,20 @@ class LocalEnvironment:
         return reply.run_id
 
     def wait(self, run_id: str, timeout_s: float = 10.0) -> RunResult:
-        """Wait until the run ends (real time, up to ``timeout_s``); return its outcome."""
-        return self.client.wait(run_id, timeout_s)
+        """Wait until the run ends (real time, up to ``timeout_s``); return its outcome.
+
+        It returns once the stores have applied the end too (the processor writes them
+        just after the commit that makes the end visible), so what reads them
+        (``pending``, ``stored_status``) agrees with the outcome.
+
+        Raises:
+            WaitTimeoutError: the run did not end within ``timeout_s``.
+            TimeoutError: it ended, but the stores had not applied it within ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        result = self.client.wait(run_id, timeout_s)
+        self._wait_stored(run_id, self.history(run_id)[-1].seq, deadline)
+        return result
 
     def status(self, run_id: str) -> RunState | None:
         """The run's current state (None: no such run)."""
@@ -297,15 +309,24 @@ class LocalEnvironment:
         sees it."""
         deadline = time.monotonic() + timeout_s
         pause = 0.002
-        while True:
-            found = [f for f in self.history(run_id) if isinstance(f, fact_type)]
-            if len(found) >= count and self._stored(run_id, found[count - 1].seq):
-                return found[count - 1]
+        while len(found := [f for f in self.history(run_id) if isinstance(f, fact_type)]) < count:
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"run {run_id}: {len(found)} {fact_type.__name__} facts after {timeout_s}s, "
                     f"wanted {count}"
                 )
+            time.sleep(pause)  # the poll interval of a deadline-bounded wait
+            pause = min(pause * 2, 0.05)
+        self._wait_stored(run_id, found[count - 1].seq, deadline)
+        return found[count - 1]
+
+    def _wait_stored(self, run_id: str, seq: int, deadline: float) -> None:
+        """Wait until the stores hold the run up to its fact ``seq`` (they apply a commit
+        just after it is visible on the log)."""
+        pause = 0.002
+        while not self._stored(run_id, seq):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"run {run_id}: the stores had not applied fact {seq} in time")
             time.sleep(pause)  # the poll interval of a deadline-bounded wait
             pause = min(pause * 2, 0.05)
 
@@ -372,7 +393,7 @@ class LocalEnvironment:
 
     def _fail_if_ended(self, run_id: str) -> None:
         try:
-            ended = self.wait(run_id, timeout_s=0)
+            ended = self.client.wait(run_id, timeout_s=0)
         except (UnknownRunError, WaitTimeoutError):
             return
         raise AssertionError(f"run {run_id} ended ({ended.status}) without an open request")

@@ -7,6 +7,7 @@ are asserted exactly: with the wall clock behind the processor, neither would ho
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 import zlib
 from collections.abc import Iterator
@@ -197,3 +198,30 @@ def test_an_await_failed_through_the_kit_fails_the_run(env: LocalEnvironment) ->
     assert result.status == "failed" and "rejected by the approver" in (result.error or "")
     with pytest.raises(AssertionError, match="ended"):
         env.wait_pending(run_id, timeout_s=1)  # a run that ended has no request to wait for
+
+
+def test_wait_returns_once_the_stores_hold_the_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The end is visible once the transaction commits; the stores that ``pending`` reads
+    are written just after. ``wait`` returns once they are, so ``pending`` agrees."""
+    from processor.engine.loop import ProcessorLoop
+
+    flush = ProcessorLoop._flush
+    ended = threading.Event()
+
+    def late_flush(loop: ProcessorLoop, produced: Any) -> dict[int, int]:
+        if ended.is_set():
+            time.sleep(0.5)  # the window between a commit and its store write, held open
+        return flush(loop, produced)
+
+    monkeypatch.setattr(ProcessorLoop, "_flush", late_flush)
+    with LocalEnvironment(kit_app, start_ms=START) as env:
+        run_id = env.submit("approval", {"ask": "budget"})
+        request = env.wait_pending(run_id)[0]
+        ended.set()
+        env.fail(request, "rejected by the approver")
+        assert env.wait(run_id).status == "failed"
+        assert env.pending(run_id) == []
+        with pytest.raises(AssertionError, match="ended"):
+            env.wait_pending(run_id, timeout_s=1)
