@@ -13,11 +13,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib
+import itertools
 import os
 import sys
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -118,6 +120,21 @@ def demo_app() -> tuple[Any, dict[str, Any]]:
 def order(index: int) -> dict[str, Any]:
     """The demo's order number ``index`` (one in five fails once in reserve_stock)."""
     return {"order_id": f"order-{index:07d}", "amount": 10 + index % 90}
+
+
+def refused_once(order_id: str) -> bool:
+    """Whether the demo's ``reserve_stock`` fails this order once (the rule of
+    processor/examples/demo.py; tests/bench/test_bench_orders.py holds the two together)."""
+    return zlib.crc32(order_id.encode()) % 5 == 0
+
+
+def orders(*, no_retries: bool = False) -> Iterator[dict[str, Any]]:
+    """The demo's orders in turn; with ``no_retries`` only those no step fails, so that
+    no run waits for a retry."""
+    for index in itertools.count():
+        placed = order(index)
+        if not (no_retries and refused_once(placed["order_id"])):
+            yield placed
 
 
 @dataclass

@@ -3,11 +3,14 @@
 Run: ``PYTHONPATH=. python bench/closed_loop.py [--transport kafka|embedded]
 [--bootstrap 127.0.0.1:9092] [--concurrency 64] [--runs 1000] [--warmup 200]
 [--repeat N] [--baseline-ref COMMIT] [--broker-warmup 60] [--inline-steps]
-[--fact-batches] [--json]``
+[--fact-batches] [--no-retries] [--json]``
 
 Workload: the bundled ``processor.examples.demo:app`` ``orders`` pipeline: validate
 -> reserve_stock (fails once for one order in five: a retry after 20 ms) ->
 capture_payment (an await answered by the responder process) -> invoice.
+``--no-retries`` (both sides of an A/B): the clients submit only the orders that
+reserve_stock does not fail, so no run waits out a backoff; the latency percentiles
+then measure the engine alone, not the workload's retried fifth.
 
 Deployment, fresh for each round (topic prefix, groups, data directory), every part
 a process of its own started by bench/kafka_support.py's ``Fleet``:
@@ -110,7 +113,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _support import command_line, cpus, order, percentile
+from _support import command_line, cpus, orders, percentile
 from confluent_kafka import Consumer, KafkaError
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
@@ -230,13 +233,12 @@ class Running:
     alive: Callable[[], None]
     bootstrap: str | None  # None: the embedded log
     broker: int | None  # the broker's pid (Kafka)
-    next_order: int = 0
+    orders: Iterator[dict[str, Any]]
 
     def submit(self, count: int, pending: dict[str, float]) -> None:
         """Submit ``count`` orders and flush; note when each was submitted (epoch ms)."""
         for _ in range(count):
-            command = new_submit("orders", order(self.next_order))
-            self.next_order += 1
+            command = new_submit("orders", next(self.orders))
             pending[command.run_id] = time.time() * 1000
             self.client.send(command)
         self.client.flush()
@@ -290,6 +292,7 @@ def deployed(
     *,
     inline_steps: bool = False,
     fact_batches: bool = False,
+    no_retries: bool = False,
 ) -> Iterator[Running]:
     """A fresh deployment of the demo app on ``transport`` (see the module doc)."""
     kafka = transport == "kafka"
@@ -334,6 +337,7 @@ def deployed(
                 alive,
                 bootstrap if kafka else None,
                 broker,
+                orders(no_retries=no_retries),
             )
         finally:
             fleet.stop()
@@ -457,6 +461,7 @@ def measure_round(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         root,
         inline_steps=args.inline_steps,
         fact_batches=args.fact_batches,
+        no_retries=args.no_retries,
     ) as running:
         closed_loop(running, args.warmup, args.concurrency, args.timeout)
         cpu_before = running.cpu()
@@ -588,6 +593,7 @@ def round_in(tree: Path, args: argparse.Namespace, *, current: bool) -> dict[str
         *("--repeat", "1", "--broker-warmup", "0", "--json"),
         *(["--inline-steps"] if current and args.inline_steps else []),
         *(["--fact-batches"] if current and args.fact_batches else []),
+        *(["--no-retries"] if args.no_retries else []),
     ]
     env = dict(os.environ) | {"PYTHONPATH": str(tree), "PROCESSOR_NATIVE_FOLD": "false"}
     done = subprocess.run(argv, env=env, cwd=tree, capture_output=True, text=True, check=False)
@@ -673,6 +679,11 @@ def main() -> None:
         help="a run's facts of a transaction as one record (PROCESSOR_FACT_BATCHES; "
         "current tree only)",
     )
+    parser.add_argument(
+        "--no-retries",
+        action="store_true",
+        help="submit only the demo's orders that no step fails (both sides of an A/B)",
+    )
     parser.add_argument("--json", action="store_true", help="only the one-line JSON summary")
     args = parser.parse_args()
     if args.repeat is None:
@@ -717,6 +728,7 @@ def main() -> None:
         "durable_fsync": Settings().durable_fsync,
         "inline_steps": args.inline_steps,
         "fact_batches": args.fact_batches,
+        "no_retries": args.no_retries,
         **figures,
         "command": command,
     }

@@ -159,9 +159,10 @@ def test_closed_loop_against_a_baseline(tmp_path: Path) -> None:
         "closed_loop.py",
         tmp_path,
         *("--transport", "embedded", "--concurrency", "2", "--runs", "6", "--warmup", "2"),
-        *("--baseline-ref", "HEAD", "--repeat", "1"),
+        *("--baseline-ref", "HEAD", "--repeat", "1", "--no-retries"),
     )
     assert len(out["baseline_commit"]) == 40 and out["native_fold"] is False
+    assert out["no_retries"] is True  # both sides submit orders no step fails
     for side in ("current", "baseline"):
         (measured,) = out[side]["per_round"]
         assert (measured["succeeded"], measured["failed"]) == (6, 0)
