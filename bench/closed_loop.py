@@ -726,8 +726,9 @@ def main() -> None:
         "broker_warmup_s": args.broker_warmup if args.transport == "kafka" else 0,
         "source": str(SOURCE),
         "durable_fsync": Settings().durable_fsync,
-        "inline_steps": args.inline_steps,
-        "fact_batches": args.fact_batches,
+        # as the current side ran: by the flag, or by the setting in the environment
+        "inline_steps": args.inline_steps or Settings().inline_steps,
+        "fact_batches": args.fact_batches or Settings().fact_batches,
         "no_retries": args.no_retries,
         **figures,
         "command": command,
