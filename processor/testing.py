@@ -24,6 +24,7 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -31,6 +32,7 @@ from typing import Any, TypeVar
 from processor.clients.client import Client, fact_dict, new_submit
 from processor.clients.outcome import RunResult
 from processor.clients.pending import PendingRequest, pending_requests
+from processor.clients.polling import poll_until
 from processor.config.resume_secret import resume_keys
 from processor.config.settings import Settings
 from processor.engine.host import Host
@@ -285,7 +287,7 @@ class LocalEnvironment:
         """
         deadline = time.monotonic() + timeout_s
         result = self.client.wait(run_id, timeout_s)
-        self._wait_stored(run_id, self.history(run_id)[-1].seq, deadline)
+        self._wait_stored(run_id, lambda state: state.terminal, deadline)
         return result
 
     def status(self, run_id: str) -> RunState | None:
@@ -317,23 +319,22 @@ class LocalEnvironment:
                 )
             time.sleep(pause)  # the poll interval of a deadline-bounded wait
             pause = min(pause * 2, 0.05)
-        self._wait_stored(run_id, found[count - 1].seq, deadline)
-        return found[count - 1]
+        fact = found[count - 1]
+        self._wait_stored(run_id, lambda state: state.version >= fact.seq, deadline)
+        return fact
 
-    def _wait_stored(self, run_id: str, seq: int, deadline: float) -> None:
-        """Wait until the stores hold the run up to its fact ``seq`` (they apply a commit
-        just after it is visible on the log)."""
-        pause = 0.002
-        while not self._stored(run_id, seq):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"run {run_id}: the stores had not applied fact {seq} in time")
-            time.sleep(pause)  # the poll interval of a deadline-bounded wait
-            pause = min(pause * 2, 0.05)
+    def _wait_stored(
+        self, run_id: str, applied: Callable[[RunState], bool], deadline: float
+    ) -> None:
+        """Wait until the stores' projection of the run shows what ``applied`` looks for
+        (the processor writes them just after the commit that made it visible)."""
 
-    def _stored(self, run_id: str, seq: int) -> bool:
-        """Whether the stores hold the run up to its fact ``seq``."""
-        state = self.client.stored_status(run_id)
-        return state is not None and state.version >= seq
+        def stored() -> RunState | None:
+            state = self.client.stored_status(run_id)
+            return state if state is not None and applied(state) else None
+
+        if poll_until(stored, deadline) is None:
+            raise TimeoutError(f"run {run_id}: the stores had not caught up with the log in time")
 
     # --- awaits --------------------------------------------------------------------------
 
