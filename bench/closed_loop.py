@@ -716,6 +716,7 @@ def main() -> None:
             "cpus": cpus(),
             "broker_restarted": False,
         }
+    environment = Settings()
     summary = {
         **head,
         "transport": args.transport,
@@ -725,10 +726,10 @@ def main() -> None:
         "rounds": args.repeat,
         "broker_warmup_s": args.broker_warmup if args.transport == "kafka" else 0,
         "source": str(SOURCE),
-        "durable_fsync": Settings().durable_fsync,
+        "durable_fsync": environment.durable_fsync,
         # as the current side ran: by the flag, or by the setting in the environment
-        "inline_steps": args.inline_steps or Settings().inline_steps,
-        "fact_batches": args.fact_batches or Settings().fact_batches,
+        "inline_steps": args.inline_steps or environment.inline_steps,
+        "fact_batches": args.fact_batches or environment.fact_batches,
         "no_retries": args.no_retries,
         **figures,
         "command": command,
